@@ -1,0 +1,35 @@
+"""The coordinator's judgements, pure with the clock passed in."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from corral.domain.status import SessionStatus
+
+
+@dataclass(frozen=True)
+class PhaseLimits:
+    """How long a session may stay in a status, and how often a handler may fail it."""
+
+    timeouts: Mapping[SessionStatus, timedelta | None]
+    """Per-status time limit; None (or absent) means no limit."""
+    max_tries: int = 3
+    """Failures in one status before GIVE_UP."""
+    max_reschedules: int = 3
+    """Returns to PENDING before the session fails with scheduler_timeout."""
+
+
+def is_expired(status: SessionStatus, since: datetime, now: datetime, limits: PhaseLimits) -> bool:
+    limit = limits.timeouts.get(status)
+    return limit is not None and now - since > limit
+
+
+def gives_up(tries_after_failure: int, limits: PhaseLimits) -> bool:
+    return tries_after_failure >= limits.max_tries
+
+
+def reschedules_exhausted(reschedule_count: int, limits: PhaseLimits) -> bool:
+    """True when one more return to PENDING would exceed the limit."""
+    return reschedule_count >= limits.max_reschedules

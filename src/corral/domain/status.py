@@ -1,0 +1,75 @@
+"""Session and kernel statuses (DESIGN §3)."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class SessionStatus(StrEnum):
+    PENDING = "PENDING"
+    SCHEDULED = "SCHEDULED"
+    PREPARING = "PREPARING"
+    PULLING = "PULLING"
+    PREPARED = "PREPARED"
+    CREATING = "CREATING"
+    RUNNING = "RUNNING"
+    TERMINATING = "TERMINATING"
+    TERMINATED = "TERMINATED"
+    CANCELLED = "CANCELLED"
+    ERROR = "ERROR"
+    SUSPENDED = "SUSPENDED"
+
+
+# Kernels share the session's vocabulary; a separate enum keeps the two from being mixed up.
+class KernelStatus(StrEnum):
+    PENDING = "PENDING"
+    SCHEDULED = "SCHEDULED"
+    PREPARING = "PREPARING"
+    PULLING = "PULLING"
+    PREPARED = "PREPARED"
+    CREATING = "CREATING"
+    RUNNING = "RUNNING"
+    TERMINATING = "TERMINATING"
+    TERMINATED = "TERMINATED"
+    CANCELLED = "CANCELLED"
+    ERROR = "ERROR"
+    SUSPENDED = "SUSPENDED"
+
+
+class SessionResult(StrEnum):
+    SUCCESS = "success"
+    FAILURE = "failure"
+    UNDEFINED = "undefined"
+
+
+class AgentStatus(StrEnum):
+    ALIVE = "ALIVE"
+    LOST = "LOST"
+
+
+TERMINAL_SESSION = frozenset({SessionStatus.TERMINATED, SessionStatus.CANCELLED, SessionStatus.ERROR})
+TERMINAL_KERNEL = frozenset({KernelStatus.TERMINATED, KernelStatus.CANCELLED, KernelStatus.ERROR})
+NON_TERMINAL_KERNEL = frozenset(KernelStatus) - TERMINAL_KERNEL
+NON_TERMINAL_SESSION = frozenset(SessionStatus) - TERMINAL_SESSION
+
+# Startup phases: the session holds an allocation but no kernel has been started yet, or is starting.
+STARTUP_SESSION = frozenset(
+    {
+        SessionStatus.SCHEDULED,
+        SessionStatus.PREPARING,
+        SessionStatus.PULLING,
+        SessionStatus.PREPARED,
+        SessionStatus.CREATING,
+    }
+)
+# Kernel statuses in which the agent may have a live process for the kernel.
+KERNEL_ON_AGENT = frozenset(
+    {
+        KernelStatus.PREPARING,
+        KernelStatus.PULLING,
+        KernelStatus.PREPARED,
+        KernelStatus.CREATING,
+        KernelStatus.RUNNING,
+        KernelStatus.TERMINATING,
+    }
+)

@@ -1,0 +1,179 @@
+"""The coordinator: runs each handler in its own transaction and alone judges the outcome."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import Any
+
+import structlog
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from corral.domain.cause import TerminationReason
+from corral.domain.final import FinalVerdict
+from corral.domain.judge import PhaseLimits, gives_up, is_expired, reschedules_exhausted
+from corral.domain.scheduling import SchedulingResult, TransitionStatus
+from corral.domain.status import TERMINAL_SESSION, SessionResult, SessionStatus
+from corral.manager.handlers.base import (
+    HandlerContext,
+    LifecycleHandler,
+    LifecycleResult,
+    SessionPromotionHandler,
+)
+from corral.store import journal, kernels, sessions
+from corral.store.db import transaction
+from corral.store.records import Move, SessionRecord
+
+log = structlog.get_logger("corral.coordinator")
+
+Handler = LifecycleHandler | SessionPromotionHandler
+History = list[tuple[str, str, str, str, str | None, str]]
+
+
+def _verdict_values(v: FinalVerdict) -> tuple[tuple[str, Any], ...]:
+    return (
+        ("result", str(v.result)),
+        ("cause", str(v.cause) if v.cause else None),
+        ("exit_code", v.exit_code),
+        ("root_rank", v.root_rank),
+    )
+
+
+class Coordinator:
+    """Applies handlers' declared transitions for one resource group."""
+
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        resource_group: str,
+        handlers: Sequence[Handler],
+        limits: PhaseLimits,
+        clock: Callable[[], datetime],
+    ) -> None:
+        self._engine = engine
+        self._rg = resource_group
+        self._handlers = list(handlers)
+        self._limits = limits
+        self._clock = clock
+
+    async def run_cycle(self) -> int:
+        """Every handler once; returns how many sessions changed status."""
+        moved = 0
+        for handler in self._handlers:
+            moved += await self.run_handler(handler)
+        return moved
+
+    async def run_handler(self, handler: Handler) -> int:
+        now = self._clock()
+        async with transaction(self._engine) as conn:
+            targets = await sessions.for_handler(
+                conn,
+                self._rg,
+                handler.target_session_statuses,
+                kernel_statuses=getattr(handler, "target_kernel_statuses", None),
+                terminating_requested=handler.termination_requested,
+            )
+            if not targets:
+                return 0
+            ctx = HandlerContext(conn, now, self._rg, self._limits)
+            if isinstance(handler, SessionPromotionHandler):
+                moves, history = self._promote(handler, targets)
+                won = await sessions.apply_moves(conn, moves, now)
+            else:
+                result = await handler.execute(ctx, targets)
+                won, history = await self._judge(ctx, handler, result, targets)
+            won_ids = {m.session_id for m in won}
+            history = [h for h in history if h[4] is None or h[0] in won_ids]
+            await journal.add_history(conn, history, now)
+        return len(won)
+
+    def _promote(
+        self, handler: SessionPromotionHandler, targets: Sequence[SessionRecord]
+    ) -> tuple[list[Move], History]:
+        moves: list[Move] = []
+        history: History = []
+        for s in targets:
+            if not handler.matches(s):
+                continue
+            verdict = handler.verdict(s)
+            dst = verdict.status if verdict else handler.success_session_status()
+            values = _verdict_values(verdict) if verdict else ()
+            moves.append(Move(s.id, s.status, dst, None, values))
+            message = f"cause {verdict.cause}" if verdict and verdict.cause else ""
+            history.append((s.id, handler.name, SchedulingResult.SUCCESS, s.status, dst, message))
+        return moves, history
+
+    async def _judge(
+        self,
+        ctx: HandlerContext,
+        handler: LifecycleHandler,
+        result: LifecycleResult,
+        targets: Sequence[SessionRecord],
+    ) -> tuple[list[Move], History]:
+        by_id = {s.id: s for s in targets}
+        transitions = handler.status_transitions()
+        moves: list[Move] = []
+        history: History = []
+
+        def outcome(
+            s: SessionRecord, kind: SchedulingResult, to: TransitionStatus | None, message: str
+        ) -> None:
+            if to is None or to.session is None:
+                history.append((s.id, handler.name, kind, s.status, None, message))
+                return
+            dst = to.session
+            values: tuple[tuple[str, Any], ...] = ()
+            if kind is not SchedulingResult.SUCCESS and dst is SessionStatus.PENDING:
+                if reschedules_exhausted(s.reschedule_count, self._limits):
+                    # Re-scheduled too often: stop it instead (ends ERROR scheduler_timeout).
+                    stop.append(s.id)
+                    history.append(
+                        (s.id, handler.name, kind, s.status, None, message + "; reschedules exhausted")
+                    )
+                    return
+            if dst in TERMINAL_SESSION and kind is not SchedulingResult.SUCCESS and handler.failure_cause:
+                values = (("result", str(SessionResult.FAILURE)), ("cause", str(handler.failure_cause)))
+            if kind is SchedulingResult.SUCCESS and result.finals and s.id in result.finals:
+                values = _verdict_values(result.finals[s.id])
+            moves.append(Move(s.id, s.status, dst, to.kernel, values))
+            history.append((s.id, handler.name, kind, s.status, dst, message))
+
+        stop: list[str] = []
+        for sid in result.successes:
+            outcome(by_id[sid], SchedulingResult.SUCCESS, transitions.success, result.messages.get(sid, ""))
+        if result.failures:
+            tries = await sessions.bump_tries(ctx.conn, [f.session_id for f in result.failures])
+            for f in result.failures:
+                s = by_id[f.session_id]
+                if gives_up(tries[f.session_id], self._limits):
+                    outcome(
+                        s, SchedulingResult.GIVE_UP, transitions.give_up, f"{f.message} (try {tries[s.id]})"
+                    )
+                else:
+                    outcome(
+                        s,
+                        SchedulingResult.NEED_RETRY,
+                        transitions.need_retry,
+                        f"{f.message} (try {tries[s.id]})",
+                    )
+        attempted = set(result.successes) | {f.session_id for f in result.failures}
+        for s in targets:
+            if s.id not in attempted and is_expired(s.status, s.status_changed_at, ctx.now, self._limits):
+                limit = self._limits.timeouts.get(s.status)
+                outcome(
+                    s, SchedulingResult.EXPIRED, transitions.expired, f"in {s.status} longer than {limit}"
+                )
+        won = await sessions.apply_moves(ctx.conn, moves, ctx.now)
+        won_ids = {m.session_id for m in won}
+        if result.placements:
+            placed = [(by_id[sid], p) for sid, p in result.placements.items() if sid in won_ids]
+            await kernels.write_placements(ctx.conn, placed, ctx.now)
+        for sid in stop:
+            await sessions.request_termination(
+                ctx.conn, sid, TerminationReason.SCHEDULER_TIMEOUT, "re-scheduled too often", ctx.now
+            )
+        skipped = [(k.session_id, by_id[k.session_id].status, k.reason) for k in result.skipped]
+        await journal.add_skips(ctx.conn, handler.name, skipped, ctx.now)
+        if len(won) < len(moves):
+            log.info("lost race", handler=handler.name, lost=len(moves) - len(won))
+        return won, history

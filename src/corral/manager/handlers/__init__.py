@@ -1,0 +1,33 @@
+"""The session handlers, in the order one scheduling cycle runs them."""
+
+from __future__ import annotations
+
+from corral.manager.handlers.apply_termination import ApplyTerminationRequests
+from corral.manager.handlers.base import LifecycleHandler, SessionPromotionHandler
+from corral.manager.handlers.cancel_pending import CancelPendingSessions
+from corral.manager.handlers.detect_termination import DetectTermination
+from corral.manager.handlers.prepare import PrepareSessions
+from corral.manager.handlers.promote_prepared import PromoteToPrepared
+from corral.manager.handlers.promote_pulling import PromoteToPulling
+from corral.manager.handlers.promote_running import PromoteToRunning
+from corral.manager.handlers.promote_terminated import PromoteToTerminated
+from corral.manager.handlers.schedule_new import ScheduleNewSessions
+from corral.manager.handlers.start import StartSessions
+from corral.manager.handlers.terminate import TerminateSessions
+
+
+def cycle_handlers() -> list[LifecycleHandler | SessionPromotionHandler]:
+    # Reports first (promotions), then stops, then capacity freed by them is reused in the same cycle.
+    return [
+        CancelPendingSessions(),
+        ApplyTerminationRequests(),
+        PromoteToPulling(),
+        PromoteToPrepared(),
+        PromoteToRunning(),
+        DetectTermination(),
+        TerminateSessions(),
+        PromoteToTerminated(),
+        ScheduleNewSessions(),
+        PrepareSessions(),
+        StartSessions(),
+    ]

@@ -1,0 +1,83 @@
+"""The two handler kinds of the coordinator (seed: sokovan-status-transitions)."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import ClassVar
+
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from corral.domain.cause import Cause
+from corral.domain.final import FinalVerdict
+from corral.domain.judge import PhaseLimits
+from corral.domain.placement import Placement
+from corral.domain.scheduling import HandlerResult, KernelMatchType, StatusTransitions, kernels_match
+from corral.domain.status import KernelStatus, SessionStatus
+from corral.store.records import SessionRecord
+
+
+@dataclass(frozen=True)
+class HandlerContext:
+    """What a handler may use: the cycle's transaction, its clock and its group."""
+
+    conn: AsyncConnection
+    """The transaction the coordinator applies the result in."""
+    now: datetime
+    """The cycle's clock."""
+    resource_group: str
+    """The group this loop schedules."""
+    limits: PhaseLimits
+    """Per-status limits (for handlers that need them)."""
+
+
+@dataclass
+class LifecycleResult(HandlerResult):
+    """HandlerResult plus what some successes carry into the same transaction."""
+
+    placements: dict[str, Placement] | None = None
+    """ScheduleNewSessions: where each placed session's kernels go."""
+    finals: dict[str, FinalVerdict] | None = None
+    """Handlers that end sessions: the verdict per session."""
+
+
+class LifecycleHandler(ABC):
+    """Acts on sessions in its target statuses and reports outcomes; never changes a status."""
+
+    name: ClassVar[str]
+    target_session_statuses: ClassVar[frozenset[SessionStatus]]
+    target_kernel_statuses: ClassVar[frozenset[KernelStatus] | None] = None
+    # None: any session; True: only with a termination request; False: only without one.
+    termination_requested: ClassVar[bool | None] = False
+    # The cause recorded when an expired/give-up move ends the session.
+    failure_cause: ClassVar[Cause | None] = None
+
+    @classmethod
+    @abstractmethod
+    def status_transitions(cls) -> StatusTransitions: ...
+
+    @abstractmethod
+    async def execute(self, ctx: HandlerContext, targets: Sequence[SessionRecord]) -> LifecycleResult: ...
+
+
+class SessionPromotionHandler(ABC):
+    """Promotes a session when its kernels meet a condition; kernels are not changed."""
+
+    name: ClassVar[str]
+    target_session_statuses: ClassVar[frozenset[SessionStatus]]
+    check_kernel_statuses: ClassVar[frozenset[KernelStatus]]
+    match_type: ClassVar[KernelMatchType]
+    termination_requested: ClassVar[bool | None] = None
+
+    @classmethod
+    @abstractmethod
+    def success_session_status(cls) -> SessionStatus: ...
+
+    def matches(self, session: SessionRecord) -> bool:
+        return kernels_match((k.status for k in session.kernels), self.check_kernel_statuses, self.match_type)
+
+    def verdict(self, session: SessionRecord) -> FinalVerdict | None:
+        """For promotions that end a session: how it ends (overrides the success status)."""
+        return None

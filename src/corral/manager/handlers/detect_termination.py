@@ -1,0 +1,40 @@
+"""DetectTermination: a kernel failed, or every kernel ended, so the session stops."""
+
+from __future__ import annotations
+
+from corral.domain.scheduling import KernelMatchType
+from corral.domain.status import TERMINAL_KERNEL, KernelStatus, SessionStatus
+from corral.manager.handlers.base import SessionPromotionHandler
+from corral.store.records import SessionRecord
+
+
+class DetectTermination(SessionPromotionHandler):
+    name = "DetectTermination"
+    # Startup statuses too: a kernel that fails to prepare or start fails the whole gang.
+    target_session_statuses = frozenset(
+        {
+            SessionStatus.RUNNING,
+            SessionStatus.PREPARING,
+            SessionStatus.PULLING,
+            SessionStatus.PREPARED,
+            SessionStatus.CREATING,
+        }
+    )
+    check_kernel_statuses = TERMINAL_KERNEL
+    match_type = KernelMatchType.ANY
+
+    @classmethod
+    def success_session_status(cls) -> SessionStatus:
+        return SessionStatus.TERMINATING
+
+    def matches(self, session: SessionRecord) -> bool:
+        # ANY kernel ended in failure, or ALL ended: a kernel that exits 0 early leaves its peers be.
+        failed = any(
+            k.status in (KernelStatus.ERROR, KernelStatus.CANCELLED) or (k.exit_code or 0) != 0
+            for k in session.kernels
+        )
+        if failed:
+            return True
+        return session.status is SessionStatus.RUNNING and all(
+            k.status in TERMINAL_KERNEL for k in session.kernels
+        )

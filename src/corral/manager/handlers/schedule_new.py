@@ -1,0 +1,59 @@
+"""ScheduleNewSessions: PENDING -> SCHEDULED, placing whole gangs in queue order."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from corral.domain.cause import Cause
+from corral.domain.placement import AgentSnapshot, PlacementStrategy, apply_placement, place_gang
+from corral.domain.queue import QueueEntry, queue_order
+from corral.domain.scheduling import Skip, StatusTransitions, TransitionStatus
+from corral.domain.status import AgentStatus, KernelStatus, SessionStatus
+from corral.manager.handlers.base import HandlerContext, LifecycleHandler, LifecycleResult
+from corral.store import agents
+from corral.store.records import SessionRecord
+
+
+class ScheduleNewSessions(LifecycleHandler):
+    name = "ScheduleNewSessions"
+    target_session_statuses = frozenset({SessionStatus.PENDING})
+    target_kernel_statuses = frozenset({KernelStatus.PENDING})
+    failure_cause = Cause.SCHEDULER_TIMEOUT
+
+    @classmethod
+    def status_transitions(cls) -> StatusTransitions:
+        return StatusTransitions(
+            success=TransitionStatus(SessionStatus.SCHEDULED, KernelStatus.SCHEDULED),
+            need_retry=None,
+            expired=TransitionStatus(SessionStatus.CANCELLED, KernelStatus.CANCELLED),
+            give_up=TransitionStatus(SessionStatus.CANCELLED, KernelStatus.CANCELLED),
+        )
+
+    async def execute(self, ctx: HandlerContext, targets: Sequence[SessionRecord]) -> LifecycleResult:
+        result = LifecycleResult(placements={})
+        assert result.placements is not None
+        await agents.lock_group(ctx.conn, ctx.resource_group)
+        snapshot = [
+            AgentSnapshot(a.id, a.capacity - a.used)
+            for a in await agents.list_agents(ctx.conn, ctx.resource_group)
+            if a.status is AgentStatus.ALIVE
+        ]
+        by_id = {s.id: s for s in targets}
+        entries = [QueueEntry(s.id, s.priority, s.chain_submitted_at, s.retry_after) for s in targets]
+        ready = queue_order(entries, ctx.now)
+        ready_ids = {e.session_id for e in ready}
+        for s in targets:
+            if s.id not in ready_ids:
+                result.skipped.append(Skip(s.id, "waiting for its retry time"))
+        # Backfill: a session that does not fit does not block smaller ones behind it (see README).
+        for entry in ready:
+            s = by_id[entry.session_id]
+            needs = [k.resources for k in s.kernels]
+            placement = place_gang(needs, snapshot, PlacementStrategy(s.placement))
+            if placement is None:
+                result.skipped.append(Skip(s.id, "no agent has room for it now"))
+                continue
+            snapshot = apply_placement(snapshot, needs, placement)
+            result.placements[s.id] = placement
+            result.success(s.id, "placed on " + ", ".join(placement.agent_ids))
+        return result

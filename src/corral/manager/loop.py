@@ -1,0 +1,93 @@
+"""One scheduling loop per resource group, held by one manager at a time (a lease row)."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import structlog
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from corral.manager.coordinator import Coordinator
+from corral.manager.handlers import cycle_handlers
+from corral.manager.settings import SchedulerSettings
+from corral.manager.sweep import sweep
+from corral.manager.wakeup import Wakeup
+from corral.store import agents, leases
+from corral.store.db import transaction
+
+log = structlog.get_logger("corral.loop")
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class SchedulerLoop:
+    """Sweeps and runs the coordinator for one group whenever woken, or every interval."""
+
+    def __init__(
+        self, engine: AsyncEngine, resource_group: str, cfg: SchedulerSettings, wakeup: Wakeup, holder: str
+    ) -> None:
+        self._engine = engine
+        self._rg = resource_group
+        self._cfg = cfg
+        self._wakeup = wakeup
+        self._holder = holder
+        self.coordinator = Coordinator(engine, resource_group, cycle_handlers(), cfg.limits(), utcnow)
+
+    async def run_once(self) -> int:
+        now = utcnow()
+        async with transaction(self._engine) as conn:
+            ttl = timedelta(seconds=max(5.0, self._cfg.loop_interval * 5))
+            if not await leases.acquire(conn, self._rg, self._holder, ttl, now):
+                return 0
+        changed = await sweep(self._engine, self._rg, self._cfg, now)
+        moved = await self.coordinator.run_cycle()
+        if moved or changed:
+            await self._wakeup.orders_changed()
+        return moved + changed
+
+    async def run(self) -> None:
+        while True:
+            try:
+                busy = await self.run_once()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("scheduling cycle failed", resource_group=self._rg)
+                busy = 0
+            if not busy:
+                await self._wakeup.wait_scheduler(self._cfg.loop_interval)
+
+
+class Scheduler:
+    """Starts a loop for every resource group (and for groups created later)."""
+
+    def __init__(self, engine: AsyncEngine, cfg: SchedulerSettings, wakeup: Wakeup) -> None:
+        self._engine = engine
+        self._cfg = cfg
+        self._wakeup = wakeup
+        self._holder = uuid.uuid4().hex[:16]
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+
+    async def run(self) -> None:
+        try:
+            while True:
+                async with self._engine.connect() as conn:
+                    names = await agents.resource_group_names(conn)
+                for name in names:
+                    if name not in self._tasks:
+                        loop = SchedulerLoop(self._engine, name, self._cfg, self._wakeup, self._holder)
+                        self._tasks[name] = asyncio.create_task(loop.run(), name=f"scheduler:{name}")
+                await asyncio.sleep(5.0)
+        finally:
+            await self.shutdown()
+
+    async def shutdown(self) -> None:
+        tasks = list(self._tasks.values())
+        self._tasks.clear()
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)

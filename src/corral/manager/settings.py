@@ -1,0 +1,70 @@
+"""Manager and scheduler settings (pydantic-settings, CORRAL_ prefix)."""
+
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+from pathlib import Path
+
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from corral.domain.judge import PhaseLimits
+from corral.domain.status import SessionStatus
+
+
+def data_dir() -> Path:
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(os.environ.get("CORRAL_HOME") or Path(base) / "corral")
+
+
+class ManagerSettings(BaseSettings):
+    """The API server and its database."""
+
+    model_config = SettingsConfigDict(env_prefix="CORRAL_", extra="ignore")
+
+    database_url: str = ""
+    host: str = "127.0.0.1"
+    port: int = 8470
+    agent_token: str = ""
+    bootstrap_admin_key: str = ""
+    long_poll: float = 5.0
+
+    def resolved_database_url(self) -> str:
+        if self.database_url:
+            return self.database_url
+        path = data_dir() / "corral.db"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return f"sqlite+aiosqlite:///{path}"
+
+
+class SchedulerSettings(BaseSettings):
+    """Liveness and per-status limits of the coordinator (seconds; 0 disables a timeout)."""
+
+    model_config = SettingsConfigDict(env_prefix="CORRAL_", extra="ignore")
+
+    agent_lease: float = 15.0
+    fence_timeout: float = 30.0
+    loop_interval: float = 1.0
+    max_tries: int = 3
+    max_reschedules: int = 3
+    pending_timeout: float = 0.0
+    scheduled_timeout: float = 300.0
+    preparing_timeout: float = 600.0
+    prepared_timeout: float = 300.0
+    terminating_timeout: float = 0.0
+
+    def limits(self) -> PhaseLimits:
+        def t(seconds: float) -> timedelta | None:
+            return timedelta(seconds=seconds) if seconds > 0 else None
+
+        return PhaseLimits(
+            timeouts={
+                SessionStatus.PENDING: t(self.pending_timeout),
+                SessionStatus.SCHEDULED: t(self.scheduled_timeout),
+                SessionStatus.PREPARING: t(self.preparing_timeout),
+                SessionStatus.PREPARED: t(self.prepared_timeout),
+                SessionStatus.TERMINATING: t(self.terminating_timeout),
+            },
+            max_tries=self.max_tries,
+            max_reschedules=self.max_reschedules,
+        )

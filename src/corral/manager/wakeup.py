@@ -1,0 +1,38 @@
+"""In-process signals: wake the scheduling loops early, and wake agents' long polls."""
+
+from __future__ import annotations
+
+import asyncio
+
+
+class Wakeup:
+    """Coalescing wake-ups; a missed signal only costs one poll interval, never correctness."""
+
+    def __init__(self) -> None:
+        self._scheduler = asyncio.Event()
+        self._orders = asyncio.Condition()
+        self.orders_version = 0
+
+    def scheduler(self) -> None:
+        self._scheduler.set()
+
+    async def wait_scheduler(self, seconds: float) -> None:
+        try:
+            await asyncio.wait_for(self._scheduler.wait(), seconds)
+        except TimeoutError:
+            pass
+        self._scheduler.clear()
+
+    async def orders_changed(self) -> None:
+        async with self._orders:
+            self.orders_version += 1
+            self._orders.notify_all()
+
+    async def wait_orders(self, seen_version: int, seconds: float) -> None:
+        async with self._orders:
+            try:
+                await asyncio.wait_for(
+                    self._orders.wait_for(lambda: self.orders_version != seen_version), seconds
+                )
+            except TimeoutError:
+                pass

@@ -1,0 +1,180 @@
+"""Agents: registration (new epoch), heartbeats, liveness, the capacity snapshot."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import insert, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from corral.domain.resources import ResourceSlots
+from corral.domain.status import AgentStatus, KernelStatus
+from corral.store import convert, kernels
+from corral.store.records import AgentRecord
+from corral.store.tables import agents, allocations, resource_groups
+from corral.store.tables import kernels as kernel_table
+
+
+async def register(
+    conn: AsyncConnection,
+    agent_id: str,
+    *,
+    hostname: str,
+    address: str,
+    resource_group: str,
+    capacity: ResourceSlots,
+    info: dict[str, Any],
+    now: datetime,
+) -> int:
+    """(Re)register: a new epoch fences every earlier incarnation of this agent."""
+    row = (await conn.execute(select(agents.c.epoch).where(agents.c.id == agent_id))).first()
+    values = {
+        "hostname": hostname,
+        "address": address,
+        "resource_group": resource_group,
+        "status": str(AgentStatus.ALIVE),
+        "capacity": capacity.to_json(),
+        "info": info,
+        "last_heartbeat": now,
+        "lost_at": None,
+    }
+    if row is None:
+        epoch = 1
+        await conn.execute(insert(agents).values(id=agent_id, epoch=epoch, registered_at=now, **values))
+    else:
+        epoch = row.epoch + 1
+        await conn.execute(update(agents).where(agents.c.id == agent_id).values(epoch=epoch, **values))
+        # A new incarnation has no supervisors for what the old one started: those processes died
+        # with it, so their kernels are gone now.  Kernels still preparing will simply be re-sent.
+        await kernels.end_kernels(
+            conn,
+            await started_kernels_on(conn, [agent_id]),
+            KernelStatus.ERROR,
+            now,
+            agent_lost=True,
+            termination_message="agent restarted",
+        )
+    return epoch
+
+
+async def resource_group_exists(conn: AsyncConnection, name: str) -> bool:
+    row = await conn.execute(select(resource_groups.c.name).where(resource_groups.c.name == name))
+    return row.first() is not None
+
+
+async def resource_group_names(conn: AsyncConnection) -> list[str]:
+    return list(
+        (await conn.execute(select(resource_groups.c.name).order_by(resource_groups.c.name))).scalars()
+    )
+
+
+async def ensure_resource_group(conn: AsyncConnection, name: str, now: datetime) -> None:
+    if not await resource_group_exists(conn, name):
+        await conn.execute(insert(resource_groups).values(name=name, config={}, created_at=now))
+
+
+async def heartbeat(conn: AsyncConnection, agent_id: str, epoch: int, now: datetime) -> bool:
+    """Refresh the lease; False when this epoch has been fenced."""
+    result = await conn.execute(
+        update(agents)
+        .where(agents.c.id == agent_id, agents.c.epoch == epoch)
+        .values(last_heartbeat=now, status=str(AgentStatus.ALIVE), lost_at=None)
+    )
+    return bool(result.rowcount)
+
+
+async def current_epoch(conn: AsyncConnection, agent_id: str) -> int | None:
+    return (await conn.execute(select(agents.c.epoch).where(agents.c.id == agent_id))).scalar()
+
+
+async def mark_lost(conn: AsyncConnection, lease: timedelta, now: datetime) -> list[str]:
+    """Agents whose heartbeat is older than the lease become LOST; returns their ids."""
+    result = await conn.execute(
+        update(agents)
+        .where(agents.c.status == str(AgentStatus.ALIVE), agents.c.last_heartbeat < now - lease)
+        .values(status=str(AgentStatus.LOST), lost_at=now)
+        .returning(agents.c.id)
+    )
+    return list(result.scalars())
+
+
+async def fence_expired(conn: AsyncConnection, fence: timedelta, now: datetime) -> list[str]:
+    """LOST agents silent past the fence timeout that still hold started kernels.
+
+    Their epoch is bumped, so a late report from them is refused; the caller declares the kernels
+    gone.  By now the agent has killed them itself (self-fencing), or died with them.
+    """
+    has_started = (
+        select(kernel_table.c.id)
+        .where(
+            kernel_table.c.agent_id == agents.c.id,
+            kernel_table.c.status.in_(["CREATING", "RUNNING", "TERMINATING"]),
+        )
+        .exists()
+    )
+    result = await conn.execute(
+        update(agents)
+        .where(agents.c.status == str(AgentStatus.LOST), agents.c.last_heartbeat < now - fence, has_started)
+        .values(epoch=agents.c.epoch + 1)
+        .returning(agents.c.id)
+    )
+    return list(result.scalars())
+
+
+async def started_kernels_on(conn: AsyncConnection, agent_ids: list[str]) -> list[str]:
+    rows = await conn.execute(
+        select(kernel_table.c.id).where(
+            kernel_table.c.agent_id.in_(agent_ids),
+            kernel_table.c.status.in_(["CREATING", "RUNNING", "TERMINATING"]),
+        )
+    )
+    return list(rows.scalars())
+
+
+async def refresh_all_leases(conn: AsyncConnection, now: datetime) -> None:
+    """A starting manager gives every agent a fresh lease: its own downtime is not their fault."""
+    await conn.execute(
+        update(agents).where(agents.c.status == str(AgentStatus.ALIVE)).values(last_heartbeat=now)
+    )
+
+
+async def list_agents(conn: AsyncConnection, resource_group: str | None = None) -> list[AgentRecord]:
+    query = select(agents).order_by(agents.c.id)
+    if resource_group is not None:
+        query = query.where(agents.c.resource_group == resource_group)
+    rows = (await conn.execute(query)).all()
+    used = await _used(conn, [r.id for r in rows])
+    return [convert.agent(r, used.get(r.id)) for r in rows]
+
+
+async def _used(conn: AsyncConnection, agent_ids: list[str]) -> dict[str, ResourceSlots]:
+    if not agent_ids:
+        return {}
+    rows = await conn.execute(
+        select(allocations.c.agent_id, allocations.c.slots).where(
+            allocations.c.agent_id.in_(agent_ids), allocations.c.released_at.is_(None)
+        )
+    )
+    used: dict[str, ResourceSlots] = defaultdict(ResourceSlots)
+    for agent_id, slots in rows.tuples():
+        used[agent_id] = used[agent_id] + ResourceSlots.from_json(slots)
+    return used
+
+
+async def lock_group(conn: AsyncConnection, resource_group: str) -> None:
+    """Serialise placement in a group: on PostgreSQL, row locks on its agents (SQLite is one writer)."""
+    if conn.dialect.name == "postgresql":
+        await conn.execute(
+            select(agents.c.id).where(agents.c.resource_group == resource_group).with_for_update()
+        )
+
+
+async def declared_slots(conn: AsyncConnection) -> set[str]:
+    """Every slot name some agent declares (custom slots must be declared to be requested)."""
+    rows = await conn.execute(select(agents.c.capacity))
+    names: set[str] = set()
+    for (cap,) in rows.tuples():
+        names.update(cap)
+    return names

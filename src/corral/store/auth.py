@@ -1,0 +1,79 @@
+"""Users, projects and API keys (stored as SHA-256 hashes: a key is shown once, never kept)."""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import insert, select
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from corral.store.tables import api_keys, project_members, projects, users
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who is calling."""
+
+    user_id: str
+    name: str
+    role: str
+    projects: frozenset[str]
+
+    @property
+    def is_admin(self) -> bool:
+        return self.role == "admin"
+
+
+def hash_key(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def new_key() -> str:
+    return "crl_" + secrets.token_urlsafe(32)
+
+
+async def ensure_user(conn: AsyncConnection, name: str, role: str, now: datetime) -> str:
+    row = (await conn.execute(select(users.c.id).where(users.c.name == name))).first()
+    if row:
+        return str(row.id)
+    user_id = str(uuid.uuid4())
+    await conn.execute(insert(users).values(id=user_id, name=name, role=role, created_at=now))
+    default = (await conn.execute(select(projects.c.id).where(projects.c.name == "default"))).scalar_one()
+    await conn.execute(insert(project_members).values(project_id=default, user_id=user_id))
+    return user_id
+
+
+async def add_key(conn: AsyncConnection, user_id: str, key: str, now: datetime) -> None:
+    exists = (await conn.execute(select(api_keys.c.id).where(api_keys.c.key_hash == hash_key(key)))).first()
+    if exists is None:
+        await conn.execute(
+            insert(api_keys).values(
+                id=str(uuid.uuid4()), user_id=user_id, key_hash=hash_key(key), prefix=key[:8], created_at=now
+            )
+        )
+
+
+async def principal_for(conn: AsyncConnection, key: str) -> Principal | None:
+    row = (
+        await conn.execute(
+            select(users.c.id, users.c.name, users.c.role)
+            .join(api_keys, api_keys.c.user_id == users.c.id)
+            .where(api_keys.c.key_hash == hash_key(key))
+        )
+    ).first()
+    if row is None:
+        return None
+    names = await conn.execute(
+        select(projects.c.name)
+        .join(project_members, project_members.c.project_id == projects.c.id)
+        .where(project_members.c.user_id == row.id)
+    )
+    return Principal(str(row.id), row.name, row.role, frozenset(names.scalars()))
+
+
+async def project_exists(conn: AsyncConnection, name: str) -> bool:
+    return (await conn.execute(select(projects.c.id).where(projects.c.name == name))).first() is not None

@@ -1,0 +1,65 @@
+"""Engines for SQLite (embedded default) and PostgreSQL, transactions, and migrations."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import event
+from sqlalchemy.engine import Connection
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+
+MIGRATIONS = Path(__file__).parent / "migrations"
+
+
+def is_sqlite(url: str) -> bool:
+    return url.startswith("sqlite")
+
+
+def make_engine(url: str, pool_size: int = 10) -> AsyncEngine:
+    if not is_sqlite(url):
+        return create_async_engine(url, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True)
+    if url.startswith("sqlite:"):
+        url = "sqlite+aiosqlite:" + url[len("sqlite:") :]
+    # One connection: SQLite has one writer anyway, and a single connection means no
+    # "database is locked" between our own coroutines.  BEGIN IMMEDIATE takes the write lock
+    # up front, so another process (e.g. `corral db upgrade`) waits on busy_timeout, not fails.
+    engine = create_async_engine(url, pool_size=1, max_overflow=0, pool_timeout=60)
+
+    @event.listens_for(engine.sync_engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        dbapi_conn.isolation_level = None
+        cur = dbapi_conn.cursor()
+        for pragma in ("journal_mode=WAL", "busy_timeout=30000", "synchronous=NORMAL", "foreign_keys=ON"):
+            cur.execute(f"PRAGMA {pragma}")
+        cur.close()
+
+    @event.listens_for(engine.sync_engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+    return engine
+
+
+@asynccontextmanager
+async def transaction(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
+    """One database transaction: committed on success, rolled back on any error."""
+    async with engine.begin() as conn:
+        yield conn
+
+
+def _upgrade(conn: Connection, revision: str) -> None:
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS))
+    cfg.attributes["connection"] = conn
+    command.upgrade(cfg, revision)
+
+
+async def upgrade(engine: AsyncEngine, revision: str = "head") -> None:
+    """Apply Alembic migrations up to `revision` (idempotent)."""
+    async with engine.begin() as conn:
+        await conn.run_sync(_upgrade, revision)

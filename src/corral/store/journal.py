@@ -1,0 +1,99 @@
+"""History rows (the coordinator's outcomes) and event rows (the outbox), written in-transaction."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import and_, insert, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from corral.store import convert
+from corral.store.records import HistoryRecord
+from corral.store.tables import session_events, session_history
+
+
+async def add_events(
+    conn: AsyncConnection,
+    rows: Sequence[tuple[str, str, str | None, str | None, dict[str, Any]]],
+    now: datetime,
+) -> None:
+    """Rows of (session_id, kind, from_status, to_status, payload)."""
+    if rows:
+        await conn.execute(
+            insert(session_events),
+            [
+                {
+                    "session_id": s,
+                    "kind": k,
+                    "from_status": a,
+                    "to_status": b,
+                    "payload": p,
+                    "created_at": now,
+                }
+                for s, k, a, b, p in rows
+            ],
+        )
+
+
+async def add_history(
+    conn: AsyncConnection,
+    rows: Sequence[tuple[str, str, str, str, str | None, str]],
+    now: datetime,
+) -> None:
+    """Rows of (session_id, handler, result, from_status, to_status, message)."""
+    if rows:
+        await conn.execute(
+            insert(session_history),
+            [
+                {
+                    "session_id": s,
+                    "handler": h,
+                    "result": r,
+                    "from_status": a,
+                    "to_status": b,
+                    "message": m,
+                    "count": 1,
+                    "created_at": now,
+                    "last_at": now,
+                }
+                for s, h, r, a, b, m in rows
+            ],
+        )
+
+
+async def add_skips(
+    conn: AsyncConnection, handler: str, rows: Sequence[tuple[str, str, str]], now: datetime
+) -> None:
+    """SKIPPED collapses: one row per (session, handler, reason), with a count and last time."""
+    if not rows:
+        return
+    ids = [s for s, _, _ in rows]
+    existing = await conn.execute(
+        select(session_history.c.id, session_history.c.session_id, session_history.c.message).where(
+            session_history.c.session_id.in_(ids),
+            session_history.c.handler == handler,
+            session_history.c.result == "SKIPPED",
+        )
+    )
+    known = {(r.session_id, r.message): r.id for r in existing}
+    bump = [known[(s, m)] for s, _, m in rows if (s, m) in known]
+    if bump:
+        await conn.execute(
+            update(session_history)
+            .where(session_history.c.id.in_(bump))
+            .values(count=session_history.c.count + 1, last_at=now)
+        )
+    await add_history(
+        conn, [(s, handler, "SKIPPED", st, None, m) for s, st, m in rows if (s, m) not in known], now
+    )
+
+
+async def history_of(conn: AsyncConnection, session_id: str) -> list[HistoryRecord]:
+    rows = await conn.execute(
+        select(session_history)
+        .where(and_(session_history.c.session_id == session_id))
+        .order_by(session_history.c.id)
+    )
+    return [convert.history(r) for r in rows]

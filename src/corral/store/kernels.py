@@ -1,0 +1,143 @@
+"""Kernels: placement rows, kill orders, agent reports (epoch-fenced), declaring kernels gone."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import insert, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from corral.domain.placement import Placement
+from corral.domain.status import KERNEL_ON_AGENT, TERMINAL_KERNEL, KernelStatus
+from corral.domain.transitions import kernel_sources
+from corral.store import convert
+from corral.store.records import KernelRecord, KernelReport, SessionRecord
+from corral.store.tables import agents, allocations, kernels
+
+
+async def write_placements(
+    conn: AsyncConnection, placed: Sequence[tuple[SessionRecord, Placement]], now: datetime
+) -> None:
+    """Allocation rows and agent assignment for sessions that just moved to SCHEDULED."""
+    rows = []
+    for s, placement in placed:
+        for k, agent_id in zip(s.kernels, placement.agent_ids, strict=True):
+            rows.append(
+                {
+                    "kernel_id": k.id,
+                    "session_id": s.id,
+                    "agent_id": agent_id,
+                    "slots": k.resources.to_json(),
+                    "created_at": now,
+                }
+            )
+            await conn.execute(update(kernels).where(kernels.c.id == k.id).values(agent_id=agent_id))
+    if rows:
+        await conn.execute(insert(allocations), rows)
+
+
+async def release(conn: AsyncConnection, kernel_ids: list[str], now: datetime) -> None:
+    if kernel_ids:
+        await conn.execute(
+            update(allocations)
+            .where(allocations.c.kernel_id.in_(kernel_ids), allocations.c.released_at.is_(None))
+            .values(released_at=now)
+        )
+
+
+async def order_kill(conn: AsyncConnection, kernel_ids: list[str]) -> None:
+    if kernel_ids:
+        await conn.execute(update(kernels).where(kernels.c.id.in_(kernel_ids)).values(kill_requested=True))
+
+
+async def end_kernels(
+    conn: AsyncConnection, kernel_ids: list[str], status: KernelStatus, now: datetime, **values: Any
+) -> list[str]:
+    """Move kernels to a terminal status (never handed out, or declared gone) and free capacity."""
+    if not kernel_ids:
+        return []
+    result = await conn.execute(
+        update(kernels)
+        .where(kernels.c.id.in_(kernel_ids), kernels.c.status.in_([str(s) for s in kernel_sources(status)]))
+        .values(status=str(status), status_changed_at=now, **values)
+        .returning(kernels.c.id)
+    )
+    ended = list(result.scalars())
+    await release(conn, ended, now)
+    return ended
+
+
+async def apply_report(
+    conn: AsyncConnection, agent_id: str, epoch: int, report: KernelReport, now: datetime
+) -> bool:
+    """One agent report through the guarded update; False when stale, fenced or not this agent's."""
+    current_epoch = (await conn.execute(select(agents.c.epoch).where(agents.c.id == agent_id))).scalar()
+    if current_epoch != epoch:
+        return False
+    values: dict[str, Any] = {"status": str(report.status), "status_changed_at": now}
+    if report.status in (KernelStatus.RUNNING, KernelStatus.CREATING):
+        values["started"] = True
+    if report.master_port is not None:
+        values["master_port"] = report.master_port
+    if report.status in TERMINAL_KERNEL:
+        conditions = ["oom_killed"] if report.oom_killed else []
+        values.update(
+            exit_code=report.exit_code,
+            signal=report.signal,
+            oom_killed=report.oom_killed,
+            killed_by_corral=report.killed_by_corral,
+            image_failed=report.image_failed,
+            exited_at_ns=report.exited_at_ns,
+            termination_message=report.termination_message,
+            error_record=report.error_record,
+            conditions=conditions,
+            detail=report.detail,
+        )
+        if report.exit_code is not None or report.signal is not None:
+            values["started"] = True
+    result = await conn.execute(
+        update(kernels)
+        .where(
+            kernels.c.id == report.kernel_id,
+            kernels.c.agent_id == agent_id,
+            kernels.c.status.in_([str(s) for s in kernel_sources(report.status)]),
+        )
+        .values(**values)
+    )
+    if result.rowcount and report.status in TERMINAL_KERNEL:
+        await release(conn, [report.kernel_id], now)
+    return bool(result.rowcount)
+
+
+async def orders_for(conn: AsyncConnection, agent_id: str) -> list[KernelRecord]:
+    """The agent's kernels that it should hold a process (or preparation) for."""
+    rows = await conn.execute(
+        select(kernels)
+        .where(kernels.c.agent_id == agent_id, kernels.c.status.in_([str(s) for s in KERNEL_ON_AGENT]))
+        .order_by(kernels.c.session_id, kernels.c.rank)
+    )
+    return [convert.kernel(r) for r in rows]
+
+
+async def of_sessions(conn: AsyncConnection, session_ids: list[str]) -> list[KernelRecord]:
+    rows = await conn.execute(select(kernels).where(kernels.c.session_id.in_(session_ids)))
+    return [convert.kernel(r) for r in rows]
+
+
+async def get(conn: AsyncConnection, kernel_id: str) -> KernelRecord | None:
+    row = (await conn.execute(select(kernels).where(kernels.c.id == kernel_id))).first()
+    return convert.kernel(row) if row else None
+
+
+async def move_to_terminating(conn: AsyncConnection, kernel_ids: list[str], now: datetime) -> None:
+    if kernel_ids:
+        await conn.execute(
+            update(kernels)
+            .where(
+                kernels.c.id.in_(kernel_ids),
+                kernels.c.status.in_([str(s) for s in kernel_sources(KernelStatus.TERMINATING)]),
+            )
+            .values(status=str(KernelStatus.TERMINATING), status_changed_at=now)
+        )

@@ -1,0 +1,189 @@
+"""What the store hands out: plain frozen records, never ORM rows."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from corral.domain.cause import KernelOutcome
+from corral.domain.resources import ResourceSlots
+from corral.domain.status import AgentStatus, KernelStatus, SessionStatus
+
+
+@dataclass(frozen=True)
+class KernelRecord:
+    """One kernel of a session."""
+
+    id: str
+    session_id: str
+    rank: int
+    role: str
+    agent_id: str | None
+    status: KernelStatus
+    status_changed_at: datetime
+    resources: ResourceSlots
+    master_port: int | None
+    kill_requested: bool
+    started: bool
+    exit_code: int | None
+    signal: int | None
+    oom_killed: bool
+    killed_by_corral: bool
+    agent_lost: bool
+    image_failed: bool
+    exited_at_ns: int | None
+    conditions: list[str]
+    termination_message: str | None
+    error_record: dict[str, Any] | None
+    detail: dict[str, Any]
+
+    def outcome(self) -> KernelOutcome:
+        return KernelOutcome(
+            rank=self.rank,
+            status=self.status,
+            exit_code=self.exit_code,
+            signal=self.signal,
+            oom_killed=self.oom_killed,
+            killed_by_corral=self.killed_by_corral,
+            started=self.started,
+            exited_at_ns=self.exited_at_ns,
+            agent_lost=self.agent_lost,
+            image_failed=self.image_failed,
+        )
+
+
+@dataclass(frozen=True)
+class SessionRecord:
+    """A session with its kernels."""
+
+    id: str
+    name: str
+    type: str
+    status: SessionStatus
+    status_changed_at: datetime
+    result: str
+    cause: str | None
+    exit_code: int | None
+    root_rank: int | None
+    priority: int
+    resource_group: str
+    project: str
+    owner: str
+    cluster_size: int
+    resources: ResourceSlots
+    placement: str
+    command: list[str]
+    env: dict[str, str]
+    image: str | None
+    timeout: int | None
+    error_strategy: str
+    retry_policy: dict[str, Any] | None
+    retry_policies: list[str]
+    creation_id: str
+    parent_session_id: str | None
+    root_session_id: str
+    retry_count: int
+    chain_submitted_at: datetime
+    retry_after: datetime | None
+    phase_tries: int
+    reschedule_count: int
+    termination_reason: str | None
+    termination_message: str | None
+    termination_requested_at: datetime | None
+    created_at: datetime
+    started_at: datetime | None
+    terminated_at: datetime | None
+    kernels: tuple[KernelRecord, ...] = ()
+
+
+@dataclass(frozen=True)
+class AgentRecord:
+    """A registered agent."""
+
+    id: str
+    hostname: str
+    address: str
+    resource_group: str
+    status: AgentStatus
+    epoch: int
+    capacity: ResourceSlots
+    info: dict[str, Any]
+    last_heartbeat: datetime
+    registered_at: datetime
+    lost_at: datetime | None
+    used: ResourceSlots = field(default_factory=ResourceSlots)
+
+
+@dataclass(frozen=True)
+class HistoryRecord:
+    """One outcome the coordinator recorded for a session."""
+
+    id: int
+    session_id: str
+    handler: str
+    result: str
+    from_status: str
+    to_status: str | None
+    message: str
+    count: int
+    created_at: datetime
+    last_at: datetime
+
+
+@dataclass(frozen=True)
+class NewSession:
+    """A validated session to insert."""
+
+    id: str
+    name: str
+    type: str
+    priority: int
+    resource_group: str
+    project: str
+    owner: str
+    cluster_size: int
+    resources: ResourceSlots
+    placement: str
+    command: list[str]
+    env: dict[str, str]
+    image: str | None
+    timeout: int | None
+    error_strategy: str
+    retry_policy: dict[str, Any] | None
+    retry_policies: list[str]
+    creation_id: str
+    parent_session_id: str | None = None
+    root_session_id: str | None = None
+    retry_count: int = 0
+    chain_submitted_at: datetime | None = None
+    retry_after: datetime | None = None
+
+
+@dataclass(frozen=True)
+class KernelReport:
+    """A kernel transition as an agent reports it."""
+
+    kernel_id: str
+    status: KernelStatus
+    exit_code: int | None = None
+    signal: int | None = None
+    oom_killed: bool = False
+    killed_by_corral: bool = False
+    image_failed: bool = False
+    exited_at_ns: int | None = None
+    master_port: int | None = None
+    termination_message: str | None = None
+    error_record: dict[str, Any] | None = None
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Move:
+    """One guarded session status change the coordinator wants applied."""
+
+    session_id: str
+    src: SessionStatus
+    dst: SessionStatus
+    kernel_dst: KernelStatus | None = None
+    values: tuple[tuple[str, Any], ...] = ()

@@ -1,0 +1,298 @@
+"""Sessions: insert, read, guarded status moves, termination requests."""
+
+from __future__ import annotations
+
+import uuid
+from collections import defaultdict
+from collections.abc import Collection, Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Select, and_, func, insert, or_, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from corral.domain.status import TERMINAL_SESSION, KernelStatus, SessionStatus
+from corral.domain.transitions import kernel_sources, session_move_allowed
+from corral.store import convert, journal
+from corral.store.records import KernelRecord, Move, NewSession, SessionRecord
+from corral.store.tables import allocations, kernels, sessions
+
+
+class RefusedTransition(Exception):
+    """A move the transition table does not allow (a bug in the caller, not a lost race)."""
+
+
+async def insert_session(conn: AsyncConnection, new: NewSession, now: datetime) -> None:
+    await conn.execute(
+        insert(sessions).values(
+            id=new.id,
+            name=new.name,
+            type=new.type,
+            status=SessionStatus.PENDING,
+            status_changed_at=now,
+            result="undefined",
+            priority=new.priority,
+            resource_group=new.resource_group,
+            project=new.project,
+            owner=new.owner,
+            cluster_size=new.cluster_size,
+            resources=new.resources.to_json(),
+            placement=new.placement,
+            command=new.command,
+            env=new.env,
+            image=new.image,
+            timeout=new.timeout,
+            error_strategy=new.error_strategy,
+            retry_policy=new.retry_policy,
+            retry_policies=new.retry_policies,
+            creation_id=new.creation_id,
+            parent_session_id=new.parent_session_id,
+            root_session_id=new.root_session_id or new.id,
+            retry_count=new.retry_count,
+            chain_submitted_at=new.chain_submitted_at or now,
+            retry_after=new.retry_after,
+            phase_tries=0,
+            reschedule_count=0,
+            created_at=now,
+        )
+    )
+    await conn.execute(
+        insert(kernels),
+        [
+            {
+                "id": str(uuid.uuid4()),
+                "session_id": new.id,
+                "rank": rank,
+                "role": "main" if rank == 0 else "sub",
+                "status": KernelStatus.PENDING,
+                "status_changed_at": now,
+                "resources": new.resources.to_json(),
+                "kill_requested": False,
+                "started": False,
+                "oom_killed": False,
+                "killed_by_corral": False,
+                "agent_lost": False,
+                "image_failed": False,
+                "conditions": [],
+                "detail": {},
+            }
+            for rank in range(new.cluster_size)
+        ],
+    )
+    await journal.add_events(conn, [(new.id, "session.created", None, "PENDING", {})], now)
+
+
+async def id_for_creation(conn: AsyncConnection, creation_id: str) -> str | None:
+    row = await conn.execute(select(sessions.c.id).where(sessions.c.creation_id == creation_id))
+    return row.scalar_one_or_none()
+
+
+async def _with_kernels(conn: AsyncConnection, query: Select[Any]) -> list[SessionRecord]:
+    rows = (await conn.execute(query)).all()
+    if not rows:
+        return []
+    by_session: dict[str, list[KernelRecord]] = defaultdict(list)
+    ids = [r.id for r in rows]
+    for chunk in range(0, len(ids), 500):
+        krows = await conn.execute(
+            select(kernels).where(kernels.c.session_id.in_(ids[chunk : chunk + 500])).order_by(kernels.c.rank)
+        )
+        for k in krows:
+            by_session[k.session_id].append(convert.kernel(k))
+    return [convert.session(r, tuple(by_session[r.id])) for r in rows]
+
+
+async def get(conn: AsyncConnection, session_id: str) -> SessionRecord | None:
+    found = await _with_kernels(conn, select(sessions).where(sessions.c.id == session_id))
+    return found[0] if found else None
+
+
+async def list_sessions(
+    conn: AsyncConnection,
+    *,
+    projects: Collection[str] | None = None,
+    statuses: Collection[str] | None = None,
+    limit: int = 100,
+    offset: int = 0,
+) -> list[SessionRecord]:
+    query = select(sessions).order_by(sessions.c.created_at.desc(), sessions.c.id).limit(limit).offset(offset)
+    if projects is not None:
+        query = query.where(sessions.c.project.in_(list(projects)))
+    if statuses:
+        query = query.where(sessions.c.status.in_(list(statuses)))
+    return await _with_kernels(conn, query)
+
+
+async def for_handler(
+    conn: AsyncConnection,
+    resource_group: str,
+    statuses: Collection[SessionStatus],
+    *,
+    kernel_statuses: Collection[KernelStatus] | None = None,
+    terminating_requested: bool | None = None,
+    limit: int = 5000,
+) -> list[SessionRecord]:
+    """A handler's targets: sessions in `statuses` (optionally with a kernel in `kernel_statuses`)."""
+    query = (
+        select(sessions)
+        .where(sessions.c.resource_group == resource_group, sessions.c.status.in_([str(s) for s in statuses]))
+        .order_by(sessions.c.created_at, sessions.c.id)
+        .limit(limit)
+    )
+    if terminating_requested is True:
+        query = query.where(sessions.c.termination_reason.is_not(None))
+    elif terminating_requested is False:
+        query = query.where(sessions.c.termination_reason.is_(None))
+    if kernel_statuses is not None:
+        has_kernel = (
+            select(kernels.c.id)
+            .where(
+                kernels.c.session_id == sessions.c.id, kernels.c.status.in_([str(s) for s in kernel_statuses])
+            )
+            .exists()
+        )
+        query = query.where(has_kernel)
+    return await _with_kernels(conn, query)
+
+
+async def count_by_status(conn: AsyncConnection) -> dict[str, int]:
+    rows = await conn.execute(select(sessions.c.status, func.count()).group_by(sessions.c.status))
+    return {status: n for status, n in rows.tuples()}
+
+
+async def apply_moves(conn: AsyncConnection, moves: Sequence[Move], now: datetime) -> list[Move]:
+    """Guarded UPDATEs, grouped so a batch costs a few statements; returns the moves that won."""
+    for m in moves:
+        if not session_move_allowed(m.src, m.dst):
+            raise RefusedTransition(f"{m.src} -> {m.dst} is not a session transition")
+    groups: dict[tuple[Any, ...], list[Move]] = defaultdict(list)
+    for m in moves:
+        groups[(m.src, m.dst, m.kernel_dst, m.values)].append(m)
+    won: list[Move] = []
+    for (src, dst, kernel_dst, values), group in groups.items():
+        ids = [m.session_id for m in group]
+        extra = dict(values)
+        if dst in TERMINAL_SESSION:
+            extra.setdefault("terminated_at", now)
+        if dst is SessionStatus.RUNNING:
+            extra.setdefault("started_at", now)
+        for chunk in range(0, len(ids), 500):
+            part = ids[chunk : chunk + 500]
+            result = await conn.execute(
+                update(sessions)
+                .where(sessions.c.id.in_(part), sessions.c.status == str(src))
+                .values(status=str(dst), status_changed_at=now, phase_tries=0, **extra)
+                .returning(sessions.c.id)
+            )
+            moved = set(result.scalars())
+            won.extend(m for m in group if m.session_id in moved)
+            if moved and kernel_dst is not None:
+                await move_kernels_of(conn, list(moved), kernel_dst, now)
+            if moved and dst is SessionStatus.PENDING:
+                await _back_to_queue(conn, list(moved), now)
+    await journal.add_events(
+        conn, [(m.session_id, "session.status_changed", m.src, m.dst, {}) for m in won], now
+    )
+    return won
+
+
+async def move_kernels_of(
+    conn: AsyncConnection, session_ids: list[str], dst: KernelStatus, now: datetime
+) -> None:
+    """Move the sessions' kernels that may legally go to `dst`; others (e.g. ended) stay."""
+    sources = [str(s) for s in kernel_sources(dst)]
+    values: dict[str, Any] = {"status": str(dst), "status_changed_at": now}
+    await conn.execute(
+        update(kernels)
+        .where(kernels.c.session_id.in_(session_ids), kernels.c.status.in_(sources))
+        .values(**values)
+    )
+
+
+async def _back_to_queue(conn: AsyncConnection, session_ids: list[str], now: datetime) -> None:
+    """Re-scheduling: allocations released, kernels detached from their agents."""
+    await conn.execute(
+        update(allocations)
+        .where(allocations.c.session_id.in_(session_ids), allocations.c.released_at.is_(None))
+        .values(released_at=now)
+    )
+    await conn.execute(
+        update(kernels)
+        .where(kernels.c.session_id.in_(session_ids), kernels.c.status == str(KernelStatus.PENDING))
+        .values(agent_id=None, master_port=None, kill_requested=False)
+    )
+    await conn.execute(
+        update(sessions)
+        .where(sessions.c.id.in_(session_ids))
+        .values(reschedule_count=sessions.c.reschedule_count + 1)
+    )
+
+
+async def bump_tries(conn: AsyncConnection, session_ids: list[str]) -> dict[str, int]:
+    """Increment the failure count of the current status; returns the new counts."""
+    if not session_ids:
+        return {}
+    await conn.execute(
+        update(sessions).where(sessions.c.id.in_(session_ids)).values(phase_tries=sessions.c.phase_tries + 1)
+    )
+    rows = await conn.execute(
+        select(sessions.c.id, sessions.c.phase_tries).where(sessions.c.id.in_(session_ids))
+    )
+    return {sid: n for sid, n in rows.tuples()}
+
+
+async def request_termination(
+    conn: AsyncConnection, session_id: str, reason: str, message: str, now: datetime
+) -> bool:
+    """Record why a session must stop; False when it has already ended.  The first reason wins."""
+    result = await conn.execute(
+        update(sessions)
+        .where(
+            sessions.c.id == session_id,
+            sessions.c.status.not_in([str(s) for s in TERMINAL_SESSION]),
+        )
+        .values(
+            termination_reason=func.coalesce(sessions.c.termination_reason, reason),
+            termination_message=func.coalesce(sessions.c.termination_message, message),
+            termination_requested_at=func.coalesce(sessions.c.termination_requested_at, now),
+        )
+    )
+    if result.rowcount:
+        await journal.add_events(
+            conn, [(session_id, "session.termination_requested", None, None, {"reason": reason})], now
+        )
+    return bool(result.rowcount)
+
+
+async def request_termination_on_agents(
+    conn: AsyncConnection, agent_ids: list[str], reason: str, message: str, now: datetime
+) -> list[str]:
+    """Termination requests for every live session with a started kernel on these agents."""
+    if not agent_ids:
+        return []
+    rows = await conn.execute(
+        select(kernels.c.session_id)
+        .distinct()
+        .where(
+            kernels.c.agent_id.in_(agent_ids),
+            or_(kernels.c.started.is_(True), kernels.c.status.in_(["CREATING", "RUNNING", "TERMINATING"])),
+            kernels.c.status.not_in(["TERMINATED", "CANCELLED", "ERROR"]),
+        )
+    )
+    ids = list(rows.scalars())
+    for sid in ids:
+        await request_termination(conn, sid, reason, message, now)
+    return ids
+
+
+async def due_deadlines(conn: AsyncConnection, resource_group: str, now: datetime) -> list[SessionRecord]:
+    """Running sessions with a timeout, for the deadline check."""
+    query = select(sessions).where(
+        and_(
+            sessions.c.resource_group == resource_group,
+            sessions.c.status == str(SessionStatus.RUNNING),
+            sessions.c.timeout.is_not(None),
+            sessions.c.termination_reason.is_(None),
+        )
+    )
+    return await _with_kernels(conn, query)

@@ -1,0 +1,249 @@
+"""Table definitions: the only place the schema is written (Alembic diffs against it)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    Column,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    TypeDecorator,
+)
+from sqlalchemy.engine import Dialect
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Aware UTC datetimes on both backends (SQLite keeps no zone)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> Any:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime given to the store")
+        value = value.astimezone(UTC)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        stamp: datetime = value
+        return stamp.replace(tzinfo=UTC) if stamp.tzinfo is None else stamp.astimezone(UTC)
+
+
+metadata = MetaData(
+    naming_convention={
+        "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+        "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+        "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+        "pk": "pk_%(table_name)s",
+    }
+)
+
+ID = String(36)
+BigId = BigInteger().with_variant(Integer, "sqlite")
+
+users = Table(
+    "users",
+    metadata,
+    Column("id", ID, primary_key=True),
+    Column("name", String(128), nullable=False, unique=True),
+    Column("role", String(16), nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+)
+
+api_keys = Table(
+    "api_keys",
+    metadata,
+    Column("id", ID, primary_key=True),
+    Column("user_id", ID, ForeignKey("users.id"), nullable=False),
+    Column("key_hash", String(64), nullable=False, unique=True),
+    Column("prefix", String(16), nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+)
+
+projects = Table(
+    "projects",
+    metadata,
+    Column("id", ID, primary_key=True),
+    Column("name", String(128), nullable=False, unique=True),
+    Column("config", JSON, nullable=False, default=dict),
+    Column("created_at", UTCDateTime, nullable=False),
+)
+
+project_members = Table(
+    "project_members",
+    metadata,
+    Column("project_id", ID, ForeignKey("projects.id"), primary_key=True),
+    Column("user_id", ID, ForeignKey("users.id"), primary_key=True),
+)
+
+resource_groups = Table(
+    "resource_groups",
+    metadata,
+    Column("name", String(64), primary_key=True),
+    Column("config", JSON, nullable=False, default=dict),
+    Column("created_at", UTCDateTime, nullable=False),
+)
+
+agents = Table(
+    "agents",
+    metadata,
+    Column("id", String(128), primary_key=True),
+    Column("hostname", String(255), nullable=False),
+    Column("address", String(255), nullable=False),
+    Column("resource_group", String(64), ForeignKey("resource_groups.name"), nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("epoch", Integer, nullable=False, default=0),
+    Column("capacity", JSON, nullable=False),
+    Column("info", JSON, nullable=False, default=dict),
+    Column("last_heartbeat", UTCDateTime, nullable=False),
+    Column("registered_at", UTCDateTime, nullable=False),
+    Column("lost_at", UTCDateTime, nullable=True),
+)
+
+sessions = Table(
+    "sessions",
+    metadata,
+    Column("id", ID, primary_key=True),
+    Column("name", String(255), nullable=False),
+    Column("type", String(16), nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("status_changed_at", UTCDateTime, nullable=False),
+    Column("result", String(16), nullable=False),
+    Column("cause", String(32), nullable=True),
+    Column("exit_code", Integer, nullable=True),
+    Column("root_rank", Integer, nullable=True),
+    Column("priority", Integer, nullable=False),
+    Column("resource_group", String(64), ForeignKey("resource_groups.name"), nullable=False),
+    Column("project", String(128), nullable=False),
+    Column("owner", String(128), nullable=False),
+    Column("cluster_size", Integer, nullable=False),
+    Column("resources", JSON, nullable=False),
+    Column("placement", String(16), nullable=False),
+    Column("command", JSON, nullable=False),
+    Column("env", JSON, nullable=False),
+    Column("image", String(255), nullable=True),
+    Column("timeout", Integer, nullable=True),
+    Column("error_strategy", String(32), nullable=False),
+    Column("retry_policy", JSON, nullable=True),
+    Column("retry_policies", JSON, nullable=False),
+    Column("creation_id", String(255), nullable=False, unique=True),
+    Column("parent_session_id", ID, nullable=True, index=True),
+    Column("root_session_id", ID, nullable=False, index=True),
+    Column("retry_count", Integer, nullable=False, default=0),
+    Column("chain_submitted_at", UTCDateTime, nullable=False),
+    Column("retry_after", UTCDateTime, nullable=True),
+    Column("phase_tries", Integer, nullable=False, default=0),
+    Column("reschedule_count", Integer, nullable=False, default=0),
+    Column("termination_reason", String(32), nullable=True),
+    Column("termination_message", Text, nullable=True),
+    Column("termination_requested_at", UTCDateTime, nullable=True),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("started_at", UTCDateTime, nullable=True),
+    Column("terminated_at", UTCDateTime, nullable=True),
+    Index("ix_sessions_rg_status", "resource_group", "status"),
+)
+
+kernels = Table(
+    "kernels",
+    metadata,
+    Column("id", ID, primary_key=True),
+    Column("session_id", ID, ForeignKey("sessions.id"), nullable=False, index=True),
+    Column("rank", Integer, nullable=False),
+    Column("role", String(16), nullable=False),
+    Column("agent_id", String(128), nullable=True, index=True),
+    Column("status", String(16), nullable=False),
+    Column("status_changed_at", UTCDateTime, nullable=False),
+    Column("resources", JSON, nullable=False),
+    Column("master_port", Integer, nullable=True),
+    Column("kill_requested", Boolean, nullable=False, default=False),
+    Column("started", Boolean, nullable=False, default=False),
+    Column("exit_code", Integer, nullable=True),
+    Column("signal", Integer, nullable=True),
+    Column("oom_killed", Boolean, nullable=False, default=False),
+    Column("killed_by_corral", Boolean, nullable=False, default=False),
+    Column("agent_lost", Boolean, nullable=False, default=False),
+    Column("image_failed", Boolean, nullable=False, default=False),
+    Column("exited_at_ns", BigInteger, nullable=True),
+    Column("conditions", JSON, nullable=False, default=list),
+    Column("termination_message", Text, nullable=True),
+    Column("error_record", JSON, nullable=True),
+    Column("detail", JSON, nullable=False, default=dict),
+)
+
+allocations = Table(
+    "allocations",
+    metadata,
+    Column("kernel_id", ID, ForeignKey("kernels.id"), primary_key=True),
+    Column("session_id", ID, nullable=False, index=True),
+    Column("agent_id", String(128), nullable=False),
+    Column("slots", JSON, nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("released_at", UTCDateTime, nullable=True),
+    Index("ix_allocations_live", "agent_id", "released_at"),
+)
+
+# The outbox: written in the transaction of each status change; retry, SSE and webhooks read it.
+session_events = Table(
+    "session_events",
+    metadata,
+    Column("id", BigId, primary_key=True, autoincrement=True),
+    Column("session_id", ID, nullable=False, index=True),
+    Column("kind", String(64), nullable=False),
+    Column("from_status", String(16), nullable=True),
+    Column("to_status", String(16), nullable=True),
+    Column("payload", JSON, nullable=False, default=dict),
+    Column("created_at", UTCDateTime, nullable=False),
+)
+
+session_history = Table(
+    "session_history",
+    metadata,
+    Column("id", BigId, primary_key=True, autoincrement=True),
+    Column("session_id", ID, nullable=False, index=True),
+    Column("handler", String(64), nullable=False),
+    Column("result", String(16), nullable=False),
+    Column("from_status", String(16), nullable=False),
+    Column("to_status", String(16), nullable=True),
+    Column("message", Text, nullable=False),
+    Column("count", Integer, nullable=False, default=1),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("last_at", UTCDateTime, nullable=False),
+)
+
+kernel_logs = Table(
+    "kernel_logs",
+    metadata,
+    Column("id", BigId, primary_key=True, autoincrement=True),
+    Column("session_id", ID, nullable=False),
+    Column("kernel_id", ID, nullable=False),
+    Column("stream", String(8), nullable=False),
+    Column("offset", BigInteger, nullable=False),
+    Column("data", Text, nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+    Index("ix_kernel_logs_session", "session_id", "id"),
+    Index("uq_kernel_logs_chunk", "kernel_id", "stream", "offset", unique=True),
+)
+
+# Which manager runs a resource group's scheduling loop (a lease, so a dead holder is replaced).
+scheduler_leases = Table(
+    "scheduler_leases",
+    metadata,
+    Column("resource_group", String(64), primary_key=True),
+    Column("holder", String(64), nullable=False),
+    Column("expires_at", UTCDateTime, nullable=False),
+)
