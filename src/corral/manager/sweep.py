@@ -22,11 +22,10 @@ async def sweep(engine: AsyncEngine, resource_group: str, cfg: SchedulerSettings
     async with transaction(engine) as conn:
         lost = await agents.mark_lost(conn, timedelta(seconds=cfg.agent_lease), now)
         if lost:
+            # Nothing is killed yet: a LOST agent that comes back before the fence timeout keeps its
+            # kernels.  Only past the fence are they declared gone (the agent has killed them by then).
             log.warning("agents lost", agents=lost)
-            hit = await sessions.request_termination_on_agents(
-                conn, lost, TerminationReason.AGENT_LOST, "agent lost: " + ", ".join(lost), now
-            )
-            changed += len(lost) + len(hit)
+            changed += len(lost)
         fenced = await agents.fence_expired(conn, timedelta(seconds=cfg.fence_timeout), now)
         if fenced:
             gone = await agents.started_kernels_on(conn, fenced)

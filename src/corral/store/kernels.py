@@ -89,6 +89,7 @@ async def apply_report(
             oom_killed=report.oom_killed,
             killed_by_corral=report.killed_by_corral,
             image_failed=report.image_failed,
+            agent_lost=report.agent_lost,
             exited_at_ns=report.exited_at_ns,
             termination_message=report.termination_message,
             error_record=report.error_record,

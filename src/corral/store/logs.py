@@ -36,7 +36,7 @@ async def append(
             kernels.c.id.in_(ids), kernels.c.agent_id == agent_id
         )
     )
-    session_of = dict(owned.tuples())
+    session_of = {kid: sid for kid, sid in owned.tuples()}
     stored = await conn.execute(
         select(kernel_logs.c.kernel_id, kernel_logs.c.stream, kernel_logs.c.offset).where(
             kernel_logs.c.kernel_id.in_(ids)

@@ -171,6 +171,7 @@ class KernelReport:
     oom_killed: bool = False
     killed_by_corral: bool = False
     image_failed: bool = False
+    agent_lost: bool = False
     exited_at_ns: int | None = None
     master_port: int | None = None
     termination_message: str | None = None

@@ -8,7 +8,7 @@ from collections.abc import Collection, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Select, and_, func, insert, or_, select, update
+from sqlalchemy import Select, and_, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.domain.status import TERMINAL_SESSION, KernelStatus, SessionStatus
@@ -262,27 +262,6 @@ async def request_termination(
             conn, [(session_id, "session.termination_requested", None, None, {"reason": reason})], now
         )
     return bool(result.rowcount)
-
-
-async def request_termination_on_agents(
-    conn: AsyncConnection, agent_ids: list[str], reason: str, message: str, now: datetime
-) -> list[str]:
-    """Termination requests for every live session with a started kernel on these agents."""
-    if not agent_ids:
-        return []
-    rows = await conn.execute(
-        select(kernels.c.session_id)
-        .distinct()
-        .where(
-            kernels.c.agent_id.in_(agent_ids),
-            or_(kernels.c.started.is_(True), kernels.c.status.in_(["CREATING", "RUNNING", "TERMINATING"])),
-            kernels.c.status.not_in(["TERMINATED", "CANCELLED", "ERROR"]),
-        )
-    )
-    ids = list(rows.scalars())
-    for sid in ids:
-        await request_termination(conn, sid, reason, message, now)
-    return ids
 
 
 async def due_deadlines(conn: AsyncConnection, resource_group: str, now: datetime) -> list[SessionRecord]:

@@ -1,0 +1,3 @@
+from corral.cli.main import app
+
+app(prog_name="corral")

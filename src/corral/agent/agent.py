@@ -1,0 +1,264 @@
+"""The agent: registers, pulls orders, runs kernels under supervisors, pushes reports and logs.
+
+Every connection is the agent's: a long-poll for orders (which doubles as the heartbeat) and a
+push of reports and logs.  If the manager cannot be reached for `fence_timeout`, the agent kills
+its own kernels (self-fencing), so a retried attempt never runs beside a zombie of this one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import time
+from collections import deque
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import structlog
+
+from corral.agent.capacity import capacity
+from corral.agent.cgroup import CgroupMode, detect
+from corral.agent.client import Fenced, ManagerUnreachable, ProtocolClient
+from corral.agent.kernel import KernelRunner, Report
+from corral.agent.settings import AgentSettings
+from corral.domain.status import KernelStatus
+
+log = structlog.get_logger("corral.agent")
+
+
+class Agent:
+    """`async with Agent(cfg) as agent: await agent.run()`; `shutdown()` is idempotent."""
+
+    def __init__(self, cfg: AgentSettings) -> None:
+        self.cfg = cfg
+        self.client = ProtocolClient(cfg.manager, cfg.token)
+        self.kernels: dict[str, KernelRunner] = {}
+        self.outbox: list[Report] = []
+        self.finished: set[str] = set()
+        self._finished_order: deque[str] = deque()
+        self.epoch = 0
+        self.lease = 15.0
+        self.fence_timeout = 30.0
+        self.long_poll = 5.0
+        self.last_contact = time.monotonic()
+        self.mode = CgroupMode("watchdog", "")
+        self._wake_push = asyncio.Event()
+        self._stopped = asyncio.Event()
+        self._register_lock = asyncio.Lock()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._closed = False
+
+    async def __aenter__(self) -> Agent:
+        return self
+
+    async def __aexit__(
+        self, *exc: tuple[type[BaseException] | None, BaseException | None, TracebackType | None]
+    ) -> None:
+        await self.shutdown()
+
+    # --- lifecycle -------------------------------------------------------------------------
+    async def run(self) -> None:
+        self.cfg.work_dir.mkdir(parents=True, exist_ok=True)
+        self.mode, why = detect(self.cfg.id, self.cfg.memory_mode)
+        log.info("memory limits", mode=self.mode.kind, why=why, cgroup=self.mode.parent or None)
+        self._why = why
+        await self._register()
+        self._tasks = [
+            asyncio.create_task(self._pull_loop(), name="agent:pull"),
+            asyncio.create_task(self._push_loop(), name="agent:push"),
+            asyncio.create_task(self._fence_watch(), name="agent:fence"),
+        ]
+        await self._stopped.wait()
+
+    async def shutdown(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._stopped.set()
+        for t in self._tasks:
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        for k in self.kernels.values():
+            k.fence()
+        await asyncio.gather(*(k.wait() for k in self.kernels.values()), return_exceptions=True)
+        try:
+            await asyncio.wait_for(self._push_once(), 2.0)
+        except Exception:  # best effort: the manager fences what it never hears about
+            pass
+        await self.client.aclose()
+
+    async def _register(self) -> None:
+        async with self._register_lock:
+            while not self._stopped.is_set():
+                try:
+                    reply = await self.client.register(
+                        agent_id=self.cfg.id,
+                        hostname=socket.gethostname(),
+                        address=self.cfg.address,
+                        resource_group=self.cfg.resource_group,
+                        capacity=capacity(self.cfg),
+                        info={
+                            "memory_mode": self.mode.kind,
+                            "memory_mode_why": self._why,
+                            "pid": os.getpid(),
+                        },
+                    )
+                except ManagerUnreachable as exc:
+                    log.warning("manager unreachable; retrying registration", error=str(exc))
+                    await asyncio.sleep(1.0)
+                    continue
+                self.epoch = reply["epoch"]
+                self.lease = reply["agent_lease"]
+                self.fence_timeout = reply["fence_timeout"]
+                self.long_poll = reply["long_poll"]
+                self.last_contact = time.monotonic()
+                log.info("registered", agent=self.cfg.id, epoch=self.epoch)
+                return
+
+    async def _fenced(self, why: str) -> None:
+        """The manager refused our epoch: stop everything, forget it, register anew."""
+        epoch = self.epoch
+        async with self._register_lock:
+            if self.epoch != epoch:
+                return
+            log.warning("fenced by the manager", why=why)
+            await self._kill_all()
+            self.outbox.clear()
+            self.kernels.clear()
+        await self._register()
+
+    async def _kill_all(self) -> None:
+        for k in self.kernels.values():
+            k.fence()
+        await asyncio.gather(*(k.wait() for k in self.kernels.values()), return_exceptions=True)
+
+    # --- loops -----------------------------------------------------------------------------
+    async def _pull_loop(self) -> None:
+        seen = ""
+        while True:
+            epoch = self.epoch
+            try:
+                reply = await self.client.orders(self.cfg.id, epoch, seen, self.long_poll)
+            except Fenced as exc:
+                await self._fenced(str(exc))
+                seen = ""
+                continue
+            except ManagerUnreachable:
+                await asyncio.sleep(0.5)
+                continue
+            if epoch != self.epoch:
+                continue
+            self.last_contact = time.monotonic()
+            seen = reply["fingerprint"]
+            self._reconcile(reply["orders"])
+
+    async def _push_loop(self) -> None:
+        while True:
+            try:
+                await asyncio.wait_for(self._wake_push.wait(), 0.25)
+            except TimeoutError:
+                pass
+            self._wake_push.clear()
+            try:
+                await self._push_once()
+            except Fenced as exc:
+                await self._fenced(str(exc))
+            except ManagerUnreachable:
+                await asyncio.sleep(0.5)
+
+    async def _push_once(self) -> None:
+        chunks: list[tuple[str, str, int, str]] = []
+        tails = []
+        for k in self.kernels.values():
+            part = k.logs.pending(final=k.ended)
+            tails.append((k, part))
+            chunks += part
+        held = {k.kernel_id for k in self.kernels.values() if k.ended and not k.logs.drained}
+        # A final report waits until its kernel's logs are all handed over with it.
+        reports = [r for r in self.outbox if not (r.get("final") and r["kernel_id"] in held)]
+        if not reports and not chunks:
+            return
+        epoch = self.epoch
+        await self.client.reports(
+            self.cfg.id, epoch, [{k: v for k, v in r.items() if k != "final"} for r in reports], chunks
+        )
+        self.last_contact = time.monotonic()
+        for k, part in tails:
+            k.logs.commit(part)
+        sent = {id(r) for r in reports}
+        self.outbox = [r for r in self.outbox if id(r) not in sent]
+        for r in reports:
+            if r.get("final"):
+                self._forget(r["kernel_id"])
+
+    def _forget(self, kernel_id: str) -> None:
+        self.kernels.pop(kernel_id, None)
+        self.finished.add(kernel_id)
+        self._finished_order.append(kernel_id)
+        while len(self._finished_order) > 100_000:
+            self.finished.discard(self._finished_order.popleft())
+
+    async def _fence_watch(self) -> None:
+        while True:
+            await asyncio.sleep(0.2)
+            silent = time.monotonic() - self.last_contact
+            live = [k for k in self.kernels.values() if not k.ended and not k.fenced]
+            if silent > self.fence_timeout and live:
+                log.error(
+                    "manager unreachable past the fence timeout: killing kernels",
+                    seconds=round(silent, 1),
+                    kernels=len(live),
+                )
+                for k in live:
+                    k.fence()
+
+    # --- orders ----------------------------------------------------------------------------
+    def _queue(self, report: Report) -> None:
+        self.outbox.append(report)
+        self._wake_push.set()
+
+    def _runner(self, order: dict[str, Any]) -> KernelRunner:
+        runner = self.kernels.get(order["kernel_id"])
+        if runner is None:
+            runner = KernelRunner(
+                order["kernel_id"],
+                order["session_id"],
+                order["rank"],
+                Path(self.cfg.work_dir),
+                self.mode,
+                self.cfg.grace,
+                self._queue,
+            )
+            self.kernels[order["kernel_id"]] = runner
+        return runner
+
+    def _reconcile(self, orders: list[dict[str, Any]]) -> None:
+        wanted = set()
+        for o in orders:
+            kid = o["kernel_id"]
+            wanted.add(kid)
+            if kid in self.finished:
+                continue  # an order computed before our final report landed: never run twice
+            status = KernelStatus(o["status"])
+            existing = self.kernels.get(kid)
+            if o["kill"]:
+                if existing is not None:
+                    existing.kill()
+                elif status is KernelStatus.TERMINATING:
+                    self._runner(o).kill()
+                continue
+            if status in (KernelStatus.PREPARING, KernelStatus.PULLING) and existing is None:
+                self._runner(o).prepare(o["spec"], self.cfg.images)
+            elif status is KernelStatus.CREATING:
+                runner = self._runner(o)
+                if not runner.prepared and not runner.ended:
+                    runner.prepare(o["spec"], self.cfg.images, quiet=True)
+                if runner.prepared and not runner.started and not runner.ended:
+                    runner.start(o["spec"])
+        for kid, runner in list(self.kernels.items()):
+            if kid not in wanted and not runner.ended and not runner.fenced:
+                # No longer ours (re-scheduled or declared gone): it must not keep running.
+                log.warning("kernel not ordered any more: killing it", kernel=kid)
+                runner.fence()

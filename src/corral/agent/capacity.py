@@ -1,0 +1,29 @@
+"""What this node offers: detected CPUs, memory and GPUs (NVML when present), all overridable."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psutil
+
+from corral.agent.settings import AgentSettings
+from corral.domain.resources import parse_mem
+
+
+def detect_gpus() -> int:
+    try:
+        import pynvml
+    except ImportError:
+        return 0
+    try:
+        pynvml.nvmlInit()
+        return int(pynvml.nvmlDeviceGetCount())
+    except Exception:
+        return 0
+
+
+def capacity(cfg: AgentSettings) -> dict[str, Any]:
+    cpu = cfg.cpu if cfg.cpu is not None else psutil.cpu_count() or 1
+    mem = parse_mem(cfg.mem) if cfg.mem is not None else psutil.virtual_memory().total
+    gpu = cfg.gpu if cfg.gpu is not None else detect_gpus()
+    return {"cpu": str(cpu), "mem": mem, "gpu": gpu, **{k: str(v) for k, v in cfg.slots.items()}}

@@ -1,0 +1,60 @@
+"""The agent protocol client: the only way an agent talks to the manager."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+
+class Fenced(Exception):
+    """The manager refused this agent's epoch: everything it runs must stop, then re-register."""
+
+
+class ManagerUnreachable(Exception):
+    """No answer (network, manager down, or a 5xx)."""
+
+
+class ProtocolClient:
+    def __init__(self, base_url: str, token: str) -> None:
+        self._http = httpx.AsyncClient(
+            base_url=base_url.rstrip("/"),
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=httpx.Timeout(10.0, read=70.0),
+        )
+
+    async def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        try:
+            resp = await self._http.post(f"/api/v1/agent/{path}", json=body)
+        except httpx.HTTPError as exc:
+            raise ManagerUnreachable(repr(exc)) from exc
+        if resp.status_code == 409 and resp.json().get("error", {}).get("code") == "fenced":
+            raise Fenced(resp.json()["error"]["message"])
+        if resp.status_code >= 500:
+            raise ManagerUnreachable(f"{resp.status_code} from the manager")
+        if resp.status_code >= 400:
+            raise RuntimeError(f"manager refused {path}: {resp.status_code} {resp.text}")
+        data: dict[str, Any] = resp.json()
+        return data
+
+    async def register(self, **body: Any) -> dict[str, Any]:
+        return await self._post("register", body)
+
+    async def orders(self, agent_id: str, epoch: int, seen: str, wait: float) -> dict[str, Any]:
+        return await self._post("orders", {"agent_id": agent_id, "epoch": epoch, "seen": seen, "wait": wait})
+
+    async def reports(
+        self, agent_id: str, epoch: int, reports: list[dict[str, Any]], logs: list[tuple[str, str, int, str]]
+    ) -> dict[str, Any]:
+        return await self._post(
+            "reports",
+            {
+                "agent_id": agent_id,
+                "epoch": epoch,
+                "reports": reports,
+                "logs": [{"kernel_id": k, "stream": s, "offset": o, "data": d} for k, s, o, d in logs],
+            },
+        )
+
+    async def aclose(self) -> None:
+        await self._http.aclose()

@@ -1,0 +1,239 @@
+"""One kernel on this agent: prepare, start under a supervisor, stop, and report how it ended."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from corral.agent.cgroup import CgroupMode
+from corral.agent.logtail import LogTail
+from corral.domain.exits import normalise_exit
+from corral.domain.status import KernelStatus
+
+log = structlog.get_logger("corral.agent.kernel")
+
+TERMINATION_LOG_MAX = 4096
+Report = dict[str, Any]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("", 0))
+        return int(s.getsockname()[1])
+
+
+def kernel_env(
+    spec: dict[str, Any], kernel_id: str, session_id: str, files: dict[str, Path], checkpoint_dir: Path
+) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CORRAL_AGENT_")}
+    env.update(spec.get("env") or {})
+    hosts = spec["hosts"]
+    env.update(
+        CORRAL_SESSION_ID=session_id,
+        CORRAL_KERNEL_ID=kernel_id,
+        CORRAL_ATTEMPT=str(spec["attempt"]),
+        CORRAL_MAX_ATTEMPTS=str(spec["max_attempts"]),
+        CORRAL_CLUSTER_SIZE=str(spec["cluster_size"]),
+        CORRAL_CLUSTER_RANK=str(spec["rank"]),
+        CORRAL_CLUSTER_ROLE=spec["role"],
+        CORRAL_CLUSTER_HOSTS=",".join(hosts),
+        MASTER_ADDR=spec["master_addr"],
+        MASTER_PORT=str(spec["master_port"] or ""),
+        WORLD_SIZE=str(spec["cluster_size"]),
+        RANK=str(spec["rank"]),
+        CORRAL_WORKER_NAME=spec["worker_name"],
+        CORRAL_ERROR_STRATEGY=spec["error_strategy"],
+        CORRAL_ERROR_FILE=str(files["error"]),
+        TORCHELASTIC_ERROR_FILE=str(files["error"]),
+        CORRAL_TERMINATION_LOG=str(files["termination"]),
+        CORRAL_CHECKPOINT_DIR=str(checkpoint_dir),
+        PYTHONUNBUFFERED="1",
+    )
+    return env
+
+
+def _tail_text(path: Path, max_bytes: int) -> str:
+    try:
+        with path.open("rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - max_bytes))
+            return f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+class KernelRunner:
+    """Lives from the prepare order to the final report; `report` queues a report for the manager."""
+
+    def __init__(
+        self,
+        kernel_id: str,
+        session_id: str,
+        rank: int,
+        work_dir: Path,
+        mode: CgroupMode,
+        grace: float,
+        report: Callable[[Report], None],
+    ) -> None:
+        self.kernel_id = kernel_id
+        self.session_id = session_id
+        self.rank = rank
+        self.dir = work_dir / "kernels" / kernel_id
+        self.work_dir = work_dir
+        self.mode = mode
+        self.grace = grace
+        self._report = report
+        self.files = {
+            "stdout": self.dir / "stdout.log",
+            "stderr": self.dir / "stderr.log",
+            "error": self.dir / "error.json",
+            "termination": self.dir / "termination.log",
+            "result": self.dir / "result.json",
+        }
+        self.logs = LogTail(kernel_id, {"stdout": self.files["stdout"], "stderr": self.files["stderr"]})
+        self.prepared = False
+        self.started = False
+        self.ended = False
+        self.kill_sent = False
+        self._proc: asyncio.subprocess.Process | None = None
+        self._task: asyncio.Task[None] | None = None
+        self.fenced = False
+
+    def prepare(self, spec: dict[str, Any], images: dict[str, str], quiet: bool = False) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        image = spec.get("image")
+        if image and image not in images:
+            self._end(
+                KernelStatus.ERROR,
+                image_failed=True,
+                termination_message=f"unknown image {image!r} on this agent",
+            )
+            return
+        self.prepared = True
+        port = free_port() if spec.get("pick_master_port") else None
+        if not quiet:
+            self._report({"kernel_id": self.kernel_id, "status": KernelStatus.PREPARED, "master_port": port})
+
+    def start(self, spec: dict[str, Any]) -> None:
+        self.started = True
+        self._task = asyncio.create_task(self._run(spec), name=f"kernel:{self.kernel_id}")
+
+    async def _run(self, spec: dict[str, Any]) -> None:
+        checkpoint = self.work_dir / "checkpoints" / spec["root_session_id"]
+        checkpoint.mkdir(parents=True, exist_ok=True)
+        mem = int(float(spec["resources"].get("mem", 0)))
+        sup_spec = {
+            "kernel_id": self.kernel_id,
+            "command": spec["command"],
+            "env": kernel_env(spec, self.kernel_id, self.session_id, self.files, checkpoint),
+            "cwd": str(self.dir),
+            "stdout": str(self.files["stdout"]),
+            "stderr": str(self.files["stderr"]),
+            "result": str(self.files["result"]),
+            "mem_limit": mem,
+            "cgroup": {"kind": self.mode.kind, "parent": self.mode.parent},
+            "grace": self.grace,
+        }
+        spec_path = self.dir / "supervisor.json"
+        spec_path.write_text(json.dumps(sup_spec))
+        self._proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "corral.agent.supervisor",
+            str(spec_path),
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+        )
+        # An order that arrived while the supervisor was starting is delivered now.
+        if self.fenced:
+            self.fence()
+        elif self.kill_sent:
+            self._send(b"term\n")
+        assert self._proc.stdout is not None
+        line = await self._proc.stdout.readline()
+        if line.startswith(b"started"):
+            self._report(
+                {
+                    "kernel_id": self.kernel_id,
+                    "status": KernelStatus.RUNNING,
+                    "detail": {"pid": int(line.split()[1])},
+                }
+            )
+        await self._proc.wait()
+        self._finish()
+
+    def _finish(self) -> None:
+        try:
+            result = json.loads(self.files["result"].read_text())
+        except (OSError, ValueError):
+            result = {"exit_code": None, "oom_killed": False}
+        raw = result.get("exit_code")
+        info = normalise_exit(raw) if raw is not None else None
+        oom = bool(result.get("oom_killed"))
+        killed = bool(result.get("killed_by_corral")) or self.kill_sent
+        ok = info is not None and info.exit_code == 0 and not oom and not self.fenced
+        exit_code = 137 if oom and info is not None else (info.exit_code if info else None)
+        message = _tail_text(self.files["termination"], TERMINATION_LOG_MAX).strip()
+        if not message and not ok:
+            tail = _tail_text(self.files["stderr"], 2048) or _tail_text(self.files["stdout"], 2048)
+            message = "\n".join(tail.splitlines()[-80:])
+        try:
+            record = json.loads(self.files["error"].read_text())
+        except (OSError, ValueError):
+            record = None
+        self._end(
+            KernelStatus.TERMINATED if ok else KernelStatus.ERROR,
+            exit_code=exit_code,
+            signal=info.signal if info else None,
+            oom_killed=oom,
+            killed_by_corral=killed and not oom,
+            agent_lost=self.fenced,
+            exited_at_ns=result.get("exited_at_ns"),
+            termination_message=message or None,
+            error_record=record if isinstance(record, dict) else None,
+            detail={
+                k: result.get(k)
+                for k in ("oom_kill_counter", "memory_mode", "cgroup", "start_error")
+                if result.get(k) is not None
+            },
+        )
+
+    def _end(self, status: KernelStatus, **fields: Any) -> None:
+        self.ended = True
+        self._report({"kernel_id": self.kernel_id, "status": status, "final": True, **fields})
+
+    def kill(self) -> None:
+        """Graceful stop ordered by the manager (SIGTERM, grace, SIGKILL in the supervisor)."""
+        if self.kill_sent or self.ended:
+            return
+        self.kill_sent = True
+        if not self.started:
+            self._end(KernelStatus.CANCELLED, termination_message="stopped before it started")
+            return
+        self._send(b"term\n")
+
+    def fence(self) -> None:
+        """Kill at once: the manager is unreachable (or this kernel is no longer ours)."""
+        self.fenced = True
+        self.kill_sent = True
+        if self._proc and self._proc.stdin and not self._proc.stdin.is_closing():
+            self._proc.stdin.close()
+        elif not self.started and not self.ended:
+            self._end(KernelStatus.ERROR, agent_lost=True, termination_message="agent fenced")
+
+    def _send(self, data: bytes) -> None:
+        if self._proc and self._proc.stdin and not self._proc.stdin.is_closing():
+            self._proc.stdin.write(data)
+
+    async def wait(self) -> None:
+        if self._task:
+            await asyncio.gather(self._task, return_exceptions=True)

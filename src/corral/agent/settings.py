@@ -1,0 +1,28 @@
+"""Agent settings (CORRAL_AGENT_ prefix; CLI flags override)."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class AgentSettings(BaseSettings):
+    """One agent: where its manager is, what it declares, where it keeps kernel files."""
+
+    model_config = SettingsConfigDict(env_prefix="CORRAL_AGENT_", extra="ignore")
+
+    manager: str = "http://127.0.0.1:8470"
+    token: str = ""
+    id: str = socket.gethostname()
+    address: str = "127.0.0.1"
+    resource_group: str = "default"
+    cpu: float | None = None
+    mem: str | None = None
+    gpu: int | None = None
+    slots: dict[str, float] = {}
+    work_dir: Path = Path("/tmp/corral-agent")
+    memory_mode: str = "auto"
+    grace: float = 10.0
+    images: dict[str, str] = {}

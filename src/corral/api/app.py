@@ -1,0 +1,76 @@
+"""The manager's FastAPI app: API, agent protocol, and the scheduling loops in its lifespan."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager, suppress
+from datetime import UTC, datetime
+
+import structlog
+from fastapi import FastAPI
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from corral.api import errors
+from corral.api.routes import agents, sessions
+from corral.api.state import AppState
+from corral.manager.loop import Scheduler
+from corral.manager.settings import ManagerSettings, SchedulerSettings
+from corral.manager.wakeup import Wakeup
+from corral.services.agent_protocol import AgentProtocol
+from corral.store import agents as agent_store
+from corral.store import auth
+from corral.store.db import is_sqlite, make_engine, transaction, upgrade
+
+log = structlog.get_logger("corral.manager")
+
+
+async def prepare_database(engine: AsyncEngine, settings: ManagerSettings) -> None:
+    """Migrate, create the bootstrap admin key if one is configured, and refresh agent leases."""
+    await upgrade(engine)
+    now = datetime.now(UTC)
+    async with transaction(engine) as conn:
+        if settings.bootstrap_admin_key:
+            user_id = await auth.ensure_user(conn, "admin", "admin", now)
+            await auth.add_key(conn, user_id, settings.bootstrap_admin_key, now)
+        await agent_store.refresh_all_leases(conn, now)
+
+
+def create_app(
+    settings: ManagerSettings | None = None,
+    scheduler: SchedulerSettings | None = None,
+    run_scheduler: bool = True,
+) -> FastAPI:
+    settings = settings or ManagerSettings()
+    scheduler = scheduler or SchedulerSettings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        url = settings.resolved_database_url()
+        engine = make_engine(url)
+        await prepare_database(engine, settings)
+        wakeup = Wakeup()
+        app.state.corral = AppState(
+            engine, settings, scheduler, wakeup, AgentProtocol(engine, scheduler, wakeup)
+        )
+        task = asyncio.create_task(Scheduler(engine, scheduler, wakeup).run()) if run_scheduler else None
+        log.info("manager ready", database="sqlite" if is_sqlite(url) else "postgresql")
+        try:
+            yield
+        finally:
+            if task:
+                task.cancel()
+                with suppress(asyncio.CancelledError):
+                    await task
+            await engine.dispose()
+
+    app = FastAPI(title="Corral", version="0.1.0", lifespan=lifespan)
+    errors.install(app)
+    app.include_router(sessions.router)
+    app.include_router(agents.router)
+
+    @app.get("/healthz", tags=["health"])
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    return app

@@ -1,0 +1,60 @@
+"""/api/v1/agents (admin) and the agent protocol under /api/v1/agent."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from corral.api.protocol import (
+    KernelOrder,
+    OrdersIn,
+    OrdersOut,
+    RegisterIn,
+    RegisterOut,
+    ReportsIn,
+    ReportsOut,
+)
+from corral.api.schemas import AgentOut
+from corral.api.state import Admin, AgentAuth, State
+from corral.services.agent_protocol import heartbeat_interval
+from corral.store import agents
+from corral.store.records import KernelReport
+
+router = APIRouter(prefix="/api/v1", tags=["agents"])
+
+
+@router.get("/agents", response_model=list[AgentOut])
+async def list_agents(_: Admin, state: State) -> list[AgentOut]:
+    async with state.engine.connect() as conn:
+        return [AgentOut.of(a) for a in await agents.list_agents(conn)]
+
+
+@router.post("/agent/register", response_model=RegisterOut, dependencies=[AgentAuth])
+async def register(body: RegisterIn, state: State) -> RegisterOut:
+    epoch = await state.protocol.register(
+        body.agent_id, body.hostname, body.address, body.resource_group, body.capacity, body.info
+    )
+    cfg = state.scheduler
+    return RegisterOut(
+        epoch=epoch,
+        agent_lease=cfg.agent_lease,
+        fence_timeout=cfg.fence_timeout,
+        heartbeat_interval=heartbeat_interval(cfg),
+        long_poll=min(state.settings.long_poll, heartbeat_interval(cfg)),
+    )
+
+
+@router.post("/agent/orders", response_model=OrdersOut, dependencies=[AgentAuth])
+async def orders(body: OrdersIn, state: State) -> OrdersOut:
+    fingerprint, found = await state.protocol.orders(body.agent_id, body.epoch, body.seen, body.wait)
+    return OrdersOut(fingerprint=fingerprint, orders=[KernelOrder(**o) for o in found])
+
+
+@router.post("/agent/reports", response_model=ReportsOut, dependencies=[AgentAuth])
+async def reports(body: ReportsIn, state: State) -> ReportsOut:
+    applied, refused = await state.protocol.report(
+        body.agent_id,
+        body.epoch,
+        [KernelReport(**r.model_dump()) for r in body.reports],
+        [(c.kernel_id, c.stream, c.offset, c.data) for c in body.logs],
+    )
+    return ReportsOut(applied=applied, refused=refused)

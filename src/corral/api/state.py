@@ -1,0 +1,75 @@
+"""What the app holds while it runs, and the request dependencies that reach it."""
+
+from __future__ import annotations
+
+import hmac
+from dataclasses import dataclass
+from typing import Annotated
+
+from fastapi import Depends, Request
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from corral.manager.settings import ManagerSettings, SchedulerSettings
+from corral.manager.wakeup import Wakeup
+from corral.services.agent_protocol import AgentProtocol
+from corral.services.errors import Forbidden, Unauthorized
+from corral.store import auth
+from corral.store.auth import Principal
+
+
+@dataclass
+class AppState:
+    """The manager's long-lived parts."""
+
+    engine: AsyncEngine
+    settings: ManagerSettings
+    scheduler: SchedulerSettings
+    wakeup: Wakeup
+    protocol: AgentProtocol
+
+
+def app_state(request: Request) -> AppState:
+    state: AppState = request.app.state.corral
+    return state
+
+
+State = Annotated[AppState, Depends(app_state)]
+
+
+def _bearer(request: Request) -> str:
+    header = request.headers.get("authorization", "")
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise Unauthorized("missing API key: send 'Authorization: Bearer <key>'", {"field": "authorization"})
+    return token.strip()
+
+
+async def principal(request: Request, state: State) -> Principal:
+    key = _bearer(request)
+    async with state.engine.connect() as conn:
+        who = await auth.principal_for(conn, key)
+    if who is None:
+        raise Unauthorized("unknown API key", {"field": "authorization"})
+    return who
+
+
+Caller = Annotated[Principal, Depends(principal)]
+
+
+async def admin(who: Caller) -> Principal:
+    if not who.is_admin:
+        raise Forbidden("admin only")
+    return who
+
+
+Admin = Annotated[Principal, Depends(admin)]
+
+
+async def agent_auth(request: Request, state: State) -> None:
+    token = _bearer(request)
+    expected = state.settings.agent_token
+    if not expected or not hmac.compare_digest(token, expected):
+        raise Unauthorized("unknown agent token", {"field": "authorization"})
+
+
+AgentAuth = Depends(agent_auth)

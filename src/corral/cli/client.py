@@ -1,0 +1,68 @@
+"""How the CLI finds and calls the server: CORRAL_URL / CORRAL_API_KEY, else the saved config."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import httpx
+import typer
+
+
+def config_path() -> Path:
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(os.environ.get("CORRAL_CONFIG") or Path(base) / "corral" / "config.json")
+
+
+def save_config(url: str, api_key: str) -> Path:
+    path = config_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"url": url, "api_key": api_key}, indent=2) + "\n")
+    path.chmod(0o600)
+    return path
+
+
+def load_config() -> tuple[str, str]:
+    saved: dict[str, str] = {}
+    path = config_path()
+    if path.is_file():
+        try:
+            saved = json.loads(path.read_text())
+        except ValueError:
+            saved = {}
+    url = os.environ.get("CORRAL_URL") or saved.get("url") or "http://127.0.0.1:8470"
+    key = os.environ.get("CORRAL_API_KEY") or saved.get("api_key") or ""
+    return url, key
+
+
+def fail(message: str, code: int = 1) -> typer.Exit:
+    typer.echo(f"error: {message}", err=True)
+    return typer.Exit(code)
+
+
+class Api:
+    """A thin HTTP client: every error becomes a one-line message and a non-zero exit."""
+
+    def __init__(self) -> None:
+        url, key = load_config()
+        self.url = url
+        if not key:
+            raise fail(f"no API key: run `corral up`, or set CORRAL_API_KEY (config: {config_path()})")
+        self._http = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"}, timeout=30.0)
+
+    def call(self, method: str, path: str, **kwargs: Any) -> Any:
+        try:
+            resp = self._http.request(method, "/api/v1" + path, **kwargs)
+        except httpx.HTTPError as exc:
+            raise fail(f"cannot reach Corral at {self.url}: {exc}") from exc
+        if resp.status_code >= 400:
+            try:
+                err = resp.json()["error"]
+                field = err.get("details", {}).get("field")
+                message = err["message"] + (f" (field: {field})" if field else "")
+            except (ValueError, KeyError, TypeError):
+                message = f"HTTP {resp.status_code}: {resp.text[:200]}"
+            raise fail(message, 2 if resp.status_code in (400, 422) else 1)
+        return resp.json()

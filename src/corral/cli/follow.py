@@ -1,0 +1,82 @@
+"""Following a session: its output to stdout/stderr, its status on stderr, then its exit code."""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any, TextIO
+
+from corral.cli.client import Api
+
+TERMINAL = {"TERMINATED", "CANCELLED", "ERROR"}
+
+
+def exit_code_of(session: dict[str, Any]) -> int:
+    """0 on success, 137 for an OOM kill, the root-cause kernel's code, else 1 (DESIGN §8)."""
+    if session["status"] == "TERMINATED" and session["result"] == "success":
+        return 0
+    if session.get("cause") == "oom_killed":
+        return 137
+    code = session.get("exit_code")
+    return code if isinstance(code, int) and code != 0 else 1
+
+
+class _Printer:
+    """Writes chunks; with a prefix, only whole lines, each marked with its rank."""
+
+    def __init__(self, prefix: bool) -> None:
+        self.prefix = prefix
+        self.partial: dict[tuple[int, str], str] = {}
+
+    def write(self, rank: int, stream: str, data: str) -> None:
+        out: TextIO = sys.stdout if stream == "stdout" else sys.stderr
+        if not self.prefix:
+            out.write(data)
+            out.flush()
+            return
+        text = self.partial.pop((rank, stream), "") + data
+        *lines, rest = text.split("\n")
+        for line in lines:
+            out.write(f"[{rank}] {line}\n")
+        if rest:
+            self.partial[(rank, stream)] = rest
+        out.flush()
+
+    def close(self) -> None:
+        for (rank, stream), rest in self.partial.items():
+            (sys.stdout if stream == "stdout" else sys.stderr).write(f"[{rank}] {rest}\n")
+
+
+def follow(api: Api, session_id: str, prefix: bool | None, quiet: bool = False) -> dict[str, Any]:
+    """Stream logs and status until the session ends and every log chunk has been printed."""
+    cursor = 0
+    last_status = ""
+    printer: _Printer | None = None
+    delay = 0.05
+    while True:
+        session = api.call("GET", f"/sessions/{session_id}")
+        if printer is None:
+            multi = session["cluster_size"] > 1
+            printer = _Printer(bool(prefix) if prefix is not None else multi and sys.stdout.isatty())
+        if session["status"] != last_status and session["status"] not in TERMINAL and not quiet:
+            last_status = session["status"]
+            agents = sorted({k["agent"] for k in session["kernels"] if k["agent"]})
+            where = f" on {', '.join(agents)}" if agents and last_status in ("SCHEDULED", "RUNNING") else ""
+            print(f"corral: session {session_id[:8]} {last_status}{where}", file=sys.stderr, flush=True)
+        logs = api.call("GET", f"/sessions/{session_id}/logs", params={"after": cursor})
+        for chunk in logs["chunks"]:
+            printer.write(chunk["rank"], chunk["stream"], chunk["data"])
+        cursor = logs["next"]
+        if logs["complete"]:
+            printer.close()
+            final = api.call("GET", f"/sessions/{session_id}")
+            if not quiet:
+                tail = f" cause={final['cause']}" if final.get("cause") else ""
+                code = f" exit_code={final['exit_code']}" if final.get("exit_code") is not None else ""
+                print(f"corral: session {session_id[:8]} {final['status']}{tail}{code}", file=sys.stderr)
+            return dict(final)
+        if logs["chunks"]:
+            delay = 0.05
+            continue
+        time.sleep(delay)
+        delay = min(delay * 1.5, 0.5)

@@ -1,0 +1,184 @@
+"""The `corral` command."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from corral.cli import session
+from corral.cli.client import Api, fail, save_config
+from corral.cli.output import Format, OutputOpt, emit
+from corral.cli.run import run
+
+app = typer.Typer(
+    name="corral",
+    help="Corral: a batch-session scheduler that handles failure natively.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+app.command(context_settings={"allow_interspersed_args": False})(run)
+app.add_typer(session.app, name="session")
+
+db = typer.Typer(help="Database maintenance.", no_args_is_help=True)
+app.add_typer(db, name="db")
+agent_app = typer.Typer(help="Run an agent (`corral agent --manager URL --token T`) or list agents.")
+app.add_typer(agent_app, name="agent")
+
+DatabaseOpt = Annotated[
+    str | None, typer.Option("--database-url", help="sqlite+aiosqlite:///PATH or postgresql+asyncpg://...")
+]
+
+
+@app.command()
+def up(
+    agents: Annotated[int, typer.Option(help="local agents to start")] = 2,
+    port: Annotated[int, typer.Option(help="port to listen on")] = 8470,
+    host: Annotated[str, typer.Option(help="address to listen on")] = "127.0.0.1",
+) -> None:
+    """Start Corral on its embedded default: a manager on SQLite plus local agents."""
+    from corral.cli.serve import agent_token_file, serve_embedded
+    from corral.manager.settings import ManagerSettings, SchedulerSettings, data_dir
+    from corral.store.auth import new_key
+
+    data = data_dir()
+    key = new_key()
+    settings = ManagerSettings(
+        host=host, port=port, agent_token=agent_token_file(data), bootstrap_admin_key=key
+    )
+    url = f"http://{host}:{port}"
+    cfg = save_config(url, key)
+    typer.echo(f"Corral is starting at {url} with {agents} local agent(s); data in {data}", err=True)
+    typer.echo(f"admin API key: {key}  (saved for the CLI in {cfg})", err=True)
+    typer.echo("From another shell:  .venv/bin/corral run -- python3 -c 'print(42)'", err=True)
+    try:
+        asyncio.run(serve_embedded(settings, SchedulerSettings(), agents, data))
+    except KeyboardInterrupt:
+        pass
+
+
+@app.command()
+def manager(
+    database_url: DatabaseOpt = None,
+    host: Annotated[str | None, typer.Option(help="address to listen on")] = None,
+    port: Annotated[int | None, typer.Option(help="port to listen on")] = None,
+) -> None:
+    """Run a manager (API + scheduling loops); settings from CORRAL_* variables."""
+    from corral.cli.serve import serve_manager
+    from corral.manager.settings import ManagerSettings
+
+    settings = ManagerSettings()
+    for attr, value in (("database_url", database_url), ("host", host), ("port", port)):
+        if value is not None:
+            setattr(settings, attr, value)
+    if not settings.agent_token:
+        raise fail("set CORRAL_AGENT_TOKEN: agents must present it to register")
+    serve_manager(settings)
+
+
+@agent_app.callback(invoke_without_command=True)
+def agent(
+    ctx: typer.Context,
+    manager: Annotated[str | None, typer.Option("--manager", help="manager URL")] = None,
+    token: Annotated[str | None, typer.Option("--token", help="agent token (or CORRAL_AGENT_TOKEN)")] = None,
+    agent_id: Annotated[str | None, typer.Option("--id", help="agent id (default: hostname)")] = None,
+    resource_group: Annotated[str | None, typer.Option(help="resource group to join")] = None,
+    cpu: Annotated[float | None, typer.Option(help="CPU cores to declare (default: detected)")] = None,
+    mem: Annotated[str | None, typer.Option(help="memory to declare, e.g. 8G (default: detected)")] = None,
+    gpu: Annotated[int | None, typer.Option(help="GPUs to declare (default: NVML)")] = None,
+    address: Annotated[str | None, typer.Option(help="address peers use to reach this node")] = None,
+    work_dir: Annotated[Path | None, typer.Option(help="where kernel files go")] = None,
+    memory_mode: Annotated[str | None, typer.Option(help="auto, cgroup2, cgroup1 or watchdog")] = None,
+) -> None:
+    """Run an agent on this node: it registers, pulls work and runs kernels."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from corral.agent.agent import Agent
+    from corral.agent.settings import AgentSettings
+
+    cfg = AgentSettings()
+    overrides = {
+        "manager": manager,
+        "token": token or os.environ.get("CORRAL_AGENT_TOKEN"),
+        "id": agent_id,
+        "resource_group": resource_group,
+        "cpu": cpu,
+        "mem": mem,
+        "gpu": gpu,
+        "address": address,
+        "work_dir": work_dir,
+        "memory_mode": memory_mode,
+    }
+    for attr, value in overrides.items():
+        if value is not None:
+            setattr(cfg, attr, value)
+    if not cfg.token:
+        raise fail("an agent needs --token (or CORRAL_AGENT_TOKEN)")
+    asyncio.run(_run_agent(Agent(cfg)))
+
+
+async def _run_agent(agent: object) -> None:
+    import signal
+
+    from corral.agent.agent import Agent
+
+    assert isinstance(agent, Agent)
+    loop = asyncio.get_running_loop()
+    async with agent:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, lambda: asyncio.ensure_future(agent.shutdown()))
+        await agent.run()
+
+
+@agent_app.command("list")
+def agent_list(output: Format = OutputOpt) -> None:
+    """List agents with their capacity, usage and liveness (admin)."""
+    rows = Api().call("GET", "/agents")
+    emit(
+        rows,
+        output,
+        [
+            ("ID", "id"),
+            ("STATUS", "status"),
+            ("GROUP", "resource_group"),
+            ("EPOCH", "epoch"),
+            ("CPU", "capacity.cpu"),
+            ("USED CPU", "used.cpu"),
+            ("MEM", "capacity.mem"),
+            ("GPU", "capacity.gpu"),
+            ("MEMORY LIMITS", "info.memory_mode"),
+            ("HEARTBEAT", "last_heartbeat"),
+        ],
+    )
+
+
+@db.command()
+def upgrade(database_url: DatabaseOpt = None) -> None:
+    """Apply database migrations (idempotent)."""
+    from corral.manager.settings import ManagerSettings
+    from corral.store.db import make_engine
+    from corral.store.db import upgrade as do_upgrade
+
+    url = database_url or ManagerSettings().resolved_database_url()
+
+    async def go() -> None:
+        engine = make_engine(url)
+        try:
+            await do_upgrade(engine)
+        finally:
+            await engine.dispose()
+
+    asyncio.run(go())
+    typer.echo("database is up to date", err=True)
+
+
+def main() -> None:
+    app(prog_name="corral")
+
+
+if __name__ == "__main__":
+    main()

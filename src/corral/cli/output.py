@@ -1,0 +1,50 @@
+"""`-o table|json|yaml` for every listing."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from enum import StrEnum
+from typing import Any
+
+import typer
+import yaml
+from rich.console import Console
+from rich.table import Table
+
+
+class Format(StrEnum):
+    table = "table"
+    json = "json"
+    yaml = "yaml"
+
+
+OutputOpt = typer.Option(Format.table, "-o", "--output", help="table, json or yaml")
+
+
+def emit(data: Any, fmt: Format, columns: Sequence[tuple[str, str]] = (), title: str | None = None) -> None:
+    """Print `data` (a dict or a list of dicts); `columns` are (header, key) for the table."""
+    if fmt is Format.json:
+        typer.echo(json.dumps(data, indent=2, default=str))
+        return
+    if fmt is Format.yaml:
+        typer.echo(yaml.safe_dump(json.loads(json.dumps(data, default=str)), sort_keys=False).rstrip())
+        return
+    rows = data if isinstance(data, list) else [data]
+    table = Table(title=title, show_edge=False, header_style="bold")
+    for header, _ in columns:
+        table.add_column(header)
+    for row in rows:
+        table.add_row(*(_cell(row, key) for _, key in columns))
+    Console().print(table)
+
+
+def _cell(row: dict[str, Any], key: str) -> str:
+    value: Any = row
+    for part in key.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    if value is None:
+        return "-"
+    if isinstance(value, str) and len(value) > 19 and value[4:5] == "-" and "T" in value:
+        return value[:19].replace("T", " ")
+    return str(value)

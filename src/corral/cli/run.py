@@ -1,0 +1,90 @@
+"""`corral run [opts] -- CMD...`: submit a session and follow it."""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated
+
+import typer
+
+from corral.cli.client import Api, fail
+from corral.cli.follow import exit_code_of, follow
+from corral.cli.output import Format, OutputOpt, emit
+
+
+def run(
+    command: Annotated[list[str] | None, typer.Argument(help="the command to run, after --")] = None,
+    cpu: Annotated[str | None, typer.Option(help="CPU cores per kernel (e.g. 1, 0.5, 500m)")] = None,
+    mem: Annotated[str | None, typer.Option(help="memory per kernel, binary units (64M, 2G)")] = None,
+    gpu: Annotated[int | None, typer.Option(help="GPUs per kernel")] = None,
+    resource: Annotated[
+        list[str] | None, typer.Option("--resource", "-r", help="custom slot NAME=AMOUNT")
+    ] = None,
+    cluster_size: Annotated[int, typer.Option(help="kernels in the gang")] = 1,
+    priority: Annotated[int | None, typer.Option(help="0..100, default 10")] = None,
+    name: Annotated[str | None, typer.Option(help="session name")] = None,
+    resource_group: Annotated[str, typer.Option(help="resource group")] = "default",
+    project: Annotated[str, typer.Option(help="project")] = "default",
+    env: Annotated[list[str] | None, typer.Option("--env", "-e", help="KEY=VALUE for the kernels")] = None,
+    timeout: Annotated[int | None, typer.Option(help="seconds from start before deadline_exceeded")] = None,
+    dispersed: Annotated[bool, typer.Option(help="spread kernels over agents")] = False,
+    prefix: Annotated[
+        bool | None, typer.Option("--prefix/--no-prefix", help="prefix lines with rank")
+    ] = None,
+    detach: Annotated[bool, typer.Option("--detach", "-d", help="submit and print the session")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no status lines on stderr")] = False,
+    output: Format = OutputOpt,
+) -> None:
+    """Run CMD as a session and follow it: its output on stdout/stderr, status lines on stderr.
+
+    Exits with the root-cause kernel's exit code, 137 for an OOM kill, 1 when there is no kernel
+    exit code (agent lost, timeout, cancel), 0 on success.
+    """
+    if not command:
+        raise fail("no command given: corral run [OPTIONS] -- CMD [ARGS...]", 2)
+    resources: dict[str, object] = {}
+    if cpu is not None:
+        resources["cpu"] = cpu
+    if mem is not None:
+        resources["mem"] = mem
+    if gpu is not None:
+        resources["gpu"] = gpu
+    for item in resource or []:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise fail(f"--resource expects NAME=AMOUNT, got {item!r}", 2)
+        resources[key] = value
+    envs = {}
+    for item in env or []:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise fail(f"--env expects KEY=VALUE, got {item!r}", 2)
+        envs[key] = value
+    body: dict[str, object] = {
+        "command": command,
+        "cluster_size": cluster_size,
+        "env": envs,
+        "resource_group": resource_group,
+        "project": project,
+    }
+    if resources:
+        body["resources"] = {"cpu": 1, **resources}
+    extras: dict[str, object] = {"priority": priority, "name": name, "timeout": timeout}
+    body.update({k: v for k, v in extras.items() if v is not None})
+    if dispersed:
+        body["placement"] = "dispersed"
+    api = Api()
+    session = api.call("POST", "/sessions", json=body)
+    if detach:
+        if output is Format.table:
+            typer.echo(session["id"])
+        else:
+            emit(session, output)
+        return
+    try:
+        final = follow(api, session["id"], prefix, quiet)
+    except KeyboardInterrupt:
+        print(f"\ncorral: cancelling session {session['id'][:8]}", file=sys.stderr)
+        api.call("POST", f"/sessions/{session['id']}/cancel")
+        raise typer.Exit(130) from None
+    raise typer.Exit(exit_code_of(final))

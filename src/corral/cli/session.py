@@ -1,0 +1,117 @@
+"""`corral session list|info|logs|history|cancel`."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from corral.cli.client import Api
+from corral.cli.follow import follow
+from corral.cli.output import Format, OutputOpt, emit
+
+app = typer.Typer(help="Inspect and control sessions.", no_args_is_help=True)
+
+SESSION_COLUMNS = [
+    ("ID", "id"),
+    ("NAME", "name"),
+    ("STATUS", "status"),
+    ("RESULT", "result"),
+    ("CAUSE", "cause"),
+    ("EXIT", "exit_code"),
+    ("PRIO", "priority"),
+    ("SIZE", "cluster_size"),
+    ("CREATED", "created_at"),
+]
+SessionId = Annotated[str, typer.Argument(help="session id")]
+
+
+@app.command("list")
+def list_sessions(
+    status: Annotated[list[str] | None, typer.Option(help="only these statuses")] = None,
+    limit: Annotated[int, typer.Option(help="at most this many")] = 50,
+    output: Format = OutputOpt,
+) -> None:
+    """List sessions, newest first."""
+    rows = Api().call("GET", "/sessions", params={"status": status or [], "limit": limit})
+    emit(rows, output, SESSION_COLUMNS)
+
+
+@app.command()
+def info(session_id: SessionId, output: Format = OutputOpt) -> None:
+    """Show one session with its kernels."""
+    s = Api().call("GET", f"/sessions/{session_id}")
+    if output is not Format.table:
+        emit(s, output)
+        return
+    attempt = f"attempt {s['retry_count'] + 1} of {s['max_retries'] + 1}"
+    emit(s, output, SESSION_COLUMNS, title=f"session {s['name']} ({attempt})")
+    kernels = [{**k, "exit": k["exit_code"], "oom": k["oom_killed"]} for k in s["kernels"]]
+    emit(
+        kernels,
+        output,
+        [
+            ("RANK", "rank"),
+            ("ROLE", "role"),
+            ("AGENT", "agent"),
+            ("STATUS", "status"),
+            ("EXIT", "exit"),
+            ("SIGNAL", "signal"),
+            ("OOM", "oom"),
+            ("KERNEL", "id"),
+        ],
+    )
+    if s.get("root_cause"):
+        rc = s["root_cause"]
+        typer.echo(f"root cause: rank {rc['rank']} on {rc['agent']}, exit {rc['exit_code']}")
+        if rc.get("message"):
+            typer.echo(rc["message"])
+
+
+@app.command()
+def logs(
+    session_id: SessionId,
+    follow_: Annotated[bool, typer.Option("--follow", "-f", help="keep printing until it ends")] = False,
+    prefix: Annotated[
+        bool | None, typer.Option("--prefix/--no-prefix", help="prefix lines with rank")
+    ] = None,
+) -> None:
+    """Print a session's output (stdout to stdout, stderr to stderr)."""
+    api = Api()
+    if follow_:
+        follow(api, session_id, prefix, quiet=True)
+        return
+    cursor = 0
+    while True:
+        page = api.call("GET", f"/sessions/{session_id}/logs", params={"after": cursor})
+        for chunk in page["chunks"]:
+            typer.echo(chunk["data"], nl=False, err=chunk["stream"] == "stderr")
+        if not page["chunks"]:
+            return
+        cursor = page["next"]
+
+
+@app.command()
+def history(session_id: SessionId, output: Format = OutputOpt) -> None:
+    """Every outcome the coordinator recorded for a session: handler, result, message, time."""
+    rows = Api().call("GET", f"/sessions/{session_id}/history")
+    emit(
+        rows,
+        output,
+        [
+            ("TIME", "created_at"),
+            ("HANDLER", "handler"),
+            ("RESULT", "result"),
+            ("FROM", "from_status"),
+            ("TO", "to_status"),
+            ("COUNT", "count"),
+            ("MESSAGE", "message"),
+        ],
+    )
+
+
+@app.command()
+def cancel(session_id: SessionId, output: Format = OutputOpt) -> None:
+    """Ask a session to stop (a queued one is cancelled, a running one terminated)."""
+    s = Api().call("POST", f"/sessions/{session_id}/cancel")
+    emit(s, output, SESSION_COLUMNS)

@@ -1,0 +1,169 @@
+"""The manager's side of the agent protocol: registration, orders, reports, heartbeats."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections import defaultdict
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from corral.domain.resources import ResourceError, ResourceSlots
+from corral.domain.status import KernelStatus
+from corral.manager.settings import SchedulerSettings
+from corral.manager.wakeup import Wakeup
+from corral.services.errors import Fenced, InvalidInput
+from corral.store import agents, kernels, logs, sessions
+from corral.store.db import transaction
+from corral.store.records import KernelRecord, KernelReport
+
+# Orders carry the full spec only where the agent must act on it.
+_SPEC_STATUSES = frozenset({KernelStatus.PREPARING, KernelStatus.PULLING, KernelStatus.CREATING})
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+class AgentProtocol:
+    """Stateless apart from a heartbeat throttle; safe to run in every manager."""
+
+    def __init__(self, engine: AsyncEngine, cfg: SchedulerSettings, wakeup: Wakeup) -> None:
+        self._engine = engine
+        self._cfg = cfg
+        self._wakeup = wakeup
+        self._last_beat: dict[tuple[str, int], float] = defaultdict(float)
+
+    async def register(
+        self,
+        agent_id: str,
+        hostname: str,
+        address: str,
+        resource_group: str,
+        capacity: dict[str, Any],
+        info: dict[str, Any],
+    ) -> int:
+        try:
+            slots = ResourceSlots.parse(capacity)
+        except ResourceError as exc:
+            raise InvalidInput(f"capacity.{exc.field}", str(exc)) from exc
+        async with transaction(self._engine) as conn:
+            await agents.ensure_resource_group(conn, resource_group, _now())
+            epoch = await agents.register(
+                conn,
+                agent_id,
+                hostname=hostname,
+                address=address,
+                resource_group=resource_group,
+                capacity=slots,
+                info=info,
+                now=_now(),
+            )
+        self._wakeup.scheduler()
+        return epoch
+
+    async def _beat(self, agent_id: str, epoch: int) -> None:
+        """Refresh the lease (at most a few writes per lease), or refuse a fenced epoch."""
+        key = (agent_id, epoch)
+        if time.monotonic() - self._last_beat[key] < self._cfg.agent_lease / 5:
+            return
+        async with transaction(self._engine) as conn:
+            if not await agents.heartbeat(conn, agent_id, epoch, _now()):
+                raise Fenced(f"agent {agent_id} epoch {epoch} is fenced; register again")
+        self._last_beat[key] = time.monotonic()
+
+    async def orders(
+        self, agent_id: str, epoch: int, seen: str, wait: float
+    ) -> tuple[str, list[dict[str, Any]]]:
+        await self._beat(agent_id, epoch)
+        deadline = time.monotonic() + wait
+        while True:
+            version = self._wakeup.orders_version
+            async with self._engine.connect() as conn:
+                if await agents.current_epoch(conn, agent_id) != epoch:
+                    raise Fenced(f"agent {agent_id} epoch {epoch} is fenced; register again")
+                found = await _orders_for(conn, agent_id)
+            fingerprint = hashlib.sha1(
+                json.dumps([(o["kernel_id"], o["status"], o["kill"]) for o in found]).encode()
+            ).hexdigest()
+            remaining = deadline - time.monotonic()
+            if fingerprint != seen or remaining <= 0:
+                return fingerprint, found
+            # Another manager may run the loop: re-check at least every second.
+            await self._wakeup.wait_orders(version, min(remaining, 1.0))
+
+    async def report(
+        self, agent_id: str, epoch: int, reports: list[KernelReport], chunks: list[tuple[str, str, int, str]]
+    ) -> tuple[int, list[str]]:
+        await self._beat(agent_id, epoch)
+        now = _now()
+        refused: list[str] = []
+        async with transaction(self._engine) as conn:
+            if await agents.current_epoch(conn, agent_id) != epoch:
+                raise Fenced(f"agent {agent_id} epoch {epoch} is fenced; register again")
+            # Logs before reports: once a kernel's end is stored, all of its output is too.
+            await logs.append(conn, agent_id, chunks, now)
+            for r in reports:
+                if not await kernels.apply_report(conn, agent_id, epoch, r, now):
+                    refused.append(r.kernel_id)
+        if reports:
+            self._wakeup.scheduler()
+        return len(reports) - len(refused), refused
+
+
+async def _orders_for(conn: AsyncConnection, agent_id: str) -> list[dict[str, Any]]:
+    mine = await kernels.orders_for(conn, agent_id)
+    if not mine:
+        return []
+    session_ids = sorted({k.session_id for k in mine})
+    by_session = {sid: await sessions.get(conn, sid) for sid in session_ids}
+    addresses = {a.id: a.address for a in await agents.list_agents(conn)}
+    out = []
+    for k in mine:
+        s = by_session[k.session_id]
+        assert s is not None
+        spec = _spec(s, k, addresses) if k.status in _SPEC_STATUSES else {}
+        out.append(
+            {
+                "kernel_id": k.id,
+                "session_id": k.session_id,
+                "rank": k.rank,
+                "status": k.status,
+                "kill": k.kill_requested,
+                "spec": spec,
+            }
+        )
+    return out
+
+
+def _spec(s: Any, k: KernelRecord, addresses: dict[str, str]) -> dict[str, Any]:
+    hosts = [addresses.get(p.agent_id or "", "127.0.0.1") for p in s.kernels]
+    master = s.kernels[0]
+    max_retries = int((s.retry_policy or {}).get("max_retries", 0))
+    return {
+        "session_name": s.name,
+        "command": s.command,
+        "env": s.env,
+        "image": s.image,
+        "resources": k.resources.to_json(),
+        "cluster_size": s.cluster_size,
+        "rank": k.rank,
+        "role": k.role,
+        "hosts": hosts,
+        "master_addr": hosts[0],
+        "master_port": master.master_port,
+        "pick_master_port": k.rank == 0,
+        "attempt": s.retry_count + 1,
+        "max_attempts": max_retries + 1,
+        "error_strategy": s.error_strategy,
+        "worker_name": f"{s.name}-{k.role}{k.rank}",
+        "root_session_id": s.root_session_id,
+        "timeout_grace": 10.0,
+    }
+
+
+def heartbeat_interval(cfg: SchedulerSettings) -> float:
+    return max(0.2, cfg.agent_lease / 4)
