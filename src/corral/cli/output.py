@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Sequence
 from enum import StrEnum
 from typing import Any
@@ -33,10 +34,12 @@ def emit(data: Any, fmt: Format, columns: Sequence[tuple[str, str]] = (), title:
     rows = data if isinstance(data, list) else [data]
     table = Table(title=title, show_edge=False, header_style="bold")
     for header, _ in columns:
-        table.add_column(header)
+        table.add_column(header, overflow="fold")
     for row in rows:
         table.add_row(*(_cell(row, key) for _, key in columns))
-    Console().print(table)
+    # Piped output is read by scripts and grep: never cut it to a guessed 80 columns.
+    console = Console() if sys.stdout.isatty() else Console(width=1000)
+    console.print(table)
 
 
 def _cell(row: dict[str, Any], key: str) -> str:

@@ -1,0 +1,41 @@
+# Corral: `make up` starts Corral on its embedded default; `make test` runs the whole suite.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+PIP := $(BIN)/pip --disable-pip-version-check -q
+
+.PHONY: up test lint unit integration bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(PIP) install -e .
+	touch $@
+
+$(VENV)/.dev: pyproject.toml | $(BIN)/python
+	$(PIP) install -e '.[dev]'
+	touch $@ $(VENV)/.installed
+
+up: $(VENV)/.installed
+	$(BIN)/corral up
+
+lint: $(VENV)/.dev
+	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff format --check src tests bench
+	$(BIN)/mypy src
+
+test: lint
+	$(BIN)/python tests/run.py
+
+unit: $(VENV)/.dev
+	$(BIN)/pytest -q tests/unit
+
+integration: $(VENV)/.dev
+	$(BIN)/pytest -q tests/integration
+
+bench: $(VENV)/.installed
+	$(BIN)/python bench/throughput.py --n 1000
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

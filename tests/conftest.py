@@ -1,0 +1,59 @@
+"""Shared fixtures: the database backends every integration test runs on."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from corral.store.db import make_engine, upgrade
+from tests.support.postgres import PgServer, start_postgres
+
+BACKENDS = ["sqlite", "postgres"]
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[PgServer | str]:
+    """A PostgreSQL for the run: CORRAL_TEST_PG_DSN if given, else one started here.
+
+    A PostgreSQL that cannot be started fails the run: the suite never silently drops a backend.
+    """
+    given = os.environ.get("CORRAL_TEST_PG_DSN")
+    if given:
+        yield given
+        return
+    server = start_postgres()
+    try:
+        template = server.dsn("corral_template")
+        server.psql("CREATE DATABASE corral_template")
+
+        async def migrate() -> None:
+            engine = make_engine(template)
+            await upgrade(engine)
+            await engine.dispose()
+
+        asyncio.run(migrate())
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def fresh_database(pg_server: PgServer | str, tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], str]:
+    """A new empty-but-migrated database URL for a backend (PostgreSQL: cloned from the template)."""
+
+    def make(backend: str) -> str:
+        if backend == "sqlite":
+            path = Path(tmp_path_factory.mktemp("sqlite")) / "corral.db"
+            return f"sqlite+aiosqlite:///{path}"
+        if isinstance(pg_server, str):
+            return pg_server
+        name = "t_" + uuid.uuid4().hex[:12]
+        pg_server.psql(f"CREATE DATABASE {name} TEMPLATE corral_template")
+        return pg_server.dsn(name)
+
+    return make

@@ -1,0 +1,107 @@
+"""Sessions run as real processes and end with the status, cause and exit code a user expects."""
+
+from __future__ import annotations
+
+from tests.support.cluster import Cluster
+
+
+def test_run_prints_workload_output_exactly_and_exits_zero(cluster: Cluster) -> None:
+    done = cluster.corral("run", "--", "python3", "-c", "print(42)")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "42\n"
+    assert "TERMINATED" in done.stderr  # status lines go to stderr, never into the output
+
+
+def test_nonzero_exit_becomes_the_cli_exit_code_and_the_cause(cluster: Cluster) -> None:
+    done = cluster.corral("run", "-d", "--", "sh", "-c", "exit 3")
+    session_id = done.stdout.strip()
+    follow = cluster.corral("run", "--", "sh", "-c", "echo oops >&2; exit 3")
+    assert follow.returncode == 3
+    assert "oops" in follow.stderr
+    s = cluster.wait(session_id)
+    assert (s["status"], s["cause"], s["exit_code"]) == ("ERROR", "kernel_nonzero_exit", 3)
+    assert s["kernels"][0]["exit_code"] == 3
+
+
+def test_memory_limit_kills_for_real_and_reports_oom(cluster: Cluster) -> None:
+    done = cluster.corral("run", "--mem", "64M", "--", "python3", "-c", "b = bytearray(400_000_000)")
+    assert done.returncode == 137, done.stderr
+    s = cluster.http.get("/api/v1/sessions", params={"limit": 1}).json()[0]
+    assert (s["status"], s["cause"], s["exit_code"]) == ("ERROR", "oom_killed", 137)
+    kernel = s["kernels"][0]
+    assert kernel["oom_killed"] is True
+    counter = kernel["detail"].get("oom_kill_counter")
+    if kernel["detail"].get("memory_mode") in ("cgroup1", "cgroup2"):
+        assert counter["after"] > counter["before"], kernel["detail"]
+
+
+def test_allocation_under_the_limit_succeeds(cluster: Cluster) -> None:
+    done = cluster.corral("run", "--mem", "64M", "--", "python3", "-c", "b = bytearray(40_000_000); print(len(b))")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "40000000\n"
+
+
+def test_sigkill_is_a_nonzero_exit_with_signal_not_an_oom(cluster: Cluster) -> None:
+    done = cluster.corral("run", "-d", "--", "sh", "-c", "kill -9 $$")
+    s = cluster.wait(done.stdout.strip())
+    assert (s["status"], s["cause"], s["exit_code"]) == ("ERROR", "kernel_nonzero_exit", 137)
+    kernel = s["kernels"][0]
+    assert kernel["signal"] == 9
+    assert kernel["oom_killed"] is False
+
+
+def test_gang_kernels_get_their_ranks(cluster: Cluster) -> None:
+    done = cluster.corral("run", "--cluster-size", "3", "--", "sh", "-c",
+                          "echo rank=$CORRAL_CLUSTER_RANK world=$WORLD_SIZE master=$MASTER_ADDR:$MASTER_PORT")
+    assert done.returncode == 0, done.stderr
+    lines = sorted(done.stdout.splitlines())
+    assert [line.split()[0] for line in lines] == ["rank=0", "rank=1", "rank=2"]
+    assert all("world=3" in line for line in lines)
+    masters = {line.split()[2] for line in lines}
+    assert len(masters) == 1 and not masters.pop().endswith(":")
+
+
+def test_one_failing_kernel_stops_its_peers_and_fails_the_session(cluster: Cluster) -> None:
+    script = 'if [ "$CORRAL_CLUSTER_RANK" = 1 ]; then sleep 0.5; exit 5; fi; sleep 60'
+    s = cluster.submit(command=["sh", "-c", script], cluster_size=3, resources={"cpu": 0.5})
+    s = cluster.wait(s["id"], timeout=40)
+    assert (s["status"], s["cause"], s["exit_code"]) == ("ERROR", "kernel_nonzero_exit", 5)
+    assert s["root_cause"]["rank"] == 1
+    peers = [k for k in s["kernels"] if k["rank"] != 1]
+    assert all(k["killed_by_corral"] and k["status"] in ("ERROR", "TERMINATED") for k in peers), peers
+    assert all(k["status"] in ("ERROR", "TERMINATED", "CANCELLED") for k in s["kernels"])
+
+
+def test_a_kernel_that_exits_zero_early_does_not_stop_its_peers(cluster: Cluster) -> None:
+    script = 'if [ "$CORRAL_CLUSTER_RANK" = 0 ]; then exit 0; fi; sleep 1; echo late-$CORRAL_CLUSTER_RANK'
+    s = cluster.submit(command=["sh", "-c", script], cluster_size=2, resources={"cpu": 0.5})
+    s = cluster.wait(s["id"])
+    assert (s["status"], s["result"]) == ("TERMINATED", "success")
+    assert all(k["exit_code"] == 0 and not k["killed_by_corral"] for k in s["kernels"])
+    logs = cluster.http.get(f"/api/v1/sessions/{s['id']}/logs").json()
+    assert "late-1" in "".join(c["data"] for c in logs["chunks"])
+
+
+def test_history_lists_each_outcome_with_handler_message_and_time(cluster: Cluster) -> None:
+    s = cluster.submit(command=["true"])
+    cluster.wait(s["id"])
+    rows = cluster.corral_json("session", "history", s["id"])
+    handlers = [r["handler"] for r in rows]
+    for expected in ("ScheduleNewSessions", "PrepareSessions", "StartSessions", "PromoteToRunning",
+                     "PromoteToTerminated"):
+        assert expected in handlers
+    assert all(r["created_at"] and r["result"] for r in rows)
+    placed = next(r for r in rows if r["handler"] == "ScheduleNewSessions")
+    assert placed["message"].startswith("placed on agent-")
+    table = cluster.corral("session", "history", s["id"])
+    assert table.returncode == 0 and "ScheduleNewSessions" in table.stdout
+
+
+def test_cancel_of_a_running_session_terminates_it(cluster: Cluster) -> None:
+    s = cluster.submit(command=["sleep", "60"])
+    cluster.wait(s["id"], {"RUNNING"})
+    done = cluster.corral("session", "cancel", s["id"])
+    assert done.returncode == 0, done.stderr
+    s = cluster.wait(s["id"], timeout=30)
+    assert (s["status"], s["cause"]) == ("TERMINATED", "user_cancelled")
+    assert cluster.corral("session", "cancel", s["id"]).returncode != 0

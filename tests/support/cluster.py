@@ -1,0 +1,143 @@
+"""A real Corral for tests: a manager process and agent processes, driven over HTTP and the CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from tests.support.postgres import free_port
+
+TERMINAL = {"TERMINATED", "CANCELLED", "ERROR"}
+
+FAST_LIVENESS = {
+    "CORRAL_AGENT_LEASE": "2",
+    "CORRAL_FENCE_TIMEOUT": "4",
+    "CORRAL_LOOP_INTERVAL": "0.2",
+    "CORRAL_LONG_POLL": "1",
+}
+
+
+def poll(check: Callable[[], Any], timeout: float, what: str, interval: float = 0.1) -> Any:
+    """Call `check` until it returns something truthy; fail with `what` after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = check()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
+
+
+class Cluster:
+    def __init__(self, database_url: str, workdir: Path, env: dict[str, str] | None = None) -> None:
+        self.database_url = database_url
+        self.workdir = workdir
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.key = "crl_test_admin_" + os.urandom(8).hex()
+        self.token = "agent-token-" + os.urandom(8).hex()
+        self.env = {**os.environ, **FAST_LIVENESS, **(env or {})}
+        self.manager: subprocess.Popen[bytes] | None = None
+        self.agents: dict[str, subprocess.Popen[bytes]] = {}
+        self.http = httpx.Client(base_url=self.url, headers={"Authorization": f"Bearer {self.key}"}, timeout=30)
+
+    # --- processes -------------------------------------------------------------------------
+    def start_manager(self) -> None:
+        env = {**self.env, "CORRAL_DATABASE_URL": self.database_url, "CORRAL_AGENT_TOKEN": self.token,
+               "CORRAL_BOOTSTRAP_ADMIN_KEY": self.key, "CORRAL_PORT": str(self.port)}
+        log = open(self.workdir / "manager.log", "ab")  # noqa: SIM115 - kept open for the process
+        self.manager = subprocess.Popen([sys.executable, "-m", "corral", "manager"], env=env, stdout=log,
+                                        stderr=subprocess.STDOUT)
+        poll(self._healthy, 30, "the manager to answer /healthz")
+
+    def _healthy(self) -> bool:
+        try:
+            return httpx.get(self.url + "/healthz", timeout=1).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def kill_manager(self) -> None:
+        assert self.manager is not None
+        self.manager.kill()
+        self.manager.wait()
+
+    def start_agent(self, agent_id: str, cpu: float = 2, mem: str = "4G", resource_group: str = "default",
+                    wait: bool = True, **extra: str) -> subprocess.Popen[bytes]:
+        env = {**self.env, "CORRAL_AGENT_TOKEN": self.token, **extra}
+        log = open(self.workdir / f"agent-{agent_id}.log", "ab")  # noqa: SIM115
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "corral", "agent", "--manager", self.url, "--id", agent_id, "--cpu", str(cpu),
+             "--mem", mem, "--resource-group", resource_group, "--work-dir", str(self.workdir / agent_id)],
+            env=env, stdout=log, stderr=subprocess.STDOUT,
+        )
+        self.agents[agent_id] = proc
+        if wait:
+            poll(lambda: self.agent(agent_id, epoch_above=0), 30, f"agent {agent_id} to register")
+        return proc
+
+    def agent(self, agent_id: str, epoch_above: int = -1) -> dict[str, Any] | None:
+        for a in self.http.get("/api/v1/agents").json():
+            if a["id"] == agent_id and a["status"] == "ALIVE" and a["epoch"] > epoch_above:
+                return dict(a)
+        return None
+
+    def signal_agent(self, agent_id: str, sig: int) -> None:
+        self.agents[agent_id].send_signal(sig)
+
+    def close(self) -> None:
+        for proc in [*self.agents.values(), self.manager]:
+            if proc is not None and proc.poll() is None:
+                try:
+                    proc.send_signal(signal.SIGCONT)
+                except ProcessLookupError:
+                    pass
+                proc.terminate()
+        for proc in [*self.agents.values(), self.manager]:
+            if proc is not None:
+                try:
+                    proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+        self.http.close()
+
+    # --- API and CLI -----------------------------------------------------------------------
+    def submit(self, **body: Any) -> dict[str, Any]:
+        resp = self.http.post("/api/v1/sessions", json=body)
+        assert resp.status_code == 201, resp.text
+        return dict(resp.json())
+
+    def session(self, session_id: str) -> dict[str, Any]:
+        return dict(self.http.get(f"/api/v1/sessions/{session_id}").json())
+
+    def history(self, session_id: str) -> list[dict[str, Any]]:
+        return list(self.http.get(f"/api/v1/sessions/{session_id}/history").json())
+
+    def wait(self, session_id: str, statuses: set[str] | None = None, timeout: float = 60) -> dict[str, Any]:
+        want = statuses or TERMINAL
+
+        def done() -> dict[str, Any] | None:
+            s = self.session(session_id)
+            return s if s["status"] in want else None
+
+        return dict(poll(done, timeout, f"session {session_id} to reach {sorted(want)}"))
+
+    def corral(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        env = {**self.env, "CORRAL_URL": self.url, "CORRAL_API_KEY": self.key}
+        return subprocess.run([sys.executable, "-m", "corral", *args], env=env, capture_output=True, text=True,
+                              timeout=timeout)
+
+    def corral_json(self, *args: str) -> Any:
+        done = self.corral(*args, "-o", "json")
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)
