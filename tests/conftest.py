@@ -43,7 +43,9 @@ def pg_server() -> Iterator[PgServer | str]:
 
 
 @pytest.fixture(scope="session")
-def fresh_database(pg_server: PgServer | str, tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], str]:
+def fresh_database(
+    pg_server: PgServer | str, tmp_path_factory: pytest.TempPathFactory
+) -> Callable[[str], str]:
     """A new empty-but-migrated database URL for a backend (PostgreSQL: cloned from the template)."""
 
     def make(backend: str) -> str:

@@ -14,7 +14,9 @@ from tests.support.cluster import Cluster
 
 @pytest.fixture(scope="module", params=BACKENDS)
 def cluster(
-    request: pytest.FixtureRequest, fresh_database: Callable[[str], str], tmp_path_factory: pytest.TempPathFactory
+    request: pytest.FixtureRequest,
+    fresh_database: Callable[[str], str],
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Cluster]:
     backend = request.param
     c = Cluster(fresh_database(backend), Path(tmp_path_factory.mktemp(f"cluster-{backend}")))

@@ -36,7 +36,9 @@ def test_memory_limit_kills_for_real_and_reports_oom(cluster: Cluster) -> None:
 
 
 def test_allocation_under_the_limit_succeeds(cluster: Cluster) -> None:
-    done = cluster.corral("run", "--mem", "64M", "--", "python3", "-c", "b = bytearray(40_000_000); print(len(b))")
+    done = cluster.corral(
+        "run", "--mem", "64M", "--", "python3", "-c", "b = bytearray(40_000_000); print(len(b))"
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout == "40000000\n"
 
@@ -51,8 +53,15 @@ def test_sigkill_is_a_nonzero_exit_with_signal_not_an_oom(cluster: Cluster) -> N
 
 
 def test_gang_kernels_get_their_ranks(cluster: Cluster) -> None:
-    done = cluster.corral("run", "--cluster-size", "3", "--", "sh", "-c",
-                          "echo rank=$CORRAL_CLUSTER_RANK world=$WORLD_SIZE master=$MASTER_ADDR:$MASTER_PORT")
+    done = cluster.corral(
+        "run",
+        "--cluster-size",
+        "3",
+        "--",
+        "sh",
+        "-c",
+        "echo rank=$CORRAL_CLUSTER_RANK world=$WORLD_SIZE master=$MASTER_ADDR:$MASTER_PORT",
+    )
     assert done.returncode == 0, done.stderr
     lines = sorted(done.stdout.splitlines())
     assert [line.split()[0] for line in lines] == ["rank=0", "rank=1", "rank=2"]
@@ -87,8 +96,13 @@ def test_history_lists_each_outcome_with_handler_message_and_time(cluster: Clust
     cluster.wait(s["id"])
     rows = cluster.corral_json("session", "history", s["id"])
     handlers = [r["handler"] for r in rows]
-    for expected in ("ScheduleNewSessions", "PrepareSessions", "StartSessions", "PromoteToRunning",
-                     "PromoteToTerminated"):
+    for expected in (
+        "ScheduleNewSessions",
+        "PrepareSessions",
+        "StartSessions",
+        "PromoteToRunning",
+        "PromoteToTerminated",
+    ):
         assert expected in handlers
     assert all(r["created_at"] and r["result"] for r in rows)
     placed = next(r for r in rows if r["handler"] == "ScheduleNewSessions")

@@ -50,15 +50,23 @@ class Cluster:
         self.env = {**os.environ, **FAST_LIVENESS, **(env or {})}
         self.manager: subprocess.Popen[bytes] | None = None
         self.agents: dict[str, subprocess.Popen[bytes]] = {}
-        self.http = httpx.Client(base_url=self.url, headers={"Authorization": f"Bearer {self.key}"}, timeout=30)
+        self.http = httpx.Client(
+            base_url=self.url, headers={"Authorization": f"Bearer {self.key}"}, timeout=30
+        )
 
     # --- processes -------------------------------------------------------------------------
     def start_manager(self) -> None:
-        env = {**self.env, "CORRAL_DATABASE_URL": self.database_url, "CORRAL_AGENT_TOKEN": self.token,
-               "CORRAL_BOOTSTRAP_ADMIN_KEY": self.key, "CORRAL_PORT": str(self.port)}
-        log = open(self.workdir / "manager.log", "ab")  # noqa: SIM115 - kept open for the process
-        self.manager = subprocess.Popen([sys.executable, "-m", "corral", "manager"], env=env, stdout=log,
-                                        stderr=subprocess.STDOUT)
+        env = {
+            **self.env,
+            "CORRAL_DATABASE_URL": self.database_url,
+            "CORRAL_AGENT_TOKEN": self.token,
+            "CORRAL_BOOTSTRAP_ADMIN_KEY": self.key,
+            "CORRAL_PORT": str(self.port),
+        }
+        log = open(self.workdir / "manager.log", "ab")
+        self.manager = subprocess.Popen(
+            [sys.executable, "-m", "corral", "manager"], env=env, stdout=log, stderr=subprocess.STDOUT
+        )
         poll(self._healthy, 30, "the manager to answer /healthz")
 
     def _healthy(self) -> bool:
@@ -72,14 +80,39 @@ class Cluster:
         self.manager.kill()
         self.manager.wait()
 
-    def start_agent(self, agent_id: str, cpu: float = 2, mem: str = "4G", resource_group: str = "default",
-                    wait: bool = True, **extra: str) -> subprocess.Popen[bytes]:
+    def start_agent(
+        self,
+        agent_id: str,
+        cpu: float = 2,
+        mem: str = "4G",
+        resource_group: str = "default",
+        wait: bool = True,
+        **extra: str,
+    ) -> subprocess.Popen[bytes]:
         env = {**self.env, "CORRAL_AGENT_TOKEN": self.token, **extra}
-        log = open(self.workdir / f"agent-{agent_id}.log", "ab")  # noqa: SIM115
+        log = open(self.workdir / f"agent-{agent_id}.log", "ab")
         proc = subprocess.Popen(
-            [sys.executable, "-m", "corral", "agent", "--manager", self.url, "--id", agent_id, "--cpu", str(cpu),
-             "--mem", mem, "--resource-group", resource_group, "--work-dir", str(self.workdir / agent_id)],
-            env=env, stdout=log, stderr=subprocess.STDOUT,
+            [
+                sys.executable,
+                "-m",
+                "corral",
+                "agent",
+                "--manager",
+                self.url,
+                "--id",
+                agent_id,
+                "--cpu",
+                str(cpu),
+                "--mem",
+                mem,
+                "--resource-group",
+                resource_group,
+                "--work-dir",
+                str(self.workdir / agent_id),
+            ],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
         )
         self.agents[agent_id] = proc
         if wait:
@@ -134,8 +167,9 @@ class Cluster:
 
     def corral(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
         env = {**self.env, "CORRAL_URL": self.url, "CORRAL_API_KEY": self.key}
-        return subprocess.run([sys.executable, "-m", "corral", *args], env=env, capture_output=True, text=True,
-                              timeout=timeout)
+        return subprocess.run(
+            [sys.executable, "-m", "corral", *args], env=env, capture_output=True, text=True, timeout=timeout
+        )
 
     def corral_json(self, *args: str) -> Any:
         done = self.corral(*args, "-o", "json")

@@ -33,9 +33,22 @@ class PgServer:
 
     def psql(self, sql: str, db: str = "postgres") -> str:
         out = subprocess.run(
-            [_bindir() + "/psql" if os.path.exists(_bindir() + "/psql") else "psql", "-h", "127.0.0.1",
-             "-p", str(self.port), "-U", "postgres", "-d", db, "-tAc", sql],
-            check=True, capture_output=True, text=True,
+            [
+                _bindir() + "/psql" if os.path.exists(_bindir() + "/psql") else "psql",
+                "-h",
+                "127.0.0.1",
+                "-p",
+                str(self.port),
+                "-U",
+                "postgres",
+                "-d",
+                db,
+                "-tAc",
+                sql,
+            ],
+            check=True,
+            capture_output=True,
+            text=True,
         )
         return out.stdout.strip()
 
@@ -73,11 +86,43 @@ def start_postgres() -> PgServer:
         # pg_ctl refuses to run as root: hand the directory to `postgres` and run as it.
         shutil.chown(root, "postgres", "postgres")
         as_user = ["runuser", "-u", "postgres", "--"]
-    subprocess.run([*as_user, f"{bindir}/initdb", "-D", str(datadir), "-U", "postgres", "--auth=trust",
-                    "-E", "UTF8", "--no-sync"], check=True, capture_output=True)
+    subprocess.run(
+        [
+            *as_user,
+            f"{bindir}/initdb",
+            "-D",
+            str(datadir),
+            "-U",
+            "postgres",
+            "--auth=trust",
+            "-E",
+            "UTF8",
+            "--no-sync",
+        ],
+        check=True,
+        capture_output=True,
+    )
     port = free_port()
-    opts = (f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off "
-            "-c full_page_writes=off -c max_connections=300")
-    subprocess.run([*as_user, f"{bindir}/pg_ctl", "-D", str(datadir), "-o", opts, "-l", str(root / "log"),
-                    "-w", "-t", "60", "start"], check=True, capture_output=True)
+    opts = (
+        f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off "
+        "-c full_page_writes=off -c max_connections=300"
+    )
+    subprocess.run(
+        [
+            *as_user,
+            f"{bindir}/pg_ctl",
+            "-D",
+            str(datadir),
+            "-o",
+            opts,
+            "-l",
+            str(root / "log"),
+            "-w",
+            "-t",
+            "60",
+            "start",
+        ],
+        check=True,
+        capture_output=True,
+    )
     return PgServer(port, datadir, root)

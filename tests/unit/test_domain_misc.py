@@ -30,8 +30,19 @@ def test_queue_priority_then_chain_submission_then_id() -> None:
     assert queue_order(entries, T0 + timedelta(minutes=2))[0].session_id == "later"
 
 
-@pytest.mark.parametrize(("raw", "code", "sig"), [(0, 0, None), (3, 3, None), (-9, 137, 9), (137, 137, 9),
-                                                   (-15, 143, 15), (143, 143, 15), (255, 255, None), (128, 128, None)])
+@pytest.mark.parametrize(
+    ("raw", "code", "sig"),
+    [
+        (0, 0, None),
+        (3, 3, None),
+        (-9, 137, 9),
+        (137, 137, 9),
+        (-15, 143, 15),
+        (143, 143, 15),
+        (255, 255, None),
+        (128, 128, None),
+    ],
+)
 def test_exit_normalisation(raw: int, code: int, sig: int | None) -> None:
     info = normalise_exit(raw)
     assert (info.exit_code, info.signal) == (code, sig)
@@ -83,8 +94,9 @@ def test_deadline_is_an_error_with_its_cause() -> None:
 
 
 def test_judgements_use_the_clock_given() -> None:
-    limits = PhaseLimits(timeouts={S.PREPARING: timedelta(seconds=10), S.PENDING: None}, max_tries=3,
-                         max_reschedules=2)
+    limits = PhaseLimits(
+        timeouts={S.PREPARING: timedelta(seconds=10), S.PENDING: None}, max_tries=3, max_reschedules=2
+    )
     assert is_expired(S.PREPARING, T0, T0 + timedelta(seconds=11), limits)
     assert not is_expired(S.PREPARING, T0, T0 + timedelta(seconds=9), limits)
     assert not is_expired(S.PENDING, T0, T0 + timedelta(days=9), limits)  # pending_timeout off by default

@@ -41,12 +41,15 @@ def test_avoided_agents_are_not_used() -> None:
 agents_st = st.lists(st.integers(min_value=0, max_value=8), min_size=1, max_size=5).map(
     lambda caps: [AgentSnapshot(f"n{i}", cpu(c)) for i, c in enumerate(caps)]
 )
-gang_st = st.lists(st.sampled_from([0.5, 1, 2, 3]), min_size=1, max_size=6).map(lambda xs: [cpu(x) for x in xs])
+gang_st = st.lists(st.sampled_from([0.5, 1, 2, 3]), min_size=1, max_size=6).map(
+    lambda xs: [cpu(x) for x in xs]
+)
 
 
 @given(agents_st, gang_st, st.sampled_from(list(PlacementStrategy)))
-def test_placement_never_oversubscribes(agents: list[AgentSnapshot], gang: list[ResourceSlots],
-                                        strategy: PlacementStrategy) -> None:
+def test_placement_never_oversubscribes(
+    agents: list[AgentSnapshot], gang: list[ResourceSlots], strategy: PlacementStrategy
+) -> None:
     placed = place_gang(gang, agents, strategy)
     if placed is None:
         # Greedy may miss a clever packing, but never one where a single agent holds the whole gang.

@@ -13,8 +13,17 @@ from corral.domain.resources import ResourceError, ResourceSlots, parse_amount, 
 
 @pytest.mark.parametrize(
     ("text", "expected"),
-    [("64M", 64 * 2**20), ("2G", 2 * 2**30), ("512Ki", 512 * 1024), ("1.5Gi", 3 * 2**29), ("100", 100),
-     (4096, 4096), ("1T", 2**40), ("64MiB", 64 * 2**20), ("10b", 10)],
+    [
+        ("64M", 64 * 2**20),
+        ("2G", 2 * 2**30),
+        ("512Ki", 512 * 1024),
+        ("1.5Gi", 3 * 2**29),
+        ("100", 100),
+        (4096, 4096),
+        ("1T", 2**40),
+        ("64MiB", 64 * 2**20),
+        ("10b", 10),
+    ],
 )
 def test_mem_units_are_binary(text: str | int, expected: int) -> None:
     assert parse_mem(text) == expected
@@ -27,8 +36,10 @@ def test_bad_mem_is_refused_with_the_field(bad: object) -> None:
     assert err.value.field == "mem"
 
 
-@pytest.mark.parametrize(("name", "value"), [("cpu", -1), ("gpu", 0.5), ("gpu", -2), ("fpga", "x"), ("Bad Name", 1),
-                                             ("cpu", "nan")])
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [("cpu", -1), ("gpu", 0.5), ("gpu", -2), ("fpga", "x"), ("Bad Name", 1), ("cpu", "nan")],
+)
 def test_bad_amounts(name: str, value: object) -> None:
     with pytest.raises(ResourceError):
         parse_amount(name, value)

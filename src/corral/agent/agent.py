@@ -36,8 +36,8 @@ class Agent:
         self.client = ProtocolClient(cfg.manager, cfg.token)
         self.kernels: dict[str, KernelRunner] = {}
         self.outbox: list[Report] = []
-        self.finished: set[str] = set()
-        self._finished_order: deque[str] = deque()
+        self.finished: set[tuple[str, int]] = set()
+        self._finished_order: deque[tuple[str, int]] = deque()
         self.epoch = 0
         self.lease = 15.0
         self.fence_timeout = 30.0
@@ -191,12 +191,14 @@ class Agent:
         self.outbox = [r for r in self.outbox if id(r) not in sent]
         for r in reports:
             if r.get("final"):
-                self._forget(r["kernel_id"])
+                self._forget(r["kernel_id"], r["generation"])
 
-    def _forget(self, kernel_id: str) -> None:
-        self.kernels.pop(kernel_id, None)
-        self.finished.add(kernel_id)
-        self._finished_order.append(kernel_id)
+    def _forget(self, kernel_id: str, generation: int) -> None:
+        runner = self.kernels.get(kernel_id)
+        if runner is not None and runner.generation == generation:
+            del self.kernels[kernel_id]
+        self.finished.add((kernel_id, generation))
+        self._finished_order.append((kernel_id, generation))
         while len(self._finished_order) > 100_000:
             self.finished.discard(self._finished_order.popleft())
 
@@ -221,9 +223,14 @@ class Agent:
 
     def _runner(self, order: dict[str, Any]) -> KernelRunner:
         runner = self.kernels.get(order["kernel_id"])
+        if runner is not None and runner.generation != order["generation"]:
+            # Re-placed here after an earlier placement: that one must not run on.
+            runner.fence()
+            runner = None
         if runner is None:
             runner = KernelRunner(
                 order["kernel_id"],
+                order["generation"],
                 order["session_id"],
                 order["rank"],
                 Path(self.cfg.work_dir),
@@ -239,15 +246,14 @@ class Agent:
         for o in orders:
             kid = o["kernel_id"]
             wanted.add(kid)
-            if kid in self.finished:
+            if (kid, o["generation"]) in self.finished:
                 continue  # an order computed before our final report landed: never run twice
             status = KernelStatus(o["status"])
             existing = self.kernels.get(kid)
+            if existing is not None and existing.generation != o["generation"]:
+                existing = None
             if o["kill"]:
-                if existing is not None:
-                    existing.kill()
-                elif status is KernelStatus.TERMINATING:
-                    self._runner(o).kill()
+                (existing or self._runner(o)).kill()
                 continue
             if status in (KernelStatus.PREPARING, KernelStatus.PULLING) and existing is None:
                 self._runner(o).prepare(o["spec"], self.cfg.images)
@@ -258,7 +264,11 @@ class Agent:
                 if runner.prepared and not runner.started and not runner.ended:
                     runner.start(o["spec"])
         for kid, runner in list(self.kernels.items()):
-            if kid not in wanted and not runner.ended and not runner.fenced:
-                # No longer ours (re-scheduled or declared gone): it must not keep running.
+            if kid in wanted:
+                continue
+            if not runner.started:
+                del self.kernels[kid]  # prepared only, then re-scheduled or ended: nothing to stop
+            elif not runner.ended and not runner.fenced:
+                # No longer ours (declared gone): it must not keep running.
                 log.warning("kernel not ordered any more: killing it", kernel=kid)
                 runner.fence()

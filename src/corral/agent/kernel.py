@@ -77,6 +77,7 @@ class KernelRunner:
     def __init__(
         self,
         kernel_id: str,
+        generation: int,
         session_id: str,
         rank: int,
         work_dir: Path,
@@ -85,9 +86,10 @@ class KernelRunner:
         report: Callable[[Report], None],
     ) -> None:
         self.kernel_id = kernel_id
+        self.generation = generation
         self.session_id = session_id
         self.rank = rank
-        self.dir = work_dir / "kernels" / kernel_id
+        self.dir = work_dir / "kernels" / f"{kernel_id}.{generation}"
         self.work_dir = work_dir
         self.mode = mode
         self.grace = grace
@@ -121,7 +123,7 @@ class KernelRunner:
         self.prepared = True
         port = free_port() if spec.get("pick_master_port") else None
         if not quiet:
-            self._report({"kernel_id": self.kernel_id, "status": KernelStatus.PREPARED, "master_port": port})
+            self._say(KernelStatus.PREPARED, master_port=port)
 
     def start(self, spec: dict[str, Any]) -> None:
         self.started = True
@@ -161,13 +163,7 @@ class KernelRunner:
         assert self._proc.stdout is not None
         line = await self._proc.stdout.readline()
         if line.startswith(b"started"):
-            self._report(
-                {
-                    "kernel_id": self.kernel_id,
-                    "status": KernelStatus.RUNNING,
-                    "detail": {"pid": int(line.split()[1])},
-                }
-            )
+            self._say(KernelStatus.RUNNING, detail={"pid": int(line.split()[1])})
         await self._proc.wait()
         self._finish()
 
@@ -209,7 +205,10 @@ class KernelRunner:
 
     def _end(self, status: KernelStatus, **fields: Any) -> None:
         self.ended = True
-        self._report({"kernel_id": self.kernel_id, "status": status, "final": True, **fields})
+        self._say(status, final=True, **fields)
+
+    def _say(self, status: KernelStatus, **fields: Any) -> None:
+        self._report({"kernel_id": self.kernel_id, "generation": self.generation, "status": status, **fields})
 
     def kill(self) -> None:
         """Graceful stop ordered by the manager (SIGTERM, grace, SIGKILL in the supervisor)."""
@@ -227,8 +226,8 @@ class KernelRunner:
         self.kill_sent = True
         if self._proc and self._proc.stdin and not self._proc.stdin.is_closing():
             self._proc.stdin.close()
-        elif not self.started and not self.ended:
-            self._end(KernelStatus.ERROR, agent_lost=True, termination_message="agent fenced")
+        elif not self.started:
+            self.ended = True  # nothing ran; the manager learns of it through the fence, not from us
 
     def _send(self, data: bytes) -> None:
         if self._proc and self._proc.stdin and not self._proc.stdin.is_closing():

@@ -37,6 +37,7 @@ class KernelOrder(BaseModel):
     kernel_id: str
     session_id: str
     rank: int
+    generation: int
     status: KernelStatus
     kill: bool
     spec: dict[str, Any]
@@ -50,6 +51,7 @@ class OrdersOut(BaseModel):
 class KernelReportIn(BaseModel):
     kernel_id: str
     status: KernelStatus
+    generation: int = 0
     exit_code: int | None = None
     signal: int | None = None
     oom_killed: bool = False

@@ -87,7 +87,9 @@ class AgentProtocol:
                     raise Fenced(f"agent {agent_id} epoch {epoch} is fenced; register again")
                 found = await _orders_for(conn, agent_id)
             fingerprint = hashlib.sha1(
-                json.dumps([(o["kernel_id"], o["status"], o["kill"]) for o in found]).encode()
+                json.dumps(
+                    [(o["kernel_id"], o["generation"], o["status"], o["kill"]) for o in found]
+                ).encode()
             ).hexdigest()
             remaining = deadline - time.monotonic()
             if fingerprint != seen or remaining <= 0:
@@ -131,6 +133,7 @@ async def _orders_for(conn: AsyncConnection, agent_id: str) -> list[dict[str, An
                 "kernel_id": k.id,
                 "session_id": k.session_id,
                 "rank": k.rank,
+                "generation": k.generation,
                 "status": k.status,
                 "kill": k.kill_requested,
                 "spec": spec,

@@ -158,7 +158,7 @@ async def _used(conn: AsyncConnection, agent_ids: list[str]) -> dict[str, Resour
         )
     )
     used: dict[str, ResourceSlots] = defaultdict(ResourceSlots)
-    for agent_id, slots in rows.tuples():
+    for agent_id, slots in rows:
         used[agent_id] = used[agent_id] + ResourceSlots.from_json(slots)
     return used
 

@@ -103,6 +103,8 @@ async def apply_report(
         .where(
             kernels.c.id == report.kernel_id,
             kernels.c.agent_id == agent_id,
+            # A re-placed kernel is a new generation: reports about an earlier placement are stale.
+            kernels.c.generation == report.generation,
             kernels.c.status.in_([str(s) for s in kernel_sources(report.status)]),
         )
         .values(**values)

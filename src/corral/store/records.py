@@ -22,6 +22,7 @@ class KernelRecord:
     agent_id: str | None
     status: KernelStatus
     status_changed_at: datetime
+    generation: int
     resources: ResourceSlots
     master_port: int | None
     kill_requested: bool
@@ -166,6 +167,7 @@ class KernelReport:
 
     kernel_id: str
     status: KernelStatus
+    generation: int = 0
     exit_code: int | None = None
     signal: int | None = None
     oom_killed: bool = False

@@ -66,6 +66,7 @@ async def insert_session(conn: AsyncConnection, new: NewSession, now: datetime) 
                 "role": "main" if rank == 0 else "sub",
                 "status": KernelStatus.PENDING,
                 "status_changed_at": now,
+                "generation": 0,
                 "resources": new.resources.to_json(),
                 "kill_requested": False,
                 "started": False,
@@ -157,7 +158,7 @@ async def for_handler(
 
 async def count_by_status(conn: AsyncConnection) -> dict[str, int]:
     rows = await conn.execute(select(sessions.c.status, func.count()).group_by(sessions.c.status))
-    return {status: n for status, n in rows.tuples()}
+    return {status: n for status, n in rows}
 
 
 async def apply_moves(conn: AsyncConnection, moves: Sequence[Move], now: datetime) -> list[Move]:
@@ -219,7 +220,7 @@ async def _back_to_queue(conn: AsyncConnection, session_ids: list[str], now: dat
     await conn.execute(
         update(kernels)
         .where(kernels.c.session_id.in_(session_ids), kernels.c.status == str(KernelStatus.PENDING))
-        .values(agent_id=None, master_port=None, kill_requested=False)
+        .values(agent_id=None, master_port=None, kill_requested=False, generation=kernels.c.generation + 1)
     )
     await conn.execute(
         update(sessions)

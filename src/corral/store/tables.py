@@ -169,6 +169,7 @@ kernels = Table(
     Column("status", String(16), nullable=False),
     Column("status_changed_at", UTCDateTime, nullable=False),
     Column("resources", JSON, nullable=False),
+    Column("generation", Integer, nullable=False, default=0),
     Column("master_port", Integer, nullable=True),
     Column("kill_requested", Boolean, nullable=False, default=False),
     Column("started", Boolean, nullable=False, default=False),
@@ -188,7 +189,8 @@ kernels = Table(
 allocations = Table(
     "allocations",
     metadata,
-    Column("kernel_id", ID, ForeignKey("kernels.id"), primary_key=True),
+    Column("id", BigId, primary_key=True, autoincrement=True),
+    Column("kernel_id", ID, ForeignKey("kernels.id"), nullable=False, index=True),
     Column("session_id", ID, nullable=False, index=True),
     Column("agent_id", String(128), nullable=False),
     Column("slots", JSON, nullable=False),

@@ -2,7 +2,7 @@
 
 Revision ID: 0001
 Revises:
-Create Date: 2026-11-22 10:26:46.185542
+Create Date: 2026-11-22 10:55:55.267478
 """
 
 from __future__ import annotations
@@ -212,6 +212,7 @@ def upgrade() -> None:
         sa.Column("status", sa.String(length=16), nullable=False),
         sa.Column("status_changed_at", corral.store.tables.UTCDateTime(timezone=True), nullable=False),
         sa.Column("resources", sa.JSON(), nullable=False),
+        sa.Column("generation", sa.Integer(), nullable=False),
         sa.Column("master_port", sa.Integer(), nullable=True),
         sa.Column("kill_requested", sa.Boolean(), nullable=False),
         sa.Column("started", sa.Boolean(), nullable=False),
@@ -235,6 +236,9 @@ def upgrade() -> None:
 
     op.create_table(
         "allocations",
+        sa.Column(
+            "id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), autoincrement=True, nullable=False
+        ),
         sa.Column("kernel_id", sa.String(length=36), nullable=False),
         sa.Column("session_id", sa.String(length=36), nullable=False),
         sa.Column("agent_id", sa.String(length=128), nullable=False),
@@ -242,9 +246,10 @@ def upgrade() -> None:
         sa.Column("created_at", corral.store.tables.UTCDateTime(timezone=True), nullable=False),
         sa.Column("released_at", corral.store.tables.UTCDateTime(timezone=True), nullable=True),
         sa.ForeignKeyConstraint(["kernel_id"], ["kernels.id"], name=op.f("fk_allocations_kernel_id_kernels")),
-        sa.PrimaryKeyConstraint("kernel_id", name=op.f("pk_allocations")),
+        sa.PrimaryKeyConstraint("id", name=op.f("pk_allocations")),
     )
     with op.batch_alter_table("allocations", schema=None) as batch_op:
+        batch_op.create_index(batch_op.f("ix_allocations_kernel_id"), ["kernel_id"], unique=False)
         batch_op.create_index("ix_allocations_live", ["agent_id", "released_at"], unique=False)
         batch_op.create_index(batch_op.f("ix_allocations_session_id"), ["session_id"], unique=False)
 
@@ -273,6 +278,7 @@ def downgrade() -> None:
     with op.batch_alter_table("allocations", schema=None) as batch_op:
         batch_op.drop_index(batch_op.f("ix_allocations_session_id"))
         batch_op.drop_index("ix_allocations_live")
+        batch_op.drop_index(batch_op.f("ix_allocations_kernel_id"))
 
     op.drop_table("allocations")
     with op.batch_alter_table("kernels", schema=None) as batch_op:

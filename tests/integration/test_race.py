@@ -1,0 +1,95 @@
+"""Two coordinators racing on the same queue: the loser updates zero rows, nothing is double-placed."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+
+import pytest
+from sqlalchemy import func, select
+
+from corral.domain.judge import PhaseLimits
+from corral.domain.resources import ResourceSlots
+from corral.manager.coordinator import Coordinator
+from corral.manager.handlers.base import HandlerContext, LifecycleResult
+from corral.manager.handlers.schedule_new import ScheduleNewSessions
+from corral.store import agents, sessions
+from corral.store.db import make_engine, transaction, upgrade
+from corral.store.records import NewSession, SessionRecord
+from corral.store.tables import allocations
+from tests.conftest import BACKENDS
+
+
+class MeetThenSchedule(ScheduleNewSessions):
+    """The real handler, but both racers have read the same PENDING sessions before either places."""
+
+    def __init__(self, barrier: asyncio.Barrier | None) -> None:
+        self.barrier = barrier
+
+    async def execute(self, ctx: HandlerContext, targets: Sequence[SessionRecord]) -> LifecycleResult:
+        if self.barrier is not None:
+            await self.barrier.wait()
+        return await super().execute(ctx, targets)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_two_coordinators_race(backend: str, fresh_database: Callable[[str], str]) -> None:
+    url = fresh_database(backend)
+    first, second = make_engine(url), make_engine(url)
+    try:
+        await upgrade(first)
+        now = datetime.now(UTC)
+        async with transaction(first) as conn:
+            await agents.register(
+                conn,
+                "a",
+                hostname="h",
+                address="127.0.0.1",
+                resource_group="default",
+                capacity=ResourceSlots.parse({"cpu": 20}),
+                info={},
+                now=now,
+            )
+            for i in range(10):
+                sid = str(uuid.uuid4())
+                await sessions.insert_session(
+                    conn,
+                    NewSession(
+                        id=sid,
+                        name=f"s{i}",
+                        type="batch",
+                        priority=10,
+                        resource_group="default",
+                        project="default",
+                        owner="t",
+                        cluster_size=1,
+                        resources=ResourceSlots.parse({"cpu": 1}),
+                        placement="concentrated",
+                        command=["true"],
+                        env={},
+                        image=None,
+                        timeout=None,
+                        error_strategy="earliest",
+                        retry_policy=None,
+                        retry_policies=[],
+                        creation_id=sid,
+                    ),
+                    now,
+                )
+        # SQLite serialises whole write transactions (BEGIN IMMEDIATE): a barrier there would deadlock,
+        # and the second racer simply finds nothing left to place.
+        barrier = asyncio.Barrier(2) if backend == "postgres" else None
+        limits = PhaseLimits(timeouts={})
+        racers = [Coordinator(e, "default", [], limits, lambda: datetime.now(UTC)) for e in (first, second)]
+        moved = await asyncio.gather(*(r.run_handler(MeetThenSchedule(barrier)) for r in racers))
+        assert sorted(moved) == [0, 10]
+        async with first.connect() as conn:
+            rows = (await conn.execute(select(func.count()).select_from(allocations))).scalar_one()
+            statuses = await sessions.count_by_status(conn)
+        assert rows == 10
+        assert statuses == {"SCHEDULED": 10}
+    finally:
+        await first.dispose()
+        await second.dispose()
