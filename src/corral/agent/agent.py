@@ -22,6 +22,7 @@ from corral.agent.capacity import capacity
 from corral.agent.cgroup import CgroupMode, detect
 from corral.agent.client import Fenced, ManagerUnreachable, ProtocolClient
 from corral.agent.kernel import KernelRunner, Report
+from corral.agent.link import SupervisorLink
 from corral.agent.settings import AgentSettings
 from corral.domain.status import KernelStatus
 
@@ -44,6 +45,7 @@ class Agent:
         self.long_poll = 5.0
         self.last_contact = time.monotonic()
         self.mode = CgroupMode("watchdog", "")
+        self.link: SupervisorLink | None = None
         self._wake_push = asyncio.Event()
         self._stopped = asyncio.Event()
         self._register_lock = asyncio.Lock()
@@ -64,6 +66,8 @@ class Agent:
         self.mode, why = detect(self.cfg.id, self.cfg.memory_mode)
         log.info("memory limits", mode=self.mode.kind, why=why, cgroup=self.mode.parent or None)
         self._why = why
+        self.link = SupervisorLink(self.mode, self._on_supervisor_event)
+        await self.link.start()
         await self._register()
         self._tasks = [
             asyncio.create_task(self._pull_loop(), name="agent:pull"),
@@ -80,13 +84,14 @@ class Agent:
         for t in self._tasks:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        for k in self.kernels.values():
-            k.fence()
-        await asyncio.gather(*(k.wait() for k in self.kernels.values()), return_exceptions=True)
-        try:
-            await asyncio.wait_for(self._push_once(), 2.0)
-        except Exception:  # best effort: the manager fences what it never hears about
-            pass
+        if self.link is not None and self.link.alive:
+            try:
+                await asyncio.wait_for(self._kill_all(), 10.0)
+                await asyncio.wait_for(self._push_once(), 2.0)
+            except Exception:  # best effort: the manager fences what it never hears about
+                pass
+        if self.link is not None:
+            await self.link.close()
         await self.client.aclose()
 
     async def _register(self) -> None:
@@ -132,7 +137,11 @@ class Agent:
     async def _kill_all(self) -> None:
         for k in self.kernels.values():
             k.fence()
-        await asyncio.gather(*(k.wait() for k in self.kernels.values()), return_exceptions=True)
+        waits = asyncio.gather(*(k.wait() for k in self.kernels.values()), return_exceptions=True)
+        try:
+            await asyncio.wait_for(waits, 10.0)
+        except TimeoutError:
+            log.error("kernels did not confirm their end within 10s")
 
     # --- loops -----------------------------------------------------------------------------
     async def _pull_loop(self) -> None:
@@ -221,7 +230,14 @@ class Agent:
         self.outbox.append(report)
         self._wake_push.set()
 
+    def _on_supervisor_event(self, event: dict[str, Any]) -> None:
+        kernel_id, _, generation = event["key"].rpartition(".")
+        runner = self.kernels.get(kernel_id)
+        if runner is not None and runner.generation == int(generation):
+            runner.on_event(event)
+
     def _runner(self, order: dict[str, Any]) -> KernelRunner:
+        assert self.link is not None, "orders arrive only after the supervisor started"
         runner = self.kernels.get(order["kernel_id"])
         if runner is not None and runner.generation != order["generation"]:
             # Re-placed here after an earlier placement: that one must not run on.
@@ -234,7 +250,7 @@ class Agent:
                 order["session_id"],
                 order["rank"],
                 Path(self.cfg.work_dir),
-                self.mode,
+                self.link,
                 self.cfg.grace,
                 self._queue,
             )

@@ -6,14 +6,13 @@ import asyncio
 import json
 import os
 import socket
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import structlog
 
-from corral.agent.cgroup import CgroupMode
+from corral.agent.link import SupervisorLink
 from corral.agent.logtail import LogTail
 from corral.domain.exits import normalise_exit
 from corral.domain.status import KernelStatus
@@ -81,17 +80,18 @@ class KernelRunner:
         session_id: str,
         rank: int,
         work_dir: Path,
-        mode: CgroupMode,
+        link: SupervisorLink,
         grace: float,
         report: Callable[[Report], None],
     ) -> None:
         self.kernel_id = kernel_id
         self.generation = generation
+        self.key = f"{kernel_id}.{generation}"
         self.session_id = session_id
         self.rank = rank
-        self.dir = work_dir / "kernels" / f"{kernel_id}.{generation}"
+        self.dir = work_dir / "kernels" / self.key
         self.work_dir = work_dir
-        self.mode = mode
+        self.link = link
         self.grace = grace
         self._report = report
         self.files = {
@@ -99,16 +99,14 @@ class KernelRunner:
             "stderr": self.dir / "stderr.log",
             "error": self.dir / "error.json",
             "termination": self.dir / "termination.log",
-            "result": self.dir / "result.json",
         }
         self.logs = LogTail(kernel_id, {"stdout": self.files["stdout"], "stderr": self.files["stderr"]})
         self.prepared = False
         self.started = False
         self.ended = False
         self.kill_sent = False
-        self._proc: asyncio.subprocess.Process | None = None
-        self._task: asyncio.Task[None] | None = None
         self.fenced = False
+        self._done = asyncio.Event()
 
     def prepare(self, spec: dict[str, Any], images: dict[str, str], quiet: bool = False) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -127,51 +125,30 @@ class KernelRunner:
 
     def start(self, spec: dict[str, Any]) -> None:
         self.started = True
-        self._task = asyncio.create_task(self._run(spec), name=f"kernel:{self.kernel_id}")
-
-    async def _run(self, spec: dict[str, Any]) -> None:
         checkpoint = self.work_dir / "checkpoints" / spec["root_session_id"]
         checkpoint.mkdir(parents=True, exist_ok=True)
-        mem = int(float(spec["resources"].get("mem", 0)))
-        sup_spec = {
-            "kernel_id": self.kernel_id,
-            "command": spec["command"],
-            "env": kernel_env(spec, self.kernel_id, self.session_id, self.files, checkpoint),
-            "cwd": str(self.dir),
-            "stdout": str(self.files["stdout"]),
-            "stderr": str(self.files["stderr"]),
-            "result": str(self.files["result"]),
-            "mem_limit": mem,
-            "cgroup": {"kind": self.mode.kind, "parent": self.mode.parent},
-            "grace": self.grace,
-        }
-        spec_path = self.dir / "supervisor.json"
-        spec_path.write_text(json.dumps(sup_spec))
-        self._proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "corral.agent.supervisor",
-            str(spec_path),
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
+        self.link.send(
+            {
+                "op": "start",
+                "key": self.key,
+                "command": spec["command"],
+                "env": kernel_env(spec, self.kernel_id, self.session_id, self.files, checkpoint),
+                "cwd": str(self.dir),
+                "stdout": str(self.files["stdout"]),
+                "stderr": str(self.files["stderr"]),
+                "mem_limit": int(float(spec["resources"].get("mem", 0))),
+                "grace": self.grace,
+            }
         )
-        # An order that arrived while the supervisor was starting is delivered now.
-        if self.fenced:
-            self.fence()
-        elif self.kill_sent:
-            self._send(b"term\n")
-        assert self._proc.stdout is not None
-        line = await self._proc.stdout.readline()
-        if line.startswith(b"started"):
-            self._say(KernelStatus.RUNNING, detail={"pid": int(line.split()[1])})
-        await self._proc.wait()
-        self._finish()
 
-    def _finish(self) -> None:
-        try:
-            result = json.loads(self.files["result"].read_text())
-        except (OSError, ValueError):
-            result = {"exit_code": None, "oom_killed": False}
+    def on_event(self, event: dict[str, Any]) -> None:
+        """An event from the supervisor about this kernel."""
+        if event["ev"] == "started":
+            self._say(KernelStatus.RUNNING, detail={"pid": event["pid"]})
+        elif event["ev"] == "exited":
+            self._finish(event)
+
+    def _finish(self, result: dict[str, Any]) -> None:
         raw = result.get("exit_code")
         info = normalise_exit(raw) if raw is not None else None
         oom = bool(result.get("oom_killed"))
@@ -197,7 +174,7 @@ class KernelRunner:
             termination_message=message or None,
             error_record=record if isinstance(record, dict) else None,
             detail={
-                k: result.get(k)
+                k: result[k]
                 for k in ("oom_kill_counter", "memory_mode", "cgroup", "start_error")
                 if result.get(k) is not None
             },
@@ -205,6 +182,7 @@ class KernelRunner:
 
     def _end(self, status: KernelStatus, **fields: Any) -> None:
         self.ended = True
+        self._done.set()
         self._say(status, final=True, **fields)
 
     def _say(self, status: KernelStatus, **fields: Any) -> None:
@@ -218,21 +196,19 @@ class KernelRunner:
         if not self.started:
             self._end(KernelStatus.CANCELLED, termination_message="stopped before it started")
             return
-        self._send(b"term\n")
+        self.link.send({"op": "term", "key": self.key})
 
     def fence(self) -> None:
         """Kill at once: the manager is unreachable (or this kernel is no longer ours)."""
+        if self.fenced or self.ended:
+            return
         self.fenced = True
         self.kill_sent = True
-        if self._proc and self._proc.stdin and not self._proc.stdin.is_closing():
-            self._proc.stdin.close()
-        elif not self.started:
+        if self.started:
+            self.link.send({"op": "kill", "key": self.key})
+        else:
             self.ended = True  # nothing ran; the manager learns of it through the fence, not from us
-
-    def _send(self, data: bytes) -> None:
-        if self._proc and self._proc.stdin and not self._proc.stdin.is_closing():
-            self._proc.stdin.write(data)
+            self._done.set()
 
     async def wait(self) -> None:
-        if self._task:
-            await asyncio.gather(self._task, return_exceptions=True)
+        await self._done.wait()

@@ -1,10 +1,19 @@
-"""One supervisor process per kernel: runs it, enforces memory, and kills its whole tree.
+"""The agent's supervisor: one process per agent that starts, watches and kills kernels.
 
-Run as `python -m corral.agent.supervisor SPEC.json`.  It becomes a child subreaper so that
-grandchildren that daemonise (setsid, double fork) are re-parented to it and stay findable.
-Its stdin is a pipe from the agent: "term" asks for SIGTERM -> grace -> SIGKILL, and end-of-file
-(the agent died or fenced) kills the tree at once.  It prints "started PID" when the kernel runs
-and writes a result JSON when the kernel's main process has exited and its tree is gone.
+Run as `python -m corral.agent.supervisor MODE PARENT` by the agent, with pipes on stdin/stdout.
+It is a child subreaper, so kernels' daemonised grandchildren (setsid, double fork) are
+re-parented to it and stay findable.  Commands arrive as JSON lines on stdin:
+
+    {"op": "start", "key", "command", "env", "cwd", "stdout", "stderr", "mem_limit", "grace"}
+    {"op": "term", "key"}    SIGTERM to the kernel's tree, SIGKILL after its grace period
+    {"op": "kill", "key"}    SIGKILL to the kernel's tree now
+
+and events go back as JSON lines on stdout: {"ev": "started", "key", "pid"} and
+{"ev": "exited", "key", "exit_code", "exited_at_ns", "oom_killed", ...}.  End of file on stdin means
+the agent died or fenced itself: every kernel tree is killed and the supervisor exits.
+
+It is single-threaded (a selector over stdin and a SIGCHLD wake-up pipe) and uses posix_spawn, so a
+kernel costs about a millisecond to start: the supervisor is on the path of every session.
 """
 
 from __future__ import annotations
@@ -12,18 +21,35 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import selectors
 import signal
-import subprocess
 import sys
-import threading
 import time
+from dataclasses import dataclass, field
 from typing import Any
-
-import psutil
 
 from corral.agent.cgroup import CgroupMode, KernelCgroup
 
 PR_SET_CHILD_SUBREAPER = 36
+TICK = 0.1
+# Joins the kernel's cgroup, then becomes the command (same pid): the limit applies from its first byte.
+TRAMPOLINE = 'echo $$ > "$0" && exec "$@"'
+
+
+@dataclass
+class Kernel:
+    """One running kernel, by the agent's key (kernel id and placement generation)."""
+
+    key: str
+    pid: int
+    cgroup: KernelCgroup | None
+    oom_before: int
+    mem_limit: int
+    grace: float
+    members: set[int] = field(default_factory=set)
+    term_deadline: float | None = None
+    by_us: bool = False
+    watchdog_oom: bool = False
 
 
 def _subreaper() -> None:
@@ -33,145 +59,227 @@ def _subreaper() -> None:
         pass
 
 
-class Supervisor:
-    def __init__(self, spec: dict[str, Any]) -> None:
-        self.spec = spec
-        self.mode = CgroupMode(**spec["cgroup"])
-        self.cgroup = KernelCgroup(self.mode, spec["kernel_id"]) if self.mode.kind != "watchdog" else None
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.terminated_by_us = False
-        self.watchdog_oom = False
-        self.lock = threading.Lock()
+def _children_of(pids: set[int]) -> set[int]:
+    """Descendants of `pids` by /proc ancestry (watchdog mode only: it scans the process table)."""
+    parent: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat", "rb") as f:
+                    stat = f.read()
+                parent[int(entry)] = int(stat[stat.rindex(b")") + 2 :].split()[1])
+            except (OSError, ValueError):
+                continue
+    found, frontier = set(), set(pids)
+    while frontier:
+        frontier = {p for p, pp in parent.items() if pp in frontier and p not in found}
+        found |= frontier
+    return found
 
-    def tree(self) -> list[psutil.Process]:
+
+def _rss(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def _signal(pids: set[int] | list[int], sig: int) -> None:
+    for pid in pids:
         try:
-            return psutil.Process().children(recursive=True)
-        except psutil.Error:
-            return []
+            os.kill(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
 
-    def signal_tree(self, sig: int) -> None:
-        if self.cgroup:
-            self.cgroup.kill_all(sig)
-        for p in self.tree():
-            try:
-                p.send_signal(sig)
-            except psutil.Error:
-                pass
 
-    def kill_tree(self) -> None:
-        for _ in range(50):
-            self.signal_tree(signal.SIGKILL)
-            if not self.tree() and not (self.cgroup and self.cgroup.pids()):
-                return
-            time.sleep(0.02)
+class Supervisor:
+    def __init__(self, mode: CgroupMode) -> None:
+        self.mode = mode
+        self.kernels: dict[int, Kernel] = {}
+        self.out = sys.stdout
 
-    def graceful(self) -> None:
-        with self.lock:
-            self.terminated_by_us = True
-        self.signal_tree(signal.SIGTERM)
-        deadline = time.monotonic() + float(self.spec.get("grace", 10.0))
-        while time.monotonic() < deadline and self.proc and self.proc.poll() is None:
-            time.sleep(0.05)
-        self.kill_tree()
+    def emit(self, event: dict[str, Any]) -> None:
+        self.out.write(json.dumps(event) + "\n")
+        self.out.flush()
 
-    def watch_agent(self) -> None:
-        """Commands from the agent on stdin; EOF means the agent is gone: nothing may outlive it."""
-        for line in sys.stdin:
-            if line.strip() == "term":
-                threading.Thread(target=self.graceful, daemon=True).start()
-        with self.lock:
-            self.terminated_by_us = True
-        self.kill_tree()
-
-    def watchdog(self, limit: int) -> None:
-        while self.proc and self.proc.poll() is None:
-            rss = 0
-            for p in [psutil.Process(self.proc.pid), *self.tree()]:
-                try:
-                    rss += p.memory_info().rss
-                except psutil.Error:
-                    pass
-            if rss > limit:
-                self.watchdog_oom = True
-                self.kill_tree()
-                return
-            time.sleep(0.05)
-
-    def run(self) -> int:
-        spec = self.spec
-        _subreaper()
-        mem = int(spec.get("mem_limit") or 0) or None
+    # --- commands --------------------------------------------------------------------------
+    def start(self, cmd: dict[str, Any]) -> None:
+        key = cmd["key"]
+        mem = int(cmd.get("mem_limit") or 0)
+        cgroup = KernelCgroup(self.mode, key) if self.mode.kind != "watchdog" else None
+        argv = list(cmd["command"])
         before = 0
-        if self.cgroup:
-            self.cgroup.create(mem)
-            before = self.cgroup.oom_kills()
-        cgroup = self.cgroup
+        if cgroup is not None:
+            cgroup.create(mem or None)
+            before = cgroup.oom_kills()
+            argv = ["/bin/sh", "-c", TRAMPOLINE, str(cgroup.path / "cgroup.procs"), *argv]
+        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
+        actions = [
+            (os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0),
+            (os.POSIX_SPAWN_OPEN, 1, cmd["stdout"], flags, 0o644),
+            (os.POSIX_SPAWN_OPEN, 2, cmd["stderr"], flags, 0o644),
+        ]
+        try:
+            os.chdir(cmd["cwd"])
+            pid = os.posix_spawnp(argv[0], argv, cmd["env"], file_actions=actions, setsid=True)
+        except OSError as exc:
+            with open(cmd["stderr"], "a") as err:
+                err.write(f"corral: cannot start {cmd['command'][0]!r}: {exc}\n")
+            if cgroup is not None:
+                cgroup.remove()
+            self.emit(
+                {
+                    "ev": "exited",
+                    "key": key,
+                    "exit_code": 127,
+                    "exited_at_ns": time.time_ns(),
+                    "start_error": str(exc),
+                    "oom_killed": False,
+                    "memory_mode": self.mode.kind,
+                }
+            )
+            return
+        finally:
+            os.chdir("/")
+        self.kernels[pid] = Kernel(key, pid, cgroup, before, mem, float(cmd.get("grace", 10.0)))
+        self.emit({"ev": "started", "key": key, "pid": pid})
 
-        def enter() -> None:
-            if cgroup:
-                cgroup.join(os.getpid())
+    def _find(self, key: str) -> Kernel | None:
+        return next((k for k in self.kernels.values() if k.key == key), None)
 
-        with open(spec["stdout"], "ab") as out, open(spec["stderr"], "ab") as err:
-            try:
-                self.proc = subprocess.Popen(
-                    spec["command"],
-                    env=spec["env"],
-                    cwd=spec["cwd"],
-                    stdout=out,
-                    stderr=err,
-                    stdin=subprocess.DEVNULL,
-                    start_new_session=True,
-                    preexec_fn=enter,
-                )
-            except OSError as exc:
-                err.write(f"corral: cannot start {spec['command'][0]!r}: {exc}\n".encode())
-                return self.finish({"exit_code": 127, "start_error": str(exc)}, before)
-        print(f"started {self.proc.pid}", flush=True)
-        threading.Thread(target=self.watch_agent, daemon=True).start()
-        if mem and not self.cgroup:
-            threading.Thread(target=self.watchdog, args=(mem,), daemon=True).start()
-        code = self.proc.wait()
+    def term(self, key: str) -> None:
+        k = self._find(key)
+        if k is not None and k.term_deadline is None:
+            k.by_us = True
+            k.term_deadline = time.monotonic() + k.grace
+            self._signal_tree(k, signal.SIGTERM)
+
+    def kill(self, key: str) -> None:
+        k = self._find(key)
+        if k is not None:
+            k.by_us = True
+            self._signal_tree(k, signal.SIGKILL)
+
+    # --- trees -----------------------------------------------------------------------------
+    def _tree(self, k: Kernel) -> set[int]:
+        if k.cgroup is not None:
+            return set(k.cgroup.pids())
+        k.members |= _children_of({k.pid})
+        return {k.pid, *k.members}
+
+    def _signal_tree(self, k: Kernel, sig: int) -> None:
+        try:
+            os.killpg(k.pid, sig)  # the kernel's session/process group (it was started with setsid)
+        except (ProcessLookupError, PermissionError):
+            pass
+        _signal(self._tree(k), sig)
+
+    def _finish(self, k: Kernel, status: int) -> None:
         exited_at = time.time_ns()
         # Batch semantics: the kernel ends with its main process; whatever it left behind goes too.
-        self.kill_tree()
-        self._reap()
-        return self.finish({"exit_code": code, "exited_at_ns": exited_at}, before)
+        for _ in range(100):
+            rest = self._tree(k) - {k.pid}
+            if not rest:
+                break
+            _signal(rest, signal.SIGKILL)
+            self._reap()
+            time.sleep(0.005)
+        after = k.cgroup.oom_kills() if k.cgroup else 0
+        if k.cgroup is not None:
+            k.cgroup.remove()
+        self.emit(
+            {
+                "ev": "exited",
+                "key": k.key,
+                "exit_code": os.waitstatus_to_exitcode(status),
+                "exited_at_ns": exited_at,
+                "oom_killed": k.watchdog_oom or after > k.oom_before,
+                "oom_kill_counter": {"before": k.oom_before, "after": after},
+                "memory_mode": self.mode.kind,
+                "cgroup": str(k.cgroup.path) if k.cgroup else None,
+                "killed_by_corral": k.by_us,
+            }
+        )
 
     def _reap(self) -> None:
         while True:
             try:
-                pid, _ = os.waitpid(-1, os.WNOHANG)
+                pid, status = os.waitpid(-1, os.WNOHANG)
             except ChildProcessError:
                 return
             if pid == 0:
                 return
+            k = self.kernels.pop(pid, None)
+            if k is not None:
+                self._finish(k, status)
 
-    def finish(self, result: dict[str, Any], before: int) -> int:
-        after = self.cgroup.oom_kills() if self.cgroup else 0
-        result.update(
-            oom_killed=self.watchdog_oom or after > before,
-            oom_kill_counter={"before": before, "after": after},
-            memory_mode=self.mode.kind,
-            cgroup=str(self.cgroup.path) if self.cgroup else None,
-            killed_by_corral=self.terminated_by_us,
-        )
-        result.setdefault("exited_at_ns", time.time_ns())
-        tmp = spec_path = self.spec["result"]
-        with open(tmp + ".tmp", "w") as f:
-            json.dump(result, f)
-        os.replace(tmp + ".tmp", spec_path)
-        if self.cgroup:
-            self.cgroup.remove()
-        return 0
+    def _tick(self) -> None:
+        now = time.monotonic()
+        for k in list(self.kernels.values()):
+            if k.term_deadline is not None and now > k.term_deadline:
+                self._signal_tree(k, signal.SIGKILL)
+            if k.cgroup is None and k.mem_limit:
+                tree = self._tree(k)
+                if sum(_rss(p) for p in tree) > k.mem_limit:
+                    k.watchdog_oom = True
+                    _signal(tree, signal.SIGKILL)
+
+    def shutdown(self) -> None:
+        """The agent is gone: nothing it started may outlive it."""
+        for k in list(self.kernels.values()):
+            k.by_us = True
+            self._signal_tree(k, signal.SIGKILL)
+        _signal(_children_of({os.getpid()}), signal.SIGKILL)
+        deadline = time.monotonic() + 5
+        while self.kernels and time.monotonic() < deadline:
+            self._reap()
+            time.sleep(0.01)
+
+    # --- loop ------------------------------------------------------------------------------
+    def run(self) -> int:
+        _subreaper()
+        wake_r, wake_w = os.pipe()
+        os.set_blocking(wake_w, False)
+        signal.set_wakeup_fd(wake_w)
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+        sel = selectors.DefaultSelector()
+        stdin = sys.stdin.fileno()
+        sel.register(stdin, selectors.EVENT_READ, "stdin")
+        sel.register(wake_r, selectors.EVENT_READ, "wake")
+        buf = b""
+        while True:
+            for sk, _ in sel.select(TICK):
+                if sk.data == "wake":
+                    os.read(wake_r, 4096)
+                    continue
+                data = os.read(stdin, 65536)
+                if not data:
+                    self.shutdown()
+                    return 0
+                buf += data
+                *lines, buf = buf.split(b"\n")
+                for line in lines:
+                    if line.strip():
+                        self.handle(json.loads(line))
+            self._reap()
+            self._tick()
+
+    def handle(self, cmd: dict[str, Any]) -> None:
+        op = cmd.get("op")
+        if op == "start":
+            self.start(cmd)
+        elif op == "term":
+            self.term(cmd["key"])
+        elif op == "kill":
+            self.kill(cmd["key"])
 
 
 def main() -> int:
-    with open(sys.argv[1]) as f:
-        spec = json.load(f)
-    # Only the agent stops us (stdin): a stray SIGTERM or Ctrl-C must not orphan the kernel tree.
+    # Only the agent stops us (stdin): a stray SIGTERM or Ctrl-C must not orphan the kernel trees.
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    return Supervisor(spec).run()
+    return Supervisor(CgroupMode(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else "")).run()
 
 
 if __name__ == "__main__":

@@ -72,6 +72,8 @@ class Coordinator:
                 handler.target_session_statuses,
                 kernel_statuses=getattr(handler, "target_kernel_statuses", None),
                 terminating_requested=handler.termination_requested,
+                queue_window=getattr(handler, "queue_window", None),
+                with_kernels=getattr(handler, "with_kernels", True),
             )
             if not targets:
                 return 0
@@ -166,7 +168,7 @@ class Coordinator:
         won = await sessions.apply_moves(ctx.conn, moves, ctx.now)
         won_ids = {m.session_id for m in won}
         if result.placements:
-            placed = [(by_id[sid], p) for sid, p in result.placements.items() if sid in won_ids]
+            placed = {sid: p for sid, p in result.placements.items() if sid in won_ids}
             await kernels.write_placements(ctx.conn, placed, ctx.now)
         for sid in stop:
             await sessions.request_termination(

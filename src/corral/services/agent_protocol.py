@@ -109,7 +109,7 @@ class AgentProtocol:
             # Logs before reports: once a kernel's end is stored, all of its output is too.
             await logs.append(conn, agent_id, chunks, now)
             for r in reports:
-                if not await kernels.apply_report(conn, agent_id, epoch, r, now):
+                if not await kernels.apply_report(conn, agent_id, r, now):
                     refused.append(r.kernel_id)
         if reports:
             self._wakeup.scheduler()
@@ -120,14 +120,12 @@ async def _orders_for(conn: AsyncConnection, agent_id: str) -> list[dict[str, An
     mine = await kernels.orders_for(conn, agent_id)
     if not mine:
         return []
-    session_ids = sorted({k.session_id for k in mine})
-    by_session = {sid: await sessions.get(conn, sid) for sid in session_ids}
-    addresses = {a.id: a.address for a in await agents.list_agents(conn)}
+    wanted = sorted({k.session_id for k in mine if k.status in _SPEC_STATUSES})
+    by_session = {s.id: s for s in await sessions.get_many(conn, wanted)}
+    addresses = await agents.addresses(conn) if wanted else {}
     out = []
     for k in mine:
-        s = by_session[k.session_id]
-        assert s is not None
-        spec = _spec(s, k, addresses) if k.status in _SPEC_STATUSES else {}
+        spec = _spec(by_session[k.session_id], k, addresses) if k.status in _SPEC_STATUSES else {}
         out.append(
             {
                 "kernel_id": k.id,

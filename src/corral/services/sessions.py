@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import re
+import time
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from corral.domain.cause import TerminationReason
 from corral.domain.resources import BUILTIN_SLOTS, ResourceError, ResourceSlots
@@ -57,6 +59,24 @@ def parse_resources(raw: dict[str, Any]) -> ResourceSlots:
     return slots
 
 
+_KNOWN_SECONDS = 5.0
+_known_names: dict[tuple[str, str], float] = {}
+
+
+async def _known(
+    conn: AsyncConnection, kind: str, name: str, exists: Callable[[AsyncConnection, str], Awaitable[bool]]
+) -> bool:
+    """Existence of a group or project, remembered briefly: they are created rarely, and only
+    a positive answer is cached, so a new one is usable at once."""
+    seen = _known_names.get((kind, name))
+    if seen is not None and time.monotonic() - seen < _KNOWN_SECONDS:
+        return True
+    if not await exists(conn, name):
+        return False
+    _known_names[(kind, name)] = time.monotonic()
+    return True
+
+
 async def create(engine: AsyncEngine, who: Principal, spec: SessionSpec) -> tuple[SessionRecord, bool]:
     """Returns the session and whether it was created now (False: an earlier identical creation_id)."""
     if not spec.command or not all(isinstance(c, str) for c in spec.command) or not spec.command[0]:
@@ -72,9 +92,9 @@ async def create(engine: AsyncEngine, who: Principal, spec: SessionSpec) -> tupl
                 found = await sessions.get(conn, existing)
                 assert found is not None
                 return found, False
-        if not await agents.resource_group_exists(conn, spec.resource_group):
+        if not await _known(conn, "resource_group", spec.resource_group, agents.resource_group_exists):
             raise InvalidInput("resource_group", f"unknown resource group {spec.resource_group!r}")
-        if not await auth.project_exists(conn, spec.project):
+        if not await _known(conn, "project", spec.project, auth.project_exists):
             raise InvalidInput("project", f"unknown project {spec.project!r}")
         if not who.is_admin and spec.project not in who.projects:
             raise Forbidden(f"you are not a member of project {spec.project!r}", {"field": "project"})
@@ -106,9 +126,7 @@ async def create(engine: AsyncEngine, who: Principal, spec: SessionSpec) -> tupl
             retry_policies=spec.retry_policies,
             creation_id=spec.creation_id or session_id,
         )
-        await sessions.insert_session(conn, new, now)
-        created = await sessions.get(conn, session_id)
-    assert created is not None
+        created = await sessions.insert_session(conn, new, now)
     return created, True
 
 
@@ -135,6 +153,11 @@ async def list_visible(
             limit=limit,
             offset=offset,
         )
+
+
+async def counts(engine: AsyncEngine, who: Principal) -> dict[str, int]:
+    async with engine.connect() as conn:
+        return await sessions.count_by_status(conn, None if who.is_admin else who.projects)
 
 
 async def cancel(engine: AsyncEngine, who: Principal, session_id: str) -> SessionRecord:

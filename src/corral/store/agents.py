@@ -149,6 +149,12 @@ async def list_agents(conn: AsyncConnection, resource_group: str | None = None) 
     return [convert.agent(r, used.get(r.id)) for r in rows]
 
 
+async def addresses(conn: AsyncConnection) -> dict[str, str]:
+    return {
+        agent_id: address for agent_id, address in await conn.execute(select(agents.c.id, agents.c.address))
+    }
+
+
 async def _used(conn: AsyncConnection, agent_ids: list[str]) -> dict[str, ResourceSlots]:
     if not agent_ids:
         return {}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from sqlalchemy.engine import Row
@@ -10,16 +11,22 @@ from corral.domain.resources import ResourceSlots
 from corral.domain.status import AgentStatus, KernelStatus, SessionStatus
 from corral.store.records import AgentRecord, HistoryRecord, KernelRecord, SessionRecord
 
+Source = Row[Any] | Mapping[str, Any]
 
-def kernel(row: Row[Any]) -> KernelRecord:
-    m = dict(row._mapping)
+
+def _fields(row: Source) -> dict[str, Any]:
+    return dict(row._mapping) if isinstance(row, Row) else dict(row)
+
+
+def kernel(row: Source) -> KernelRecord:
+    m = _fields(row)
     m["status"] = KernelStatus(m["status"])
     m["resources"] = ResourceSlots.from_json(m["resources"])
     return KernelRecord(**m)
 
 
-def session(row: Row[Any], kernels: tuple[KernelRecord, ...] = ()) -> SessionRecord:
-    m = dict(row._mapping)
+def session(row: Source, kernels: tuple[KernelRecord, ...] = ()) -> SessionRecord:
+    m = _fields(row)
     m["status"] = SessionStatus(m["status"])
     m["resources"] = ResourceSlots.from_json(m["resources"])
     return SessionRecord(**m, kernels=kernels)

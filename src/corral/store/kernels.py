@@ -2,40 +2,47 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import insert, select, update
+from sqlalchemy import bindparam, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.domain.placement import Placement
 from corral.domain.status import KERNEL_ON_AGENT, TERMINAL_KERNEL, KernelStatus
 from corral.domain.transitions import kernel_sources
 from corral.store import convert
-from corral.store.records import KernelRecord, KernelReport, SessionRecord
-from corral.store.tables import agents, allocations, kernels
+from corral.store.records import KernelRecord, KernelReport
+from corral.store.tables import allocations, kernels
 
 
-async def write_placements(
-    conn: AsyncConnection, placed: Sequence[tuple[SessionRecord, Placement]], now: datetime
-) -> None:
+async def write_placements(conn: AsyncConnection, placed: dict[str, Placement], now: datetime) -> None:
     """Allocation rows and agent assignment for sessions that just moved to SCHEDULED."""
+    if not placed:
+        return
     rows = []
-    for s, placement in placed:
-        for k, agent_id in zip(s.kernels, placement.agent_ids, strict=True):
-            rows.append(
-                {
-                    "kernel_id": k.id,
-                    "session_id": s.id,
-                    "agent_id": agent_id,
-                    "slots": k.resources.to_json(),
-                    "created_at": now,
-                }
+    ids = list(placed)
+    for chunk in range(0, len(ids), 500):
+        found = await conn.execute(
+            select(kernels.c.id, kernels.c.session_id, kernels.c.rank, kernels.c.resources).where(
+                kernels.c.session_id.in_(ids[chunk : chunk + 500])
             )
-            await conn.execute(update(kernels).where(kernels.c.id == k.id).values(agent_id=agent_id))
-    if rows:
-        await conn.execute(insert(allocations), rows)
+        )
+        rows += [
+            {
+                "kernel_id": kid,
+                "session_id": sid,
+                "agent_id": placed[sid].agent_ids[rank],
+                "slots": slots,
+                "created_at": now,
+            }
+            for kid, sid, rank, slots in found
+        ]
+    await conn.execute(insert(allocations), rows)
+    await conn.execute(
+        update(kernels).where(kernels.c.id == bindparam("k_id")).values(agent_id=bindparam("k_agent")),
+        [{"k_id": r["kernel_id"], "k_agent": r["agent_id"]} for r in rows],
+    )
 
 
 async def release(conn: AsyncConnection, kernel_ids: list[str], now: datetime) -> None:
@@ -69,13 +76,11 @@ async def end_kernels(
     return ended
 
 
-async def apply_report(
-    conn: AsyncConnection, agent_id: str, epoch: int, report: KernelReport, now: datetime
-) -> bool:
-    """One agent report through the guarded update; False when stale, fenced or not this agent's."""
-    current_epoch = (await conn.execute(select(agents.c.epoch).where(agents.c.id == agent_id))).scalar()
-    if current_epoch != epoch:
-        return False
+async def apply_report(conn: AsyncConnection, agent_id: str, report: KernelReport, now: datetime) -> bool:
+    """One agent report through the guarded update; False when stale or not this agent's.
+
+    The caller checks the agent's epoch in the same transaction (once per batch of reports).
+    """
     values: dict[str, Any] = {"status": str(report.status), "status_changed_at": now}
     if report.status in (KernelStatus.RUNNING, KernelStatus.CREATING):
         values["started"] = True

@@ -22,65 +22,66 @@ class RefusedTransition(Exception):
     """A move the transition table does not allow (a bug in the caller, not a lost race)."""
 
 
-async def insert_session(conn: AsyncConnection, new: NewSession, now: datetime) -> None:
-    await conn.execute(
-        insert(sessions).values(
-            id=new.id,
-            name=new.name,
-            type=new.type,
-            status=SessionStatus.PENDING,
+async def insert_session(conn: AsyncConnection, new: NewSession, now: datetime) -> SessionRecord:
+    """Insert a PENDING session with its kernels and its first event; returns what was written."""
+    row: dict[str, Any] = {c.name: None for c in sessions.columns}
+    row.update(
+        id=new.id,
+        name=new.name,
+        type=new.type,
+        status=str(SessionStatus.PENDING),
+        status_changed_at=now,
+        result="undefined",
+        priority=new.priority,
+        resource_group=new.resource_group,
+        project=new.project,
+        owner=new.owner,
+        cluster_size=new.cluster_size,
+        resources=new.resources.to_json(),
+        placement=new.placement,
+        command=new.command,
+        env=new.env,
+        image=new.image,
+        timeout=new.timeout,
+        error_strategy=new.error_strategy,
+        retry_policy=new.retry_policy,
+        retry_policies=new.retry_policies,
+        creation_id=new.creation_id,
+        parent_session_id=new.parent_session_id,
+        root_session_id=new.root_session_id or new.id,
+        retry_count=new.retry_count,
+        chain_submitted_at=new.chain_submitted_at or now,
+        retry_after=new.retry_after,
+        phase_tries=0,
+        reschedule_count=0,
+        created_at=now,
+    )
+    kernel_rows: list[dict[str, Any]] = []
+    for rank in range(new.cluster_size):
+        k: dict[str, Any] = {c.name: None for c in kernels.columns}
+        k.update(
+            id=str(uuid.uuid4()),
+            session_id=new.id,
+            rank=rank,
+            role="main" if rank == 0 else "sub",
+            status=str(KernelStatus.PENDING),
             status_changed_at=now,
-            result="undefined",
-            priority=new.priority,
-            resource_group=new.resource_group,
-            project=new.project,
-            owner=new.owner,
-            cluster_size=new.cluster_size,
+            generation=0,
             resources=new.resources.to_json(),
-            placement=new.placement,
-            command=new.command,
-            env=new.env,
-            image=new.image,
-            timeout=new.timeout,
-            error_strategy=new.error_strategy,
-            retry_policy=new.retry_policy,
-            retry_policies=new.retry_policies,
-            creation_id=new.creation_id,
-            parent_session_id=new.parent_session_id,
-            root_session_id=new.root_session_id or new.id,
-            retry_count=new.retry_count,
-            chain_submitted_at=new.chain_submitted_at or now,
-            retry_after=new.retry_after,
-            phase_tries=0,
-            reschedule_count=0,
-            created_at=now,
+            kill_requested=False,
+            started=False,
+            oom_killed=False,
+            killed_by_corral=False,
+            agent_lost=False,
+            image_failed=False,
+            conditions=[],
+            detail={},
         )
-    )
-    await conn.execute(
-        insert(kernels),
-        [
-            {
-                "id": str(uuid.uuid4()),
-                "session_id": new.id,
-                "rank": rank,
-                "role": "main" if rank == 0 else "sub",
-                "status": KernelStatus.PENDING,
-                "status_changed_at": now,
-                "generation": 0,
-                "resources": new.resources.to_json(),
-                "kill_requested": False,
-                "started": False,
-                "oom_killed": False,
-                "killed_by_corral": False,
-                "agent_lost": False,
-                "image_failed": False,
-                "conditions": [],
-                "detail": {},
-            }
-            for rank in range(new.cluster_size)
-        ],
-    )
+        kernel_rows.append(k)
+    await conn.execute(insert(sessions), row)  # bound parameters: the compiled statement is reused
+    await conn.execute(insert(kernels), kernel_rows)
     await journal.add_events(conn, [(new.id, "session.created", None, "PENDING", {})], now)
+    return convert.session(row, tuple(convert.kernel(k) for k in kernel_rows))
 
 
 async def id_for_creation(conn: AsyncConnection, creation_id: str) -> str | None:
@@ -101,6 +102,15 @@ async def _with_kernels(conn: AsyncConnection, query: Select[Any]) -> list[Sessi
         for k in krows:
             by_session[k.session_id].append(convert.kernel(k))
     return [convert.session(r, tuple(by_session[r.id])) for r in rows]
+
+
+async def get_many(conn: AsyncConnection, session_ids: list[str]) -> list[SessionRecord]:
+    found: list[SessionRecord] = []
+    for chunk in range(0, len(session_ids), 500):
+        found += await _with_kernels(
+            conn, select(sessions).where(sessions.c.id.in_(session_ids[chunk : chunk + 500]))
+        )
+    return found
 
 
 async def get(conn: AsyncConnection, session_id: str) -> SessionRecord | None:
@@ -131,15 +141,24 @@ async def for_handler(
     *,
     kernel_statuses: Collection[KernelStatus] | None = None,
     terminating_requested: bool | None = None,
+    queue_window: int | None = None,
+    with_kernels: bool = True,
     limit: int = 5000,
 ) -> list[SessionRecord]:
-    """A handler's targets: sessions in `statuses` (optionally with a kernel in `kernel_statuses`)."""
-    query = (
-        select(sessions)
-        .where(sessions.c.resource_group == resource_group, sessions.c.status.in_([str(s) for s in statuses]))
-        .order_by(sessions.c.created_at, sessions.c.id)
-        .limit(limit)
+    """A handler's targets: sessions in `statuses` (optionally with a kernel in `kernel_statuses`).
+
+    With `queue_window`, only that many from the head of the queue (priority, chain submission,
+    id), so a long queue is not re-read in full every cycle.
+    """
+    query = select(sessions).where(
+        sessions.c.resource_group == resource_group, sessions.c.status.in_([str(s) for s in statuses])
     )
+    if queue_window is not None:
+        query = query.order_by(
+            sessions.c.priority.desc(), sessions.c.chain_submitted_at, sessions.c.id
+        ).limit(queue_window)
+    else:
+        query = query.order_by(sessions.c.created_at, sessions.c.id).limit(limit)
     if terminating_requested is True:
         query = query.where(sessions.c.termination_reason.is_not(None))
     elif terminating_requested is False:
@@ -153,11 +172,16 @@ async def for_handler(
             .exists()
         )
         query = query.where(has_kernel)
+    if not with_kernels:
+        return [convert.session(r) for r in await conn.execute(query)]
     return await _with_kernels(conn, query)
 
 
-async def count_by_status(conn: AsyncConnection) -> dict[str, int]:
-    rows = await conn.execute(select(sessions.c.status, func.count()).group_by(sessions.c.status))
+async def count_by_status(conn: AsyncConnection, projects: Collection[str] | None = None) -> dict[str, int]:
+    query = select(sessions.c.status, func.count()).group_by(sessions.c.status)
+    if projects is not None:
+        query = query.where(sessions.c.project.in_(list(projects)))
+    rows = await conn.execute(query)
     return {status: n for status, n in rows}
 
 

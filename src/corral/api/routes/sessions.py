@@ -42,6 +42,11 @@ async def list_sessions(
     return [SessionOut.of(s) for s in await svc.list_visible(state.engine, who, status, limit, offset)]
 
 
+@router.get("/counts", response_model=dict[str, int], summary="Sessions per status")
+async def session_counts(who: Caller, state: State) -> dict[str, int]:
+    return await svc.counts(state.engine, who)
+
+
 @router.get("/{session_id}", response_model=SessionOut)
 async def get_session(session_id: str, who: Caller, state: State) -> SessionOut:
     return SessionOut.of(await svc.get(state.engine, who, session_id))

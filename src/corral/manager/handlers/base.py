@@ -53,6 +53,10 @@ class LifecycleHandler(ABC):
     termination_requested: ClassVar[bool | None] = False
     # The cause recorded when an expired/give-up move ends the session.
     failure_cause: ClassVar[Cause | None] = None
+    # Only this many targets from the head of the queue per cycle (None: all of them).
+    queue_window: ClassVar[int | None] = None
+    # Whether targets come with their kernels (a long queue is cheaper to read without).
+    with_kernels: ClassVar[bool] = True
 
     @classmethod
     @abstractmethod

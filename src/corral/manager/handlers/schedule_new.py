@@ -19,6 +19,9 @@ class ScheduleNewSessions(LifecycleHandler):
     target_session_statuses = frozenset({SessionStatus.PENDING})
     target_kernel_statuses = frozenset({KernelStatus.PENDING})
     failure_cause = Cause.SCHEDULER_TIMEOUT
+    # Placement looks at the head of the queue; sessions further back are reached as it drains.
+    queue_window = 512
+    with_kernels = False
 
     @classmethod
     def status_transitions(cls) -> StatusTransitions:
@@ -48,7 +51,7 @@ class ScheduleNewSessions(LifecycleHandler):
         # Backfill: a session that does not fit does not block smaller ones behind it (see README).
         for entry in ready:
             s = by_id[entry.session_id]
-            needs = [k.resources for k in s.kernels]
+            needs = [s.resources] * s.cluster_size  # every kernel of a session asks for the same slots
             placement = place_gang(needs, snapshot, PlacementStrategy(s.placement))
             if placement is None:
                 result.skipped.append(Skip(s.id, "no agent has room for it now"))

@@ -1,0 +1,164 @@
+"""Throughput: an embedded Corral (manager + 2 agents declaring 32 CPUs each) runs N 1-CPU `true`
+sessions; prints sessions/s from the first submit to the last terminal status.
+
+    .venv/bin/python bench/throughput.py --n 1000 [--database-url postgresql+asyncpg://...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tests.support.postgres import free_port  # noqa: E402
+
+TERMINAL = ("TERMINATED", "CANCELLED", "ERROR")
+
+
+def start(cmd: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(cmd, env=env, stdout=log.open("ab"), stderr=subprocess.STDOUT)
+
+
+async def submit_all(url: str, key: str, n: int, concurrency: int) -> float:
+    headers = {"Authorization": f"Bearer {key}"}
+    queue: asyncio.Queue[int] = asyncio.Queue()
+    for i in range(n):
+        queue.put_nowait(i)
+    async with httpx.AsyncClient(base_url=url, headers=headers, timeout=60) as http:
+
+        async def worker() -> None:
+            while not queue.empty():
+                i = queue.get_nowait()
+                body = {"command": ["true"], "resources": {"cpu": 1}, "name": f"bench-{i}"}
+                resp = await http.post("/api/v1/sessions", json=body)
+                resp.raise_for_status()
+
+        first = time.monotonic()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        return time.monotonic() - first
+
+
+def server_span(http: httpx.Client) -> tuple[float, int]:
+    """Seconds from the first created_at to the last terminated_at, and how many succeeded."""
+    created, ended, ok, offset = [], [], 0, 0
+    while True:
+        page = http.get("/api/v1/sessions", params={"limit": 1000, "offset": offset}).json()
+        if not page:
+            break
+        for s in page:
+            created.append(datetime.fromisoformat(s["created_at"]))
+            ended.append(datetime.fromisoformat(s["terminated_at"]))
+            ok += s["result"] == "success"
+        offset += len(page)
+    return (max(ended) - min(created)).total_seconds(), ok
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--n", type=int, default=1000, help="sessions to run")
+    parser.add_argument("--cpus", type=int, default=32, help="CPUs each of the 2 agents declares")
+    parser.add_argument("--concurrency", type=int, default=8, help="parallel submitters")
+    parser.add_argument("--database-url", default="", help="default: a fresh SQLite file")
+    args = parser.parse_args()
+
+    work = Path(tempfile.mkdtemp(prefix="corral-bench-"))
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    key, token = "crl_bench_" + os.urandom(8).hex(), "bench-" + os.urandom(8).hex()
+    env = {
+        **os.environ,
+        "CORRAL_DATABASE_URL": args.database_url or f"sqlite+aiosqlite:///{work}/corral.db",
+        "CORRAL_PORT": str(port),
+        "CORRAL_AGENT_TOKEN": token,
+        "CORRAL_BOOTSTRAP_ADMIN_KEY": key,
+        "CORRAL_LOOP_INTERVAL": "0.2",
+    }
+    py = sys.executable
+    profile = (
+        ["-m", "cProfile", "-o", os.environ["CORRAL_BENCH_PROFILE"]]
+        if os.environ.get("CORRAL_BENCH_PROFILE")
+        else []
+    )
+    procs = [start([py, *profile, "-m", "corral", "manager"], env, work / "manager.log")]
+    http = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"}, timeout=60)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if http.get("/healthz").status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise SystemExit("manager did not start; see " + str(work / "manager.log"))
+            time.sleep(0.1)
+        for i in (1, 2):
+            procs.append(
+                start(
+                    [
+                        py,
+                        "-m",
+                        "corral",
+                        "agent",
+                        "--manager",
+                        url,
+                        "--token",
+                        token,
+                        "--id",
+                        f"bench-{i}",
+                        "--cpu",
+                        str(args.cpus),
+                        "--work-dir",
+                        str(work / f"a{i}"),
+                    ],
+                    env,
+                    work / f"agent{i}.log",
+                )
+            )
+        while len([a for a in http.get("/api/v1/agents").json() if a["status"] == "ALIVE"]) < 2:
+            time.sleep(0.1)
+        print(
+            f"corral bench: {args.n} sessions, 2 agents x {args.cpus} CPUs, "
+            f"{'PostgreSQL' if args.database_url else 'SQLite'}",
+            flush=True,
+        )
+        started = time.monotonic()
+        submit_seconds = asyncio.run(submit_all(url, key, args.n, args.concurrency))
+        print(f"submitted in {submit_seconds:.2f}s ({args.n / submit_seconds:.0f} submits/s)", flush=True)
+        last = -1
+        while True:
+            counts = http.get("/api/v1/sessions/counts").json()
+            done = sum(counts.get(s, 0) for s in TERMINAL)
+            if done != last:
+                print(f"  {done}/{args.n} ended after {time.monotonic() - started:.1f}s", flush=True)
+                last = done
+            if done >= args.n:
+                break
+            time.sleep(0.5)
+        span, ok = server_span(http)
+        print(f"sessions ended successfully: {ok}/{args.n}")
+        print(f"first submit -> last terminal status: {span:.2f}s")
+        print(f"throughput: {args.n / span:.1f} sessions/s")
+        return 0 if ok == args.n else 1
+    finally:
+        for p in reversed(procs):
+            p.terminate()
+        for p in procs:
+            p.wait(timeout=15)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,73 @@
+"""The agent's end of its supervisor: start it, send commands, dispatch its events."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import structlog
+
+from corral.agent.cgroup import CgroupMode
+
+log = structlog.get_logger("corral.agent.link")
+
+
+class SupervisorLink:
+    """If the agent dies, the supervisor sees end-of-file on this pipe and kills every kernel."""
+
+    def __init__(self, mode: CgroupMode, on_event: Callable[[dict[str, Any]], None]) -> None:
+        self.mode = mode
+        self._on_event = on_event
+        self._proc: asyncio.subprocess.Process | None = None
+        self._reader: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        self._proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "corral.agent.supervisor",
+            self.mode.kind,
+            self.mode.parent,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+        )
+        self._reader = asyncio.create_task(self._read(), name="agent:supervisor")
+
+    async def _read(self) -> None:
+        assert self._proc is not None and self._proc.stdout is not None
+        async for line in self._proc.stdout:
+            try:
+                event = json.loads(line)
+            except ValueError:
+                log.warning("unreadable line from the supervisor", line=line[:200])
+                continue
+            self._on_event(event)
+        if self._proc.returncode is None:
+            await self._proc.wait()
+        log.error("supervisor exited", returncode=self._proc.returncode)
+
+    def send(self, command: dict[str, Any]) -> None:
+        if self._proc is None or self._proc.stdin is None or self._proc.stdin.is_closing():
+            log.error("the supervisor is not running; command dropped", op=command.get("op"))
+            return
+        self._proc.stdin.write(json.dumps(command).encode() + b"\n")
+
+    @property
+    def alive(self) -> bool:
+        return self._proc is not None and self._proc.returncode is None
+
+    async def close(self) -> None:
+        """End of file: the supervisor kills whatever still runs, then exits."""
+        if self._proc is None:
+            return
+        if self._proc.stdin and not self._proc.stdin.is_closing():
+            self._proc.stdin.close()
+        try:
+            await asyncio.wait_for(self._proc.wait(), 15)
+        except TimeoutError:
+            self._proc.kill()
+        if self._reader:
+            await asyncio.gather(self._reader, return_exceptions=True)
