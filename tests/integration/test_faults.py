@@ -115,3 +115,31 @@ def test_lost_agent_makes_prepare_fail_retry_then_give_up(own_cluster: Callable[
     c.signal_agent("flaky", signal.SIGCONT)
     final = c.wait(s["id"], timeout=60)
     assert (final["status"], final["result"]) == ("TERMINATED", "success")
+
+
+def test_agent_fences_itself_when_the_manager_stays_away(
+    own_cluster: Callable[..., Cluster], tmp_path: Path
+) -> None:
+    c = own_cluster()
+    c.start_agent("alone")
+    kpid = tmp_path / "kernel.pid"
+    s = c.submit(command=["sh", "-c", f"echo $$ > {kpid}; echo before; sleep 300"])
+    c.wait(s["id"], {"RUNNING"})
+    poll(lambda: kpid.exists() and kpid.read_text().strip(), 20, "the kernel pid file")
+    kernel_pid = int(kpid.read_text())
+    poll(
+        lambda: (
+            "before"
+            in "".join(ch["data"] for ch in c.http.get(f"/api/v1/sessions/{s['id']}/logs").json()["chunks"])
+        ),
+        20,
+        "the first log line to reach the manager",
+    )
+    c.kill_manager()
+    # Past the fence timeout (4s here) with no manager, the agent kills its own kernels.
+    poll(lambda: gone(kernel_pid), 20, "the agent to kill its kernel on its own")
+    c.start_manager()
+    final = c.wait(s["id"], timeout=30)
+    assert (final["status"], final["cause"]) == ("ERROR", "agent_transient")
+    logs = c.http.get(f"/api/v1/sessions/{s['id']}/logs").json()
+    assert "before" in "".join(ch["data"] for ch in logs["chunks"])

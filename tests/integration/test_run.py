@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.support.cluster import Cluster
+from tests.support.cluster import Cluster, poll
 
 
 def test_run_prints_workload_output_exactly_and_exits_zero(cluster: Cluster) -> None:
@@ -119,3 +119,19 @@ def test_cancel_of_a_running_session_terminates_it(cluster: Cluster) -> None:
     s = cluster.wait(s["id"], timeout=30)
     assert (s["status"], s["cause"]) == ("TERMINATED", "user_cancelled")
     assert cluster.corral("session", "cancel", s["id"]).returncode != 0
+
+
+def test_a_session_that_cannot_fit_waits_with_one_collapsed_skip_row(cluster: Cluster) -> None:
+    s = cluster.submit(command=["true"], resources={"cpu": 3})  # each agent has 2 CPUs
+
+    def skip_count() -> int:
+        rows = [h for h in cluster.history(s["id"]) if h["result"] == "SKIPPED"]
+        assert len(rows) <= 1, rows
+        return rows[0]["count"] if rows else 0
+
+    poll(lambda: skip_count() >= 3, 30, "the skip row to be counted several times")
+    assert cluster.session(s["id"])["status"] == "PENDING"
+    done = cluster.corral("session", "cancel", s["id"])
+    assert done.returncode == 0, done.stderr
+    final = cluster.wait(s["id"])
+    assert (final["status"], final["cause"]) == ("CANCELLED", "user_cancelled")

@@ -46,6 +46,7 @@ class Agent:
         self.last_contact = time.monotonic()
         self.mode = CgroupMode("watchdog", "")
         self.link: SupervisorLink | None = None
+        self._why = ""
         self._wake_push = asyncio.Event()
         self._stopped = asyncio.Event()
         self._register_lock = asyncio.Lock()

@@ -34,7 +34,6 @@ class TerminationReason(StrEnum):
     PREEMPTED = "preempted"
     AGENT_LOST = "agent_transient"
     SCHEDULER_TIMEOUT = "scheduler_timeout"
-    KERNEL_FAILED = "kernel_failed"
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ class FinalVerdict:
 def final_verdict(kernels: Sequence[KernelOutcome], reason: TerminationReason | None) -> FinalVerdict:
     cause, root = classify_failure(kernels, reason)
     if root is None:
-        if reason in (None, TerminationReason.KERNEL_FAILED):
+        if reason is None:
             if kernels and all(k.status is KernelStatus.TERMINATED and k.exit_code == 0 for k in kernels):
                 main = min(kernels, key=lambda k: k.rank)
                 return FinalVerdict(

@@ -141,10 +141,3 @@ class ResourceSlots(Mapping[str, Decimal]):
             else:
                 out[k] = float(v)
         return out
-
-
-def sum_slots(items: list[ResourceSlots]) -> ResourceSlots:
-    total = ResourceSlots()
-    for item in items:
-        total = total + item
-    return total

@@ -129,11 +129,6 @@ async def orders_for(conn: AsyncConnection, agent_id: str) -> list[KernelRecord]
     return [convert.kernel(r) for r in rows]
 
 
-async def of_sessions(conn: AsyncConnection, session_ids: list[str]) -> list[KernelRecord]:
-    rows = await conn.execute(select(kernels).where(kernels.c.session_id.in_(session_ids)))
-    return [convert.kernel(r) for r in rows]
-
-
 async def get(conn: AsyncConnection, kernel_id: str) -> KernelRecord | None:
     row = (await conn.execute(select(kernels).where(kernels.c.id == kernel_id))).first()
     return convert.kernel(row) if row else None

@@ -1,4 +1,4 @@
-"""Helpers shared by handlers that hand orders to agents."""
+"""What handlers that hand orders to agents share: finding lost agents, judging the hand-over."""
 
 from __future__ import annotations
 
@@ -6,7 +6,9 @@ from collections.abc import Sequence
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from corral.domain.status import AgentStatus
+from corral.domain.scheduling import Failure
+from corral.domain.status import AgentStatus, SessionStatus
+from corral.manager.handlers.base import LifecycleResult
 from corral.store import agents
 from corral.store.records import SessionRecord
 
@@ -18,3 +20,20 @@ async def lost_agents_of(conn: AsyncConnection, targets: Sequence[SessionRecord]
         return set()
     alive = {a.id for a in await agents.list_agents(conn) if a.status is AgentStatus.ALIVE}
     return wanted - alive
+
+
+async def hand_over(
+    conn: AsyncConnection, targets: Sequence[SessionRecord], ready: SessionStatus, message: str
+) -> LifecycleResult:
+    """Orders are kernel rows that agents pull, so handing them over is the transaction's commit
+    and a slow agent never blocks the cycle.  A session whose agent is lost fails instead; sessions
+    already handed over are left alone (only their time in status can expire them)."""
+    result = LifecycleResult()
+    lost = await lost_agents_of(conn, targets)
+    for s in targets:
+        gone = sorted({k.agent_id for k in s.kernels if k.agent_id in lost})
+        if gone:
+            result.failures.append(Failure(s.id, "agent not reachable: " + ", ".join(gone)))
+        elif s.status is ready:
+            result.success(s.id, message)
+    return result

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from corral.domain.scheduling import Failure, StatusTransitions, TransitionStatus
+from corral.domain.scheduling import StatusTransitions, TransitionStatus
 from corral.domain.status import KernelStatus, SessionStatus
 from corral.manager.handlers.base import HandlerContext, LifecycleHandler, LifecycleResult
-from corral.manager.handlers.liveness import lost_agents_of
+from corral.manager.handlers.liveness import hand_over
 from corral.store.records import SessionRecord
 
 
@@ -25,12 +25,4 @@ class StartSessions(LifecycleHandler):
         )
 
     async def execute(self, ctx: HandlerContext, targets: Sequence[SessionRecord]) -> LifecycleResult:
-        result = LifecycleResult()
-        lost = await lost_agents_of(ctx.conn, targets)
-        for s in targets:
-            gone = sorted({k.agent_id for k in s.kernels if k.agent_id in lost})
-            if gone:
-                result.failures.append(Failure(s.id, "agent not reachable: " + ", ".join(gone)))
-            else:
-                result.success(s.id, "start orders handed to agents")
-        return result
+        return await hand_over(ctx.conn, targets, SessionStatus.PREPARED, "start orders handed to agents")
