@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -39,6 +39,12 @@ def _verdict_values(v: FinalVerdict) -> tuple[tuple[str, Any], ...]:
     )
 
 
+def _may_have_targets(handler: Handler, present: set[tuple[SessionStatus, bool]]) -> bool:
+    wanted = handler.termination_requested
+    requested = (True, False) if wanted is None else (wanted,)
+    return any((s, r) in present for s in handler.target_session_statuses for r in requested)
+
+
 class Coordinator:
     """Applies handlers' declared transitions for one resource group."""
 
@@ -49,21 +55,38 @@ class Coordinator:
         handlers: Sequence[Handler],
         limits: PhaseLimits,
         clock: Callable[[], datetime],
+        on_change: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self._engine = engine
         self._rg = resource_group
         self._handlers = list(handlers)
         self._limits = limits
         self._clock = clock
+        self._on_change = on_change
 
     async def run_cycle(self) -> int:
         """Every handler once; returns how many sessions changed status."""
+        async with self._engine.connect() as conn:
+            present = await sessions.live_statuses(conn, self._rg)
         moved = 0
         for handler in self._handlers:
-            moved += await self.run_handler(handler)
+            if not _may_have_targets(handler, present):
+                continue  # a handler with nothing to look at costs no transaction
+            won, acted = await self._run(handler)
+            present |= {(m.dst, requested) for m in won for requested in (True, False)}
+            if acted and getattr(handler, "hands_orders", False) and self._on_change is not None:
+                # Agents pull orders: wake their long polls now, not at the end of the cycle.
+                await self._on_change()
+            moved += len(won)
         return moved
 
     async def run_handler(self, handler: Handler) -> int:
+        """One handler in its own transaction; returns how many sessions changed status."""
+        won, _ = await self._run(handler)
+        return len(won)
+
+    async def _run(self, handler: Handler) -> tuple[list[Move], bool]:
+        """The moves that won, and whether anything changed (moves, or orders without moves)."""
         now = self._clock()
         async with transaction(self._engine) as conn:
             targets = await sessions.for_handler(
@@ -76,18 +99,20 @@ class Coordinator:
                 with_kernels=getattr(handler, "with_kernels", True),
             )
             if not targets:
-                return 0
+                return [], False
             ctx = HandlerContext(conn, now, self._rg, self._limits)
             if isinstance(handler, SessionPromotionHandler):
                 moves, history = self._promote(handler, targets)
                 won = await sessions.apply_moves(conn, moves, now)
+                acted = bool(won)
             else:
                 result = await handler.execute(ctx, targets)
                 won, history = await self._judge(ctx, handler, result, targets)
+                acted = bool(won or result.successes)
             won_ids = {m.session_id for m in won}
             history = [h for h in history if h[4] is None or h[0] in won_ids]
             await journal.add_history(conn, history, now)
-        return len(won)
+        return won, acted
 
     def _promote(
         self, handler: SessionPromotionHandler, targets: Sequence[SessionRecord]

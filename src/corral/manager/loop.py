@@ -35,7 +35,9 @@ class SchedulerLoop:
         self._cfg = cfg
         self._wakeup = wakeup
         self._holder = holder
-        self.coordinator = Coordinator(engine, resource_group, cycle_handlers(), cfg.limits(), utcnow)
+        self.coordinator = Coordinator(
+            engine, resource_group, cycle_handlers(), cfg.limits(), utcnow, on_change=wakeup.orders_changed
+        )
 
     async def run_once(self) -> int:
         now = utcnow()
@@ -45,8 +47,8 @@ class SchedulerLoop:
                 return 0
         changed = await sweep(self._engine, self._rg, self._cfg, now)
         moved = await self.coordinator.run_cycle()
-        if moved or changed:
-            await self._wakeup.orders_changed()
+        if changed:
+            await self._wakeup.orders_changed()  # fenced kernels leave their agents' orders
         return moved + changed
 
     async def run(self) -> None:

@@ -177,6 +177,19 @@ async def for_handler(
     return await _with_kernels(conn, query)
 
 
+async def live_statuses(conn: AsyncConnection, resource_group: str) -> set[tuple[SessionStatus, bool]]:
+    """(status, has a termination request) pairs present among the group's live sessions."""
+    rows = await conn.execute(
+        select(sessions.c.status, sessions.c.termination_reason.is_not(None))
+        .where(
+            sessions.c.resource_group == resource_group,
+            sessions.c.status.not_in([str(s) for s in TERMINAL_SESSION]),
+        )
+        .distinct()
+    )
+    return {(SessionStatus(status), bool(requested)) for status, requested in rows}
+
+
 async def count_by_status(conn: AsyncConnection, projects: Collection[str] | None = None) -> dict[str, int]:
     query = select(sessions.c.status, func.count()).group_by(sessions.c.status)
     if projects is not None:

@@ -57,6 +57,8 @@ class LifecycleHandler(ABC):
     queue_window: ClassVar[int | None] = None
     # Whether targets come with their kernels (a long queue is cheaper to read without).
     with_kernels: ClassVar[bool] = True
+    # Whether its successes are orders agents pull (so their long polls are woken at once).
+    hands_orders: ClassVar[bool] = False
 
     @classmethod
     @abstractmethod

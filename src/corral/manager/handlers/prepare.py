@@ -13,6 +13,7 @@ from corral.store.records import SessionRecord
 
 class PrepareSessions(LifecycleHandler):
     name = "PrepareSessions"
+    hands_orders = True
     target_session_statuses = frozenset({SessionStatus.SCHEDULED, SessionStatus.PREPARING})
 
     @classmethod

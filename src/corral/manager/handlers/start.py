@@ -13,6 +13,7 @@ from corral.store.records import SessionRecord
 
 class StartSessions(LifecycleHandler):
     name = "StartSessions"
+    hands_orders = True
     target_session_statuses = frozenset({SessionStatus.PREPARED})
 
     @classmethod

@@ -25,6 +25,7 @@ _RUNNING = frozenset({KernelStatus.CREATING, KernelStatus.RUNNING})
 
 class TerminateSessions(LifecycleHandler):
     name = "TerminateSessions"
+    hands_orders = True
     target_session_statuses = frozenset({SessionStatus.TERMINATING})
     target_kernel_statuses = _NOT_STARTED | _RUNNING
     termination_requested = None
