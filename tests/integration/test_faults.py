@@ -143,3 +143,22 @@ def test_agent_fences_itself_when_the_manager_stays_away(
     assert (final["status"], final["cause"]) == ("ERROR", "agent_transient")
     logs = c.http.get(f"/api/v1/sessions/{s['id']}/logs").json()
     assert "before" in "".join(ch["data"] for ch in logs["chunks"])
+
+
+def test_a_second_live_agent_with_the_same_id_is_refused(own_cluster: Callable[..., Cluster]) -> None:
+    c = own_cluster()
+    c.start_agent("twin")
+    first = c.agent("twin")
+    assert first is not None
+    original = c.agents["twin"]
+    c.start_agent("twin", wait=False)  # the same id again, from another process
+    c.agents["twin-original"] = original  # both are stopped when the cluster closes
+
+    def refused() -> bool:
+        return "in use by another live agent" in (c.workdir / "agent-twin.log").read_text()
+
+    poll(refused, 20, "the second agent to be refused")
+    again = c.agent("twin")
+    assert again is not None and again["epoch"] == first["epoch"], "the live agent was not fenced by its twin"
+    s = c.submit(command=["sh", "-c", "echo still-works"])
+    assert c.wait(s["id"])["result"] == "success"

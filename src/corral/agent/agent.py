@@ -11,6 +11,7 @@ import asyncio
 import os
 import socket
 import time
+import uuid
 from collections import deque
 from pathlib import Path
 from types import TracebackType
@@ -19,8 +20,8 @@ from typing import Any
 import structlog
 
 from corral.agent.capacity import capacity
-from corral.agent.cgroup import CgroupMode, detect
-from corral.agent.client import Fenced, ManagerUnreachable, ProtocolClient
+from corral.agent.cgroup import CgroupMode, detect, release
+from corral.agent.client import Fenced, ManagerUnreachable, ProtocolClient, Refused
 from corral.agent.kernel import KernelRunner, Report
 from corral.agent.link import SupervisorLink
 from corral.agent.settings import AgentSettings
@@ -47,6 +48,7 @@ class Agent:
         self.mode = CgroupMode("watchdog", "")
         self.link: SupervisorLink | None = None
         self._why = ""
+        self._instance = uuid.uuid4().hex
         self._wake_push = asyncio.Event()
         self._stopped = asyncio.Event()
         self._register_lock = asyncio.Lock()
@@ -70,12 +72,18 @@ class Agent:
         self.link = SupervisorLink(self.mode, self._on_supervisor_event)
         await self.link.start()
         await self._register()
+        if self._stopped.is_set():
+            return
         self._tasks = [
             asyncio.create_task(self._pull_loop(), name="agent:pull"),
             asyncio.create_task(self._push_loop(), name="agent:push"),
             asyncio.create_task(self._fence_watch(), name="agent:fence"),
         ]
         await self._stopped.wait()
+
+    def request_stop(self) -> None:
+        """Safe from a signal handler: `run()` returns, and `shutdown()` (or `async with`) cleans up."""
+        self._stopped.set()
 
     async def shutdown(self) -> None:
         if self._closed:
@@ -93,6 +101,7 @@ class Agent:
                 pass
         if self.link is not None:
             await self.link.close()
+        release(self.mode)
         await self.client.aclose()
 
     async def _register(self) -> None:
@@ -110,10 +119,15 @@ class Agent:
                             "memory_mode_why": self._why,
                             "pid": os.getpid(),
                         },
+                        instance=self._instance,
                     )
                 except ManagerUnreachable as exc:
                     log.warning("manager unreachable; retrying registration", error=str(exc))
                     await asyncio.sleep(1.0)
+                    continue
+                except Refused as exc:
+                    log.error("registration refused; retrying", reason=str(exc))
+                    await asyncio.sleep(2.0)
                     continue
                 self.epoch = reply["epoch"]
                 self.lease = reply["agent_lease"]

@@ -53,6 +53,15 @@ def detect(agent_id: str, prefer: str = "auto") -> tuple[CgroupMode, str]:
     ) else why + f" ({prefer} unavailable)"
 
 
+def release(mode: CgroupMode) -> None:
+    """Remove the agent's (empty) parent cgroup when it stops; a busy one is left as it is."""
+    if mode.parent:
+        try:
+            Path(mode.parent).rmdir()
+        except OSError:
+            pass
+
+
 class KernelCgroup:
     """One kernel's cgroup (v1 or v2)."""
 

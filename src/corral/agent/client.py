@@ -11,6 +11,10 @@ class Fenced(Exception):
     """The manager refused this agent's epoch: everything it runs must stop, then re-register."""
 
 
+class Refused(Exception):
+    """The manager said no for a reason this agent must show its operator (e.g. a duplicate id)."""
+
+
 class ManagerUnreachable(Exception):
     """No answer (network, manager down, or a 5xx)."""
 
@@ -30,6 +34,8 @@ class ProtocolClient:
             raise ManagerUnreachable(repr(exc)) from exc
         if resp.status_code == 409 and resp.json().get("error", {}).get("code") == "fenced":
             raise Fenced(resp.json()["error"]["message"])
+        if resp.status_code == 409:
+            raise Refused(resp.json().get("error", {}).get("message", resp.text))
         if resp.status_code >= 500:
             raise ManagerUnreachable(f"{resp.status_code} from the manager")
         if resp.status_code >= 400:

@@ -16,6 +16,9 @@ class RegisterIn(BaseModel):
     resource_group: str = "default"
     capacity: dict[str, int | float | str]
     info: dict[str, Any] = Field(default_factory=dict)
+    instance: str = Field(
+        "", max_length=64, description="random per agent process: tells a restart from a twin"
+    )
 
 
 class RegisterOut(BaseModel):

@@ -130,7 +130,7 @@ async def _run_agent(agent: object) -> None:
     loop = asyncio.get_running_loop()
     async with agent:
         for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, lambda: asyncio.ensure_future(agent.shutdown()))
+            loop.add_signal_handler(sig, agent.request_stop)
         await agent.run()
 
 

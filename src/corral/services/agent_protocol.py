@@ -6,7 +6,7 @@ import hashlib
 import json
 import time
 from collections import defaultdict
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -15,7 +15,7 @@ from corral.domain.resources import ResourceError, ResourceSlots
 from corral.domain.status import KernelStatus
 from corral.manager.settings import SchedulerSettings
 from corral.manager.wakeup import Wakeup
-from corral.services.errors import Fenced, InvalidInput
+from corral.services.errors import Conflict, Fenced, InvalidInput
 from corral.store import agents, kernels, logs, sessions
 from corral.store.db import transaction
 from corral.store.records import KernelRecord, KernelReport
@@ -51,6 +51,19 @@ class AgentProtocol:
         except ResourceError as exc:
             raise InvalidInput(f"capacity.{exc.field}", str(exc)) from exc
         async with transaction(self._engine) as conn:
+            twin = await agents.live_incarnation(
+                conn,
+                agent_id,
+                str(info.get("instance", "")),
+                timedelta(seconds=self._cfg.agent_lease),
+                _now(),
+            )
+            if twin is not None:
+                raise Conflict(
+                    f"agent id {agent_id!r} is in use by another live agent (last heartbeat"
+                    f" {twin:%H:%M:%S} UTC): give this one another --id, or stop the other",
+                    {"field": "agent_id"},
+                )
             await agents.ensure_resource_group(conn, resource_group, _now())
             epoch = await agents.register(
                 conn,

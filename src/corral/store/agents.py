@@ -59,6 +59,21 @@ async def register(
     return epoch
 
 
+async def live_incarnation(
+    conn: AsyncConnection, agent_id: str, instance: str, lease: timedelta, now: datetime
+) -> datetime | None:
+    """The last heartbeat of another live process registered under this id, if there is one."""
+    row = (
+        await conn.execute(
+            select(agents.c.status, agents.c.info, agents.c.last_heartbeat).where(agents.c.id == agent_id)
+        )
+    ).first()
+    if row is None or row.status != str(AgentStatus.ALIVE) or row.last_heartbeat < now - lease:
+        return None
+    other = (row.info or {}).get("instance")
+    return row.last_heartbeat if other and instance and other != instance else None
+
+
 async def resource_group_exists(conn: AsyncConnection, name: str) -> bool:
     row = await conn.execute(select(resource_groups.c.name).where(resource_groups.c.name == name))
     return row.first() is not None

@@ -31,7 +31,12 @@ async def list_agents(_: Admin, state: State) -> list[AgentOut]:
 @router.post("/agent/register", response_model=RegisterOut, dependencies=[AgentAuth])
 async def register(body: RegisterIn, state: State) -> RegisterOut:
     epoch = await state.protocol.register(
-        body.agent_id, body.hostname, body.address, body.resource_group, body.capacity, body.info
+        body.agent_id,
+        body.hostname,
+        body.address,
+        body.resource_group,
+        body.capacity,
+        {**body.info, "instance": body.instance},
     )
     cfg = state.scheduler
     return RegisterOut(
