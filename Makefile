@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PIP := $(BIN)/pip --disable-pip-version-check -q
 
-.PHONY: up test lint unit integration bench clean
+.PHONY: up test lint unit integration bench clean postgres
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -25,7 +25,13 @@ lint: $(VENV)/.dev
 	$(BIN)/ruff format --check src tests bench
 	$(BIN)/mypy src
 
-test: lint
+# The suite starts its own PostgreSQL from the server binaries; install them if this machine lacks them.
+postgres:
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { \
+		echo "installing the PostgreSQL server (needed by the test suite)"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null; }
+
+test: lint postgres
 	$(BIN)/python tests/run.py
 
 unit: $(VENV)/.dev
