@@ -74,7 +74,7 @@ class Coordinator:
                 continue  # a handler with nothing to look at costs no transaction
             won, acted = await self._run(handler)
             present |= {(m.dst, requested) for m in won for requested in (True, False)}
-            if acted and getattr(handler, "hands_orders", False) and self._on_change is not None:
+            if acted and handler.hands_orders and self._on_change is not None:
                 # Agents pull orders: wake their long polls now, not at the end of the cycle.
                 await self._on_change()
             moved += len(won)
@@ -93,10 +93,10 @@ class Coordinator:
                 conn,
                 self._rg,
                 handler.target_session_statuses,
-                kernel_statuses=getattr(handler, "target_kernel_statuses", None),
+                kernel_statuses=handler.target_kernel_statuses,
                 terminating_requested=handler.termination_requested,
-                queue_window=getattr(handler, "queue_window", None),
-                with_kernels=getattr(handler, "with_kernels", True),
+                queue_window=handler.queue_window,
+                with_kernels=handler.with_kernels,
             )
             if not targets:
                 return [], False

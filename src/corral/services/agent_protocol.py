@@ -18,7 +18,7 @@ from corral.manager.wakeup import Wakeup
 from corral.services.errors import Conflict, Fenced, InvalidInput
 from corral.store import agents, kernels, logs, sessions
 from corral.store.db import transaction
-from corral.store.records import KernelRecord, KernelReport
+from corral.store.records import KernelRecord, KernelReport, SessionRecord
 
 # Orders carry the full spec only where the agent must act on it.
 _SPEC_STATUSES = frozenset({KernelStatus.PREPARING, KernelStatus.PULLING, KernelStatus.CREATING})
@@ -153,7 +153,7 @@ async def _orders_for(conn: AsyncConnection, agent_id: str) -> list[dict[str, An
     return out
 
 
-def _spec(s: Any, k: KernelRecord, addresses: dict[str, str]) -> dict[str, Any]:
+def _spec(s: SessionRecord, k: KernelRecord, addresses: dict[str, str]) -> dict[str, Any]:
     hosts = [addresses.get(p.agent_id or "", "127.0.0.1") for p in s.kernels]
     master = s.kernels[0]
     max_retries = int((s.retry_policy or {}).get("max_retries", 0))

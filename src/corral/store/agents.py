@@ -164,6 +164,11 @@ async def list_agents(conn: AsyncConnection, resource_group: str | None = None) 
     return [convert.agent(r, used.get(r.id)) for r in rows]
 
 
+async def alive_ids(conn: AsyncConnection) -> set[str]:
+    rows = await conn.execute(select(agents.c.id).where(agents.c.status == str(AgentStatus.ALIVE)))
+    return set(rows.scalars())
+
+
 async def addresses(conn: AsyncConnection) -> dict[str, str]:
     return {
         agent_id: address for agent_id, address in await conn.execute(select(agents.c.id, agents.c.address))

@@ -76,6 +76,11 @@ class SessionPromotionHandler(ABC):
     check_kernel_statuses: ClassVar[frozenset[KernelStatus]]
     match_type: ClassVar[KernelMatchType]
     termination_requested: ClassVar[bool | None] = None
+    # The coordinator reads the same options from both kinds of handler.
+    target_kernel_statuses: ClassVar[frozenset[KernelStatus] | None] = None
+    queue_window: ClassVar[int | None] = None
+    with_kernels: ClassVar[bool] = True
+    hands_orders: ClassVar[bool] = False
 
     @classmethod
     @abstractmethod

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.domain.scheduling import Failure
-from corral.domain.status import AgentStatus, SessionStatus
+from corral.domain.status import SessionStatus
 from corral.manager.handlers.base import LifecycleResult
 from corral.store import agents
 from corral.store.records import SessionRecord
@@ -18,8 +18,7 @@ async def lost_agents_of(conn: AsyncConnection, targets: Sequence[SessionRecord]
     wanted = {k.agent_id for s in targets for k in s.kernels if k.agent_id}
     if not wanted:
         return set()
-    alive = {a.id for a in await agents.list_agents(conn) if a.status is AgentStatus.ALIVE}
-    return wanted - alive
+    return wanted - await agents.alive_ids(conn)
 
 
 async def hand_over(
