@@ -12,6 +12,7 @@ from sqlalchemy import func, select
 
 from corral.domain.judge import PhaseLimits
 from corral.domain.resources import ResourceSlots
+from corral.domain.spec import SessionSpec
 from corral.manager.coordinator import Coordinator
 from corral.manager.handlers.base import HandlerContext, LifecycleResult
 from corral.manager.handlers.schedule_new import ScheduleNewSessions
@@ -59,22 +60,8 @@ async def test_two_coordinators_race(backend: str, fresh_database: Callable[[str
                     NewSession(
                         id=sid,
                         name=f"s{i}",
-                        type="batch",
-                        priority=10,
-                        resource_group="default",
-                        project="default",
                         owner="t",
-                        cluster_size=1,
-                        resources=ResourceSlots.parse({"cpu": 1}),
-                        placement="concentrated",
-                        command=["true"],
-                        env={},
-                        image=None,
-                        timeout=None,
-                        error_strategy="earliest",
-                        retry_policy=None,
-                        retry_policies=[],
-                        creation_id=sid,
+                        spec=SessionSpec(command=("true",), resources=ResourceSlots.parse({"cpu": 1})),
                     ),
                     now,
                 )

@@ -121,8 +121,17 @@ def test_cancel_of_a_running_session_terminates_it(cluster: Cluster) -> None:
     assert cluster.corral("session", "cancel", s["id"]).returncode != 0
 
 
+def test_a_request_larger_than_every_agent_is_refused_naming_the_resource(cluster: Cluster) -> None:
+    for resources, field in (({"cpu": 3}, "resources.cpu"), ({"mem": "1P"}, "resources.mem")):
+        resp = cluster.http.post("/api/v1/sessions", json={"command": ["true"], "resources": resources})
+        assert resp.status_code == 422, resp.text
+        assert resp.json()["error"]["details"]["field"] == field
+        assert "more than any agent" in resp.json()["error"]["message"]
+
+
 def test_a_session_that_cannot_fit_waits_with_one_collapsed_skip_row(cluster: Cluster) -> None:
-    s = cluster.submit(command=["true"], resources={"cpu": 3})  # each agent has 2 CPUs
+    # Each kernel fits an agent (2 CPUs each), but three of them never fit the two agents at once.
+    s = cluster.submit(command=["true"], resources={"cpu": 2}, cluster_size=3)
 
     def skip_count() -> int:
         rows = [h for h in cluster.history(s["id"]) if h["result"] == "SKIPPED"]

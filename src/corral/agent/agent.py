@@ -21,13 +21,33 @@ import structlog
 
 from corral.agent.capacity import capacity
 from corral.agent.cgroup import CgroupMode, detect, release
-from corral.agent.client import Fenced, ManagerUnreachable, ProtocolClient, Refused
+from corral.agent.client import Fenced, ManagerUnreachable, ProtocolClient, Refused, Rejected
 from corral.agent.kernel import KernelRunner, Report
 from corral.agent.link import SupervisorLink
 from corral.agent.settings import AgentSettings
 from corral.domain.status import KernelStatus
+from corral.protocol.messages import KernelOrder
 
 log = structlog.get_logger("corral.agent")
+
+FENCE_TICK = 0.1
+# What a kernel report needs to end its kernel; details are dropped if the manager refuses them.
+_ESSENTIAL = frozenset(
+    {
+        "kernel_id",
+        "generation",
+        "status",
+        "exit_code",
+        "signal",
+        "oom_killed",
+        "killed_by_corral",
+        "image_failed",
+        "agent_lost",
+        "exited_at_ns",
+        "master_port",
+        "final",
+    }
+)
 
 
 class Agent:
@@ -69,8 +89,7 @@ class Agent:
         self.mode, why = detect(self.cfg.id, self.cfg.memory_mode)
         log.info("memory limits", mode=self.mode.kind, why=why, cgroup=self.mode.parent or None)
         self._why = why
-        self.link = SupervisorLink(self.mode, self._on_supervisor_event)
-        await self.link.start()
+        await self._start_supervisor()
         await self._register()
         if self._stopped.is_set():
             return
@@ -80,6 +99,29 @@ class Agent:
             asyncio.create_task(self._fence_watch(), name="agent:fence"),
         ]
         await self._stopped.wait()
+
+    async def _start_supervisor(self) -> None:
+        self.link = SupervisorLink(self.mode, self._on_supervisor_event, self._on_supervisor_exit)
+        await self.link.start()
+        for k in self.kernels.values():
+            k.link = self.link
+
+    def _on_supervisor_exit(self, returncode: int | None) -> None:
+        if not self._stopped.is_set():
+            self._tasks.append(
+                asyncio.create_task(self._replace_supervisor(returncode), name="agent:respawn")
+            )
+
+    async def _replace_supervisor(self, returncode: int | None) -> None:
+        orphans = [k for k in self.kernels.values() if k.started and not k.ended]
+        log.error(
+            "supervisor died: killing its kernels and starting a new one",
+            returncode=returncode,
+            kernels=len(orphans),
+        )
+        await asyncio.gather(*(k.supervisor_lost() for k in orphans))
+        if not self._stopped.is_set():
+            await self._start_supervisor()
 
     def request_stop(self) -> None:
         """Safe from a signal handler: `run()` returns, and `shutdown()` (or `async with`) cleans up."""
@@ -163,20 +205,23 @@ class Agent:
         seen = ""
         while True:
             epoch = self.epoch
+            sent = time.monotonic()
             try:
                 reply = await self.client.orders(self.cfg.id, epoch, seen, self.long_poll)
             except Fenced as exc:
                 await self._fenced(str(exc))
                 seen = ""
                 continue
-            except ManagerUnreachable:
+            except (ManagerUnreachable, Rejected) as exc:
+                if isinstance(exc, Rejected):
+                    log.error("orders refused or unreadable", error=str(exc))
                 await asyncio.sleep(0.5)
                 continue
             if epoch != self.epoch:
                 continue
-            self.last_contact = time.monotonic()
-            seen = reply["fingerprint"]
-            self._reconcile(reply["orders"])
+            self._contact(sent)
+            seen = reply.fingerprint
+            self._reconcile(reply.orders)
 
     async def _push_loop(self) -> None:
         while True:
@@ -190,6 +235,11 @@ class Agent:
             except Fenced as exc:
                 await self._fenced(str(exc))
             except ManagerUnreachable:
+                await asyncio.sleep(0.5)
+            except Rejected as exc:
+                # Resending the same batch cannot help: strip it to what ends kernels, and go on.
+                log.error("reports refused by the manager; resending them without details", error=str(exc))
+                self.outbox = [{k: v for k, v in r.items() if k in _ESSENTIAL} for r in self.outbox]
                 await asyncio.sleep(0.5)
 
     async def _push_once(self) -> None:
@@ -205,14 +255,15 @@ class Agent:
         if not reports and not chunks:
             return
         epoch = self.epoch
+        sent = time.monotonic()
         await self.client.reports(
             self.cfg.id, epoch, [{k: v for k, v in r.items() if k != "final"} for r in reports], chunks
         )
-        self.last_contact = time.monotonic()
+        self._contact(sent)
         for k, part in tails:
             k.logs.commit(part)
-        sent = {id(r) for r in reports}
-        self.outbox = [r for r in self.outbox if id(r) not in sent]
+        done = {id(r) for r in reports}
+        self.outbox = [r for r in self.outbox if id(r) not in done]
         for r in reports:
             if r.get("final"):
                 self._forget(r["kernel_id"], r["generation"])
@@ -226,9 +277,20 @@ class Agent:
         while len(self._finished_order) > 100_000:
             self.finished.discard(self._finished_order.popleft())
 
+    def _contact(self, sent: float) -> None:
+        """A request sent at `sent` was answered: the manager heard from us no earlier than that, so
+        counting the fence from the send time (not the reply) keeps us ahead of the manager's count."""
+        self.last_contact = max(self.last_contact, sent)
+
+    def _ping_supervisor(self) -> None:
+        if self.link is not None and self.link.alive:
+            remaining = self.fence_timeout - (time.monotonic() - self.last_contact)
+            self.link.send({"op": "ping", "fence_in": max(0.0, remaining)})
+
     async def _fence_watch(self) -> None:
         while True:
-            await asyncio.sleep(0.2)
+            self._ping_supervisor()
+            await asyncio.sleep(FENCE_TICK)
             silent = time.monotonic() - self.last_contact
             live = [k for k in self.kernels.values() if not k.ended and not k.fenced]
             if silent > self.fence_timeout and live:
@@ -246,54 +308,53 @@ class Agent:
         self._wake_push.set()
 
     def _on_supervisor_event(self, event: dict[str, Any]) -> None:
-        kernel_id, _, generation = event["key"].rpartition(".")
+        if event.get("ev") == "fenced":
+            log.error(
+                "supervisor fenced the kernels: the agent stopped pinging it", kernels=event.get("kernels")
+            )
+            return
+        if event.get("ev") == "error":
+            log.error("supervisor could not carry out a command", error=event.get("error"))
+            return
+        kernel_id, _, generation = str(event.get("key", "")).rpartition(".")
         runner = self.kernels.get(kernel_id)
-        if runner is not None and runner.generation == int(generation):
+        if runner is not None and str(runner.generation) == generation:
             runner.on_event(event)
 
-    def _runner(self, order: dict[str, Any]) -> KernelRunner:
+    def _runner(self, order: KernelOrder) -> KernelRunner:
         assert self.link is not None, "orders arrive only after the supervisor started"
-        runner = self.kernels.get(order["kernel_id"])
-        if runner is not None and runner.generation != order["generation"]:
+        runner = self.kernels.get(order.kernel_id)
+        if runner is not None and runner.generation != order.generation:
             # Re-placed here after an earlier placement: that one must not run on.
             runner.fence()
             runner = None
         if runner is None:
             runner = KernelRunner(
-                order["kernel_id"],
-                order["generation"],
-                order["session_id"],
-                order["rank"],
+                order.kernel_id,
+                order.generation,
+                order.session_id,
+                order.rank,
                 Path(self.cfg.work_dir),
                 self.link,
                 self.cfg.grace,
                 self._queue,
             )
-            self.kernels[order["kernel_id"]] = runner
+            self.kernels[order.kernel_id] = runner
         return runner
 
-    def _reconcile(self, orders: list[dict[str, Any]]) -> None:
+    def _reconcile(self, orders: list[KernelOrder]) -> None:
         wanted = set()
         for o in orders:
-            kid = o["kernel_id"]
-            wanted.add(kid)
-            if (kid, o["generation"]) in self.finished:
+            wanted.add(o.kernel_id)
+            if (o.kernel_id, o.generation) in self.finished:
                 continue  # an order computed before our final report landed: never run twice
-            status = KernelStatus(o["status"])
-            existing = self.kernels.get(kid)
-            if existing is not None and existing.generation != o["generation"]:
-                existing = None
-            if o["kill"]:
-                (existing or self._runner(o)).kill()
-                continue
-            if status in (KernelStatus.PREPARING, KernelStatus.PULLING) and existing is None:
-                self._runner(o).prepare(o["spec"], self.cfg.images)
-            elif status is KernelStatus.CREATING:
+            try:
+                self._act(o)
+            except Exception as exc:  # one bad order fails its kernel, never the agent
+                log.exception("cannot carry out an order", kernel=o.kernel_id)
                 runner = self._runner(o)
-                if not runner.prepared and not runner.ended:
-                    runner.prepare(o["spec"], self.cfg.images, quiet=True)
-                if runner.prepared and not runner.started and not runner.ended:
-                    runner.start(o["spec"])
+                if not runner.ended:
+                    runner.fail(f"the agent could not carry out the order: {exc!r}"[:1000])
         for kid, runner in list(self.kernels.items()):
             if kid in wanted:
                 continue
@@ -303,3 +364,20 @@ class Agent:
                 # No longer ours (declared gone): it must not keep running.
                 log.warning("kernel not ordered any more: killing it", kernel=kid)
                 runner.fence()
+
+    def _act(self, o: KernelOrder) -> None:
+        existing = self.kernels.get(o.kernel_id)
+        if existing is not None and existing.generation != o.generation:
+            existing = None
+        if o.kill:
+            runner = existing or self._runner(o)
+            runner.force_kill() if o.force else runner.kill()
+            return
+        if o.status in (KernelStatus.PREPARING, KernelStatus.PULLING) and existing is None:
+            self._runner(o).prepare(o.spec, self.cfg.images)
+        elif o.status is KernelStatus.CREATING:
+            runner = self._runner(o)
+            if not runner.prepared and not runner.ended:
+                runner.prepare(o.spec, self.cfg.images, quiet=True)
+            if runner.prepared and not runner.started and not runner.ended:
+                runner.start(o.spec)

@@ -5,6 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 import httpx
+from pydantic import ValidationError
+
+from corral.protocol.messages import OrdersOut
 
 
 class Fenced(Exception):
@@ -13,6 +16,10 @@ class Fenced(Exception):
 
 class Refused(Exception):
     """The manager said no for a reason this agent must show its operator (e.g. a duplicate id)."""
+
+
+class Rejected(Exception):
+    """The manager refused a message as malformed (4xx): sending it again cannot help."""
 
 
 class ManagerUnreachable(Exception):
@@ -39,15 +46,19 @@ class ProtocolClient:
         if resp.status_code >= 500:
             raise ManagerUnreachable(f"{resp.status_code} from the manager")
         if resp.status_code >= 400:
-            raise RuntimeError(f"manager refused {path}: {resp.status_code} {resp.text}")
+            raise Rejected(f"manager refused {path}: {resp.status_code} {resp.text[:500]}")
         data: dict[str, Any] = resp.json()
         return data
 
     async def register(self, **body: Any) -> dict[str, Any]:
         return await self._post("register", body)
 
-    async def orders(self, agent_id: str, epoch: int, seen: str, wait: float) -> dict[str, Any]:
-        return await self._post("orders", {"agent_id": agent_id, "epoch": epoch, "seen": seen, "wait": wait})
+    async def orders(self, agent_id: str, epoch: int, seen: str, wait: float) -> OrdersOut:
+        reply = await self._post("orders", {"agent_id": agent_id, "epoch": epoch, "seen": seen, "wait": wait})
+        try:
+            return OrdersOut.model_validate(reply)
+        except ValidationError as exc:
+            raise Rejected(f"unreadable orders from the manager: {exc}") from exc
 
     async def reports(
         self, agent_id: str, epoch: int, reports: list[dict[str, Any]], logs: list[tuple[str, str, int, str]]

@@ -5,17 +5,21 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import socket
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import structlog
 
+from corral.agent.cgroup import KernelCgroup
 from corral.agent.link import SupervisorLink
 from corral.agent.logtail import LogTail
 from corral.domain.exits import normalise_exit
 from corral.domain.status import KernelStatus
+from corral.protocol.types import scrub
 
 log = structlog.get_logger("corral.agent.kernel")
 
@@ -106,6 +110,7 @@ class KernelRunner:
         self.ended = False
         self.kill_sent = False
         self.fenced = False
+        self.pid: int | None = None
         self._done = asyncio.Event()
 
     def prepare(self, spec: dict[str, Any], images: dict[str, str], quiet: bool = False) -> None:
@@ -124,26 +129,39 @@ class KernelRunner:
             self._say(KernelStatus.PREPARED, master_port=port)
 
     def start(self, spec: dict[str, Any]) -> None:
-        self.started = True
         checkpoint = self.work_dir / "checkpoints" / spec["root_session_id"]
         checkpoint.mkdir(parents=True, exist_ok=True)
-        self.link.send(
-            {
-                "op": "start",
-                "key": self.key,
-                "command": spec["command"],
-                "env": kernel_env(spec, self.kernel_id, self.session_id, self.files, checkpoint),
-                "cwd": str(self.dir),
-                "stdout": str(self.files["stdout"]),
-                "stderr": str(self.files["stderr"]),
-                "mem_limit": int(float(spec["resources"].get("mem", 0))),
-                "grace": self.grace,
-            }
-        )
+        command = {
+            "op": "start",
+            "key": self.key,
+            "command": spec["command"],
+            "env": kernel_env(spec, self.kernel_id, self.session_id, self.files, checkpoint),
+            "cwd": str(self.dir),
+            "stdout": str(self.files["stdout"]),
+            "stderr": str(self.files["stderr"]),
+            "mem_limit": int(float(spec["resources"].get("mem", 0))),
+            "grace": self.grace,
+        }
+        self.started = True
+        sent = self.link.send(command)
+        if not sent:
+            self._end(
+                KernelStatus.ERROR,
+                agent_lost=True,
+                termination_message="the agent's supervisor is not running",
+            )
+
+    def fail(self, why: str) -> None:
+        """This kernel cannot be run as ordered: it ends ERROR with the reason, nothing else does."""
+        if self.started and not self.fenced:
+            self.fence()  # whatever was started goes; the supervisor's exit event ends it
+            return
+        self._end(KernelStatus.ERROR, termination_message=why)
 
     def on_event(self, event: dict[str, Any]) -> None:
         """An event from the supervisor about this kernel."""
         if event["ev"] == "started":
+            self.pid = int(event["pid"])
             self._say(KernelStatus.RUNNING, detail={"pid": event["pid"]})
         elif event["ev"] == "exited":
             self._finish(event)
@@ -171,13 +189,15 @@ class KernelRunner:
             killed_by_corral=killed and not oom,
             agent_lost=self.fenced,
             exited_at_ns=result.get("exited_at_ns"),
-            termination_message=message or None,
-            error_record=record if isinstance(record, dict) else None,
-            detail={
-                k: result[k]
-                for k in ("oom_kill_counter", "memory_mode", "cgroup", "start_error")
-                if result.get(k) is not None
-            },
+            termination_message=scrub(message[-TERMINATION_LOG_MAX:]) or None,
+            error_record=scrub(record) if isinstance(record, dict) else None,
+            detail=scrub(
+                {
+                    k: result[k]
+                    for k in ("oom_kill_counter", "memory_mode", "cgroup", "start_error")
+                    if result.get(k) is not None
+                }
+            ),
         )
 
     def _end(self, status: KernelStatus, **fields: Any) -> None:
@@ -198,6 +218,16 @@ class KernelRunner:
             return
         self.link.send({"op": "term", "key": self.key})
 
+    def force_kill(self) -> None:
+        """Escalation ordered by the manager: SIGKILL now, no grace."""
+        if self.ended:
+            return
+        if not self.started:
+            self.kill()
+            return
+        self.kill_sent = True
+        self.link.send({"op": "kill", "key": self.key})
+
     def fence(self) -> None:
         """Kill at once: the manager is unreachable (or this kernel is no longer ours)."""
         if self.fenced or self.ended:
@@ -209,6 +239,39 @@ class KernelRunner:
         else:
             self.ended = True  # nothing ran; the manager learns of it through the fence, not from us
             self._done.set()
+
+    async def supervisor_lost(self) -> None:
+        """Our supervisor died: kill what is left of the kernel ourselves, confirm it is gone, end it."""
+        if self.ended:
+            return
+        mode = self.link.mode
+        cgroup = KernelCgroup(mode, self.key) if mode.kind != "watchdog" else None
+        deadline = time.monotonic() + 10
+        while True:
+            left: list[int] = []
+            if cgroup is not None:
+                left = cgroup.pids()
+                cgroup.kill_all()
+            elif self.pid is not None:
+                try:
+                    os.killpg(self.pid, signal.SIGKILL)  # started with setsid: its group is its tree
+                    left = [self.pid]
+                except (ProcessLookupError, PermissionError):
+                    left = []
+            if not left or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.02)
+        if cgroup is not None:
+            cgroup.remove()
+        if left:
+            log.error("kernel processes survived their supervisor", kernel=self.kernel_id, pids=left)
+        self._end(
+            KernelStatus.ERROR,
+            agent_lost=True,
+            killed_by_corral=True,
+            exited_at_ns=time.time_ns(),
+            termination_message="the agent's supervisor died; Corral killed the kernel",
+        )
 
     async def wait(self) -> None:
         await self._done.wait()

@@ -18,9 +18,16 @@ log = structlog.get_logger("corral.agent.link")
 class SupervisorLink:
     """If the agent dies, the supervisor sees end-of-file on this pipe and kills every kernel."""
 
-    def __init__(self, mode: CgroupMode, on_event: Callable[[dict[str, Any]], None]) -> None:
+    def __init__(
+        self,
+        mode: CgroupMode,
+        on_event: Callable[[dict[str, Any]], None],
+        on_exit: Callable[[int | None], None] | None = None,
+    ) -> None:
         self.mode = mode
         self._on_event = on_event
+        self._on_exit = on_exit
+        self._closing = False
         self._proc: asyncio.subprocess.Process | None = None
         self._reader: asyncio.Task[None] | None = None
 
@@ -44,16 +51,24 @@ class SupervisorLink:
             except ValueError:
                 log.warning("unreadable line from the supervisor", line=line[:200])
                 continue
-            self._on_event(event)
+            if isinstance(event, dict):
+                self._on_event(event)
         if self._proc.returncode is None:
             await self._proc.wait()
-        log.error("supervisor exited", returncode=self._proc.returncode)
+        if not self._closing:
+            log.error("supervisor exited", returncode=self._proc.returncode)
+            if self._on_exit is not None:
+                self._on_exit(self._proc.returncode)
 
-    def send(self, command: dict[str, Any]) -> None:
-        if self._proc is None or self._proc.stdin is None or self._proc.stdin.is_closing():
-            log.error("the supervisor is not running; command dropped", op=command.get("op"))
-            return
-        self._proc.stdin.write(json.dumps(command).encode() + b"\n")
+    def send(self, command: dict[str, Any]) -> bool:
+        """False when the supervisor is gone (the caller fails what it asked for)."""
+        if self._proc is None or self._proc.stdin is None or self._proc.stdin.is_closing() or not self.alive:
+            return False
+        try:
+            self._proc.stdin.write(json.dumps(command).encode() + b"\n")
+        except (OSError, RuntimeError):
+            return False
+        return True
 
     @property
     def alive(self) -> bool:
@@ -61,6 +76,7 @@ class SupervisorLink:
 
     async def close(self) -> None:
         """End of file: the supervisor kills whatever still runs, then exits."""
+        self._closing = True
         if self._proc is None:
             return
         if self._proc.stdin and not self._proc.stdin.is_closing():

@@ -7,10 +7,14 @@ re-parented to it and stay findable.  Commands arrive as JSON lines on stdin:
     {"op": "start", "key", "command", "env", "cwd", "stdout", "stderr", "mem_limit", "grace"}
     {"op": "term", "key"}    SIGTERM to the kernel's tree, SIGKILL after its grace period
     {"op": "kill", "key"}    SIGKILL to the kernel's tree now
+    {"op": "ping", "fence_in"}  the agent is alive and may keep its kernels `fence_in` more seconds
 
 and events go back as JSON lines on stdout: {"ev": "started", "key", "pid"} and
 {"ev": "exited", "key", "exit_code", "exited_at_ns", "oom_killed", ...}.  End of file on stdin means
-the agent died or fenced itself: every kernel tree is killed and the supervisor exits.
+the agent died or fenced itself: every kernel tree is killed and the supervisor exits.  And if the
+agent stops pinging (SIGSTOP, a hung event loop) past the last `fence_in` it gave, the supervisor
+kills every kernel itself: a stopped agent still fences.  A command it cannot carry out fails that
+kernel (an "exited" event), never the supervisor.
 
 It is single-threaded (a selector over stdin and a SIGCHLD wake-up pipe) and uses posix_spawn, so a
 kernel costs about a millisecond to start: the supervisor is on the path of every session.
@@ -98,6 +102,7 @@ class Supervisor:
         self.mode = mode
         self.kernels: dict[int, Kernel] = {}
         self.out = sys.stdout
+        self.fence_at: float | None = None
 
     def emit(self, event: dict[str, Any]) -> None:
         self.out.write(json.dumps(event) + "\n")
@@ -123,27 +128,35 @@ class Supervisor:
         try:
             os.chdir(cmd["cwd"])
             pid = os.posix_spawnp(argv[0], argv, cmd["env"], file_actions=actions, setsid=True)
-        except OSError as exc:
-            with open(cmd["stderr"], "a") as err:
-                err.write(f"corral: cannot start {cmd['command'][0]!r}: {exc}\n")
-            if cgroup is not None:
-                cgroup.remove()
-            self.emit(
-                {
-                    "ev": "exited",
-                    "key": key,
-                    "exit_code": 127,
-                    "exited_at_ns": time.time_ns(),
-                    "start_error": str(exc),
-                    "oom_killed": False,
-                    "memory_mode": self.mode.kind,
-                }
-            )
+        except (OSError, ValueError, TypeError) as exc:
+            # Like a shell: 127 when there is nothing to run, 126 when it cannot be executed.
+            code = 127 if isinstance(exc, FileNotFoundError) or not isinstance(exc, OSError) else 126
+            self._spawn_failed(cmd, cgroup, code, str(exc))
             return
         finally:
             os.chdir("/")
         self.kernels[pid] = Kernel(key, pid, cgroup, before, mem, float(cmd.get("grace", 10.0)))
         self.emit({"ev": "started", "key": key, "pid": pid})
+
+    def _spawn_failed(self, cmd: dict[str, Any], cgroup: KernelCgroup | None, code: int, why: str) -> None:
+        try:
+            with open(cmd["stderr"], "a") as err:
+                err.write(f"corral: cannot start {str(cmd['command'][0])!r}: {why}\n")
+        except (OSError, KeyError, IndexError, TypeError):
+            pass
+        if cgroup is not None:
+            cgroup.remove()
+        self.emit(
+            {
+                "ev": "exited",
+                "key": cmd.get("key", ""),
+                "exit_code": code,
+                "exited_at_ns": time.time_ns(),
+                "start_error": why,
+                "oom_killed": False,
+                "memory_mode": self.mode.kind,
+            }
+        )
 
     def _find(self, key: str) -> Kernel | None:
         return next((k for k in self.kernels.values() if k.key == key), None)
@@ -216,6 +229,11 @@ class Supervisor:
 
     def _tick(self) -> None:
         now = time.monotonic()
+        if self.fence_at is not None and now >= self.fence_at and self.kernels:
+            self.emit({"ev": "fenced", "kernels": len(self.kernels)})
+            for k in self.kernels.values():
+                k.by_us = True
+                self._signal_tree(k, signal.SIGKILL)
         for k in list(self.kernels.values()):
             if k.term_deadline is not None and now > k.term_deadline:
                 self._signal_tree(k, signal.SIGKILL)
@@ -261,18 +279,27 @@ class Supervisor:
                 *lines, buf = buf.split(b"\n")
                 for line in lines:
                     if line.strip():
-                        self.handle(json.loads(line))
+                        self.handle(line)
             self._reap()
             self._tick()
 
-    def handle(self, cmd: dict[str, Any]) -> None:
-        op = cmd.get("op")
-        if op == "start":
-            self.start(cmd)
-        elif op == "term":
-            self.term(cmd["key"])
-        elif op == "kill":
-            self.kill(cmd["key"])
+    def handle(self, line: bytes) -> None:
+        try:
+            cmd = json.loads(line)
+            op = cmd.get("op")
+            if op == "ping":
+                self.fence_at = time.monotonic() + float(cmd["fence_in"])
+            elif op == "start":
+                try:
+                    self.start(cmd)
+                except Exception as exc:  # a kernel we cannot start fails alone, never the supervisor
+                    self._spawn_failed(cmd, None, 127, repr(exc))
+            elif op == "term":
+                self.term(cmd["key"])
+            elif op == "kill":
+                self.kill(cmd["key"])
+        except Exception as exc:
+            self.emit({"ev": "error", "error": repr(exc)[:500]})
 
 
 def main() -> int:

@@ -15,12 +15,12 @@ from corral.api import errors
 from corral.api.routes import agents, sessions
 from corral.api.state import AppState
 from corral.manager.loop import Scheduler
-from corral.manager.settings import ManagerSettings, SchedulerSettings
-from corral.manager.wakeup import Wakeup
 from corral.services.agent_protocol import AgentProtocol
+from corral.settings import ManagerSettings, SchedulerSettings
 from corral.store import agents as agent_store
 from corral.store import auth
 from corral.store.db import is_sqlite, make_engine, transaction, upgrade
+from corral.wakeup import Wakeup
 
 log = structlog.get_logger("corral.manager")
 

@@ -10,17 +10,29 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from corral.protocol.types import safe_text
 from corral.services.errors import CorralError
 
 log = structlog.get_logger("corral.api")
 
 
+def _safe(value: Any) -> Any:
+    """Echoed input may hold lone surrogates or NULs: the error itself must always encode."""
+    if isinstance(value, str):
+        return safe_text(value)
+    if isinstance(value, dict):
+        return {_safe(k): _safe(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_safe(v) for v in value]
+    return value
+
+
 def error_body(code: str, message: str, details: dict[str, Any] | None = None) -> dict[str, Any]:
-    return {"error": {"code": code, "message": message, "details": details or {}}}
+    return {"error": {"code": code, "message": _safe(message), "details": _safe(details or {})}}
 
 
 def _field(loc: tuple[Any, ...]) -> str:
-    parts = [str(p) for p in loc if p not in ("body", "query", "path")]
+    parts = [str(p) for p in loc if p not in ("body", "query", "path", "[key]")]
     return ".".join(parts) or "body"
 
 

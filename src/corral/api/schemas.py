@@ -2,42 +2,170 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    Strict,
+    StrictFloat,
+    StrictInt,
+    StringConstraints,
+    field_validator,
+)
 
+from corral.domain.cause import NEVER_RETRIABLE, Cause
+from corral.domain.placement import PlacementStrategy
+from corral.domain.resources import ResourceError, ResourceSlots
+from corral.domain.spec import (
+    MAX_RETRY_DELAY_CEILING,
+    AntiAffinity,
+    Backoff,
+    ErrorStrategy,
+    Jitter,
+    RetryPolicy,
+    SessionSpec,
+    SessionType,
+    parse_duration,
+)
+from corral.protocol.types import STRICT, Name, Text, clean_text
+from corral.services.errors import InvalidInput
 from corral.store.records import AgentRecord, HistoryRecord, KernelRecord, SessionRecord
 
-Amount = int | float | str
+# Documented limits (README "Limits"): a request past them is refused with 422 naming the field.
+MAX_COMMAND_ARGS = 4096
+MAX_COMMAND_BYTES = 128 * 1024
+MAX_ENV_VARS = 512
+MAX_ENV_BYTES = 128 * 1024
+MAX_TIMEOUT = 10 * 365 * 86400
+ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
+
+Amount = StrictInt | StrictFloat | Annotated[str, StringConstraints(max_length=64)]
+EnvName = Annotated[str, StringConstraints(pattern=ENV_NAME, max_length=256)]
+CreationId = Annotated[str, StringConstraints(min_length=1, max_length=200), AfterValidator(clean_text)]
+Duration = Annotated[float, BeforeValidator(parse_duration)]
 
 
 def _default_resources() -> dict[str, Amount]:
     return {"cpu": 1}
 
 
-class SessionCreate(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class RetryPolicyIn(BaseModel):
+    """DESIGN §5 inline policy; durations in seconds or as "10s", "5m"."""
 
-    command: list[str] = Field(min_length=1, description="argv of each kernel's main process")
-    name: str | None = None
-    type: Literal["batch", "interactive", "inference"] = "batch"
-    resources: dict[str, Amount] = Field(
+    model_config = STRICT
+
+    max_retries: int = Field(0, ge=0, le=1000)
+    retry_delay: Duration = Field(60.0, ge=0, le=MAX_RETRY_DELAY_CEILING)
+    backoff: Backoff = Backoff.FIXED
+    backoff_multiplier: float = Field(2.0, ge=1.0, le=100.0, allow_inf_nan=False)
+    max_retry_delay: Duration = Field(3600.0, ge=0, le=MAX_RETRY_DELAY_CEILING)
+    jitter: Jitter = Jitter.NONE
+    jitter_ratio: float = Field(0.25, ge=0.0, le=1.0, allow_inf_nan=False)
+    eligible_causes: list[Cause] | None = Field(None, max_length=len(Cause))
+    emit_retry_events: bool = True
+    anti_affinity: AntiAffinity = AntiAffinity.NONE
+    max_retry_duration: Duration | None = Field(None, ge=0, le=MAX_TIMEOUT)
+
+    @field_validator("eligible_causes")
+    @classmethod
+    def _retriable(cls, causes: list[Cause] | None) -> list[Cause] | None:
+        never = sorted(str(c) for c in causes or () if c in NEVER_RETRIABLE)
+        if never:
+            raise ValueError(f"{', '.join(never)} can never be retried")
+        return causes
+
+    def to_domain(self) -> RetryPolicy:
+        data = self.model_dump()
+        causes = data.pop("eligible_causes")
+        policy = RetryPolicy(**data)
+        return replace(policy, eligible_causes=frozenset(causes)) if causes is not None else policy
+
+
+class SessionCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, use_enum_values=False)
+
+    command: list[Text] = Field(
+        min_length=1, max_length=MAX_COMMAND_ARGS, description="argv of each kernel's main process"
+    )
+    name: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")] | None = Field(
+        None, description="1-128 letters, digits, '.', '_' or '-'"
+    )
+    type: Annotated[SessionType, Strict(False)] = SessionType.BATCH
+    resources: dict[Annotated[str, StringConstraints(max_length=64)], Amount] = Field(
         default_factory=_default_resources,
+        max_length=32,
         description="per kernel: cpu cores, mem bytes or '64M', gpu devices, declared custom slots",
     )
     cluster_size: int = Field(1, ge=1, le=256)
     priority: int = Field(10, ge=0, le=100)
-    resource_group: str = "default"
-    project: str = "default"
-    placement: Literal["concentrated", "dispersed"] = "concentrated"
-    env: dict[str, str] = Field(default_factory=dict)
-    image: str | None = None
-    timeout: int | None = Field(None, gt=0, description="seconds from start; then deadline_exceeded")
-    error_strategy: Literal["single", "earliest", "earliest_primary"] = "earliest"
-    retry_policy: dict[str, Any] | None = None
-    retry_policies: list[str] = Field(default_factory=list)
-    creation_id: str | None = Field(None, min_length=1, max_length=200)
+    resource_group: Name = "default"
+    project: Name = "default"
+    placement: Annotated[PlacementStrategy, Strict(False)] = PlacementStrategy.CONCENTRATED
+    env: dict[EnvName, Text] = Field(
+        default_factory=dict,
+        max_length=MAX_ENV_VARS,
+        description="names [A-Za-z_][A-Za-z0-9_]*, not CORRAL_*",
+    )
+    image: Name | None = None
+    timeout: int | None = Field(
+        None, gt=0, le=MAX_TIMEOUT, description="seconds from start; then deadline_exceeded"
+    )
+    error_strategy: Annotated[ErrorStrategy, Strict(False)] = ErrorStrategy.EARLIEST
+    retry_policy: RetryPolicyIn | None = None
+    retry_policies: list[Name] = Field(default_factory=list, max_length=32)
+    creation_id: (
+        Annotated[str, StringConstraints(min_length=1, max_length=200), AfterValidator(clean_text)] | None
+    ) = None
+
+    @field_validator("command")
+    @classmethod
+    def _command(cls, command: list[str]) -> list[str]:
+        if not command[0]:
+            raise ValueError("the program (first word) must not be empty")
+        if sum(len(c.encode()) for c in command) > MAX_COMMAND_BYTES:
+            raise ValueError(f"longer than {MAX_COMMAND_BYTES} bytes in total")
+        return command
+
+    @field_validator("env")
+    @classmethod
+    def _env(cls, env: dict[str, str]) -> dict[str, str]:
+        reserved = sorted(k for k in env if k.upper().startswith("CORRAL_"))
+        if reserved:
+            raise ValueError(f"{reserved[0]}: CORRAL_* names are set by Corral")
+        if sum(len(k.encode()) + len(v.encode()) for k, v in env.items()) > MAX_ENV_BYTES:
+            raise ValueError(f"longer than {MAX_ENV_BYTES} bytes in total")
+        return env
+
+    def to_spec(self) -> SessionSpec:
+        """The domain value (resource amounts parsed here: errors name the slot)."""
+        try:
+            resources = ResourceSlots.parse(self.resources).nonzero()
+        except ResourceError as exc:
+            raise InvalidInput(f"resources.{exc.field}", str(exc)) from exc
+        return SessionSpec(
+            command=tuple(self.command),
+            resources=resources,
+            env=dict(self.env),
+            name=self.name,
+            type=self.type,
+            cluster_size=self.cluster_size,
+            priority=self.priority,
+            resource_group=self.resource_group,
+            project=self.project,
+            placement=self.placement,
+            image=self.image,
+            timeout=self.timeout,
+            error_strategy=self.error_strategy,
+            retry_policy=self.retry_policy.to_domain() if self.retry_policy else None,
+            retry_policies=tuple(self.retry_policies),
+            creation_id=self.creation_id,
+        )
 
 
 class KernelOut(BaseModel):
@@ -95,6 +223,7 @@ class SessionOut(BaseModel):
     retry_count: int
     max_retries: int
     retry_policy: dict[str, Any] | None
+    creation_id: str | None
     retry_state: str
     termination_reason: str | None
     root_cause: dict[str, Any] | None
@@ -105,30 +234,31 @@ class SessionOut(BaseModel):
         root = (
             next((k for k in s.kernels if k.rank == s.root_rank), None) if s.root_rank is not None else None
         )
-        max_retries = int((s.retry_policy or {}).get("max_retries", 0))
+        spec = s.spec
         return cls(
             id=s.id,
             name=s.name,
-            type=s.type,
+            type=spec.type,
             status=s.status,
             result=s.result,
             cause=s.cause,
             exit_code=s.exit_code,
-            priority=s.priority,
-            resource_group=s.resource_group,
-            project=s.project,
+            priority=spec.priority,
+            resource_group=spec.resource_group,
+            project=spec.project,
             owner=s.owner,
-            cluster_size=s.cluster_size,
-            resources=s.resources.to_public(),
-            command=s.command,
+            cluster_size=spec.cluster_size,
+            resources=spec.resources.to_public(),
+            command=list(spec.command),
             created_at=s.created_at,
             started_at=s.started_at,
             terminated_at=s.terminated_at,
             parent_session_id=s.parent_session_id,
             root_session_id=s.root_session_id,
             retry_count=s.retry_count,
-            max_retries=max_retries,
-            retry_policy=s.retry_policy,
+            max_retries=spec.max_retries,
+            retry_policy=spec.retry_policy.to_json() if spec.retry_policy else None,
+            creation_id=spec.creation_id,
             retry_state="none",
             termination_reason=s.termination_reason,
             root_cause=(

@@ -10,12 +10,12 @@ from typing import Annotated
 from fastapi import Depends, Request
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from corral.manager.settings import ManagerSettings, SchedulerSettings
-from corral.manager.wakeup import Wakeup
 from corral.services.agent_protocol import AgentProtocol
 from corral.services.errors import Forbidden, Unauthorized
+from corral.settings import ManagerSettings, SchedulerSettings
 from corral.store import auth
 from corral.store.auth import Principal
+from corral.wakeup import Wakeup
 
 
 @dataclass

@@ -42,7 +42,7 @@ def up(
 ) -> None:
     """Start Corral on its embedded default: a manager on SQLite plus local agents."""
     from corral.cli.serve import agent_token_file, serve_embedded
-    from corral.manager.settings import ManagerSettings, SchedulerSettings, data_dir
+    from corral.settings import ManagerSettings, SchedulerSettings, data_dir
     from corral.store.auth import new_key
 
     data = data_dir()
@@ -69,7 +69,7 @@ def manager(
 ) -> None:
     """Run a manager (API + scheduling loops); settings from CORRAL_* variables."""
     from corral.cli.serve import serve_manager
-    from corral.manager.settings import ManagerSettings
+    from corral.settings import ManagerSettings
 
     settings = ManagerSettings()
     for attr, value in (("database_url", database_url), ("host", host), ("port", port)):
@@ -159,7 +159,7 @@ def agent_list(output: Format = OutputOpt) -> None:
 @db.command()
 def upgrade(database_url: DatabaseOpt = None) -> None:
     """Apply database migrations (idempotent)."""
-    from corral.manager.settings import ManagerSettings
+    from corral.settings import ManagerSettings
     from corral.store.db import make_engine
     from corral.store.db import upgrade as do_upgrade
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import uvicorn
 
 from corral.api.app import create_app
-from corral.manager.settings import ManagerSettings, SchedulerSettings
+from corral.settings import ManagerSettings, SchedulerSettings
 
 
 def serve_manager(settings: ManagerSettings, scheduler: SchedulerSettings | None = None) -> None:

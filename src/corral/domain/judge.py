@@ -19,6 +19,8 @@ class PhaseLimits:
     """Failures in one status before GIVE_UP."""
     max_reschedules: int = 3
     """Returns to PENDING before the session fails with scheduler_timeout."""
+    declare_gone_after: timedelta = timedelta(seconds=35)
+    """Silence after which an agent has certainly killed its kernels (fence timeout + margin)."""
 
 
 def is_expired(status: SessionStatus, since: datetime, now: datetime, limits: PhaseLimits) -> bool:

@@ -18,6 +18,8 @@ _MEM_UNITS = {
     **{u + "b": 1024**i for i, u in enumerate(("k", "m", "g", "t", "p"), start=1)},
     **{u + "ib": 1024**i for i, u in enumerate(("k", "m", "g", "t", "p"), start=1)},
 }
+# No real node has more than this of anything (bytes included); larger values are typing mistakes.
+MAX_AMOUNT = Decimal(2**60)
 _AMOUNT = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*$")
 _SLOT_NAME = re.compile(r"^[a-z][a-z0-9_.\-/]{0,63}$")
 
@@ -81,6 +83,8 @@ def parse_amount(name: str, value: object) -> Decimal:
         raise ResourceError(name, f"{name} must be finite")
     if amount < 0:
         raise ResourceError(name, f"{name} must not be negative")
+    if amount > MAX_AMOUNT:
+        raise ResourceError(name, f"{name} is larger than any node could have (max {MAX_AMOUNT})")
     if name == GPU and amount != amount.to_integral_value():
         raise ResourceError(name, "gpu must be a whole number of devices")
     return amount.normalize() if amount else Decimal(0)

@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import Any
 
 import structlog
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from corral.domain.cause import TerminationReason
 from corral.domain.final import FinalVerdict
@@ -101,18 +101,41 @@ class Coordinator:
             if not targets:
                 return [], False
             ctx = HandlerContext(conn, now, self._rg, self._limits)
+            overdue = await self._overdue(conn, handler, targets, now)
             if isinstance(handler, SessionPromotionHandler):
                 moves, history = self._promote(handler, targets)
                 won = await sessions.apply_moves(conn, moves, now)
                 acted = bool(won)
             else:
                 result = await handler.execute(ctx, targets)
-                won, history = await self._judge(ctx, handler, result, targets)
+                won, history = await self._judge(ctx, handler, result, targets, overdue)
                 acted = bool(won or result.successes)
             won_ids = {m.session_id for m in won}
             history = [h for h in history if h[4] is None or h[0] in won_ids]
             await journal.add_history(conn, history, now)
         return won, acted
+
+    async def _overdue(
+        self, conn: AsyncConnection, handler: Handler, targets: Sequence[SessionRecord], now: datetime
+    ) -> list[SessionRecord]:
+        """Past their time limit but outside the handler's queue window: judged all the same."""
+        if handler.queue_window is None or isinstance(handler, SessionPromotionHandler):
+            return []
+        seen = {s.id for s in targets}
+        found: list[SessionRecord] = []
+        for status in handler.target_session_statuses:
+            limit = self._limits.timeouts.get(status)
+            if limit is None:
+                continue
+            found += await sessions.for_handler(
+                conn,
+                self._rg,
+                {status},
+                terminating_requested=handler.termination_requested,
+                with_kernels=False,
+                changed_before=now - limit,
+            )
+        return [s for s in found if s.id not in seen]
 
     def _promote(
         self, handler: SessionPromotionHandler, targets: Sequence[SessionRecord]
@@ -136,8 +159,9 @@ class Coordinator:
         handler: LifecycleHandler,
         result: LifecycleResult,
         targets: Sequence[SessionRecord],
+        overdue: Sequence[SessionRecord] = (),
     ) -> tuple[list[Move], History]:
-        by_id = {s.id: s for s in targets}
+        by_id = {s.id: s for s in (*targets, *overdue)}
         transitions = handler.status_transitions()
         moves: list[Move] = []
         history: History = []
@@ -146,7 +170,10 @@ class Coordinator:
             s: SessionRecord, kind: SchedulingResult, to: TransitionStatus | None, message: str
         ) -> None:
             if to is None or to.session is None:
-                history.append((s.id, handler.name, kind, s.status, None, message))
+                if kind is SchedulingResult.EXPIRED:
+                    expired_only.append((s.id, s.status, message))  # repeats each cycle: collapsed
+                else:
+                    history.append((s.id, handler.name, kind, s.status, None, message))
                 return
             dst = to.session
             values: tuple[tuple[str, Any], ...] = ()
@@ -160,12 +187,24 @@ class Coordinator:
                     return
             if dst in TERMINAL_SESSION and kind is not SchedulingResult.SUCCESS and handler.failure_cause:
                 values = (("result", str(SessionResult.FAILURE)), ("cause", str(handler.failure_cause)))
+            if (
+                dst is SessionStatus.TERMINATING
+                and kind is not SchedulingResult.SUCCESS
+                and handler.failure_cause
+            ):
+                # Stopped by the coordinator itself: recorded as a termination request would be.
+                values = (
+                    ("termination_reason", str(handler.failure_cause)),
+                    ("termination_message", message),
+                    ("termination_requested_at", ctx.now),
+                )
             if kind is SchedulingResult.SUCCESS and result.finals and s.id in result.finals:
                 values = _verdict_values(result.finals[s.id])
             moves.append(Move(s.id, s.status, dst, to.kernel, values))
             history.append((s.id, handler.name, kind, s.status, dst, message))
 
         stop: list[str] = []
+        expired_only: list[tuple[str, str, str]] = []
         for sid in result.successes:
             outcome(by_id[sid], SchedulingResult.SUCCESS, transitions.success, result.messages.get(sid, ""))
         if result.failures:
@@ -184,7 +223,7 @@ class Coordinator:
                         f"{f.message} (try {tries[s.id]})",
                     )
         attempted = set(result.successes) | {f.session_id for f in result.failures}
-        for s in targets:
+        for s in (*targets, *overdue):
             if s.id not in attempted and is_expired(s.status, s.status_changed_at, ctx.now, self._limits):
                 limit = self._limits.timeouts.get(s.status)
                 outcome(
@@ -201,6 +240,7 @@ class Coordinator:
             )
         skipped = [(k.session_id, by_id[k.session_id].status, k.reason) for k in result.skipped]
         await journal.add_skips(ctx.conn, handler.name, skipped, ctx.now)
+        await journal.add_collapsed(ctx.conn, handler.name, SchedulingResult.EXPIRED, expired_only, ctx.now)
         if len(won) < len(moves):
             log.info("lost race", handler=handler.name, lost=len(moves) - len(won))
         return won, history

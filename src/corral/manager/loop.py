@@ -11,11 +11,11 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from corral.manager.coordinator import Coordinator
 from corral.manager.handlers import cycle_handlers
-from corral.manager.settings import SchedulerSettings
 from corral.manager.sweep import sweep
-from corral.manager.wakeup import Wakeup
+from corral.settings import SchedulerSettings
 from corral.store import agents, leases
 from corral.store.db import transaction
+from corral.wakeup import Wakeup
 
 log = structlog.get_logger("corral.loop")
 

@@ -1,19 +1,41 @@
-"""Outside inputs the loop records each cycle: lost agents, fenced kernels, deadlines."""
+"""Outside inputs the loop records each cycle: lost agents, fenced kernels, deadlines.
+
+Each writes history rows like a handler, so `session history` says what happened and when.
+"""
 
 from __future__ import annotations
 
+from collections import defaultdict
 from datetime import datetime, timedelta
 
 import structlog
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from corral.domain.cause import TerminationReason
+from corral.domain.scheduling import SchedulingResult
 from corral.domain.status import KernelStatus
-from corral.manager.settings import SchedulerSettings
-from corral.store import agents, kernels, sessions
+from corral.settings import SchedulerSettings
+from corral.store import agents, journal, kernels, sessions
 from corral.store.db import transaction
 
 log = structlog.get_logger("corral.sweep")
+
+AGENT_LOST = "AgentLost"
+DECLARED_GONE = "KernelsDeclaredGone"
+
+
+async def _note(
+    conn: AsyncConnection, about: list[tuple[str, str, str, int]], handler: str, say: str, now: datetime
+) -> None:
+    """One history row per session: `say` formatted with the agent and the ranks concerned."""
+    ranks: dict[tuple[str, str, str], list[int]] = defaultdict(list)
+    for sid, status, agent, rank in about:
+        ranks[(sid, status, agent)].append(rank)
+    rows = [
+        (sid, handler, str(SchedulingResult.SUCCESS), status, None, say.format(agent=agent, ranks=r))
+        for (sid, status, agent), r in ranks.items()
+    ]
+    await journal.add_history(conn, rows, now)
 
 
 async def sweep(engine: AsyncEngine, resource_group: str, cfg: SchedulerSettings, now: datetime) -> int:
@@ -22,14 +44,26 @@ async def sweep(engine: AsyncEngine, resource_group: str, cfg: SchedulerSettings
     async with transaction(engine) as conn:
         lost = await agents.mark_lost(conn, timedelta(seconds=cfg.agent_lease), now)
         if lost:
-            # Nothing is killed yet: a LOST agent that comes back before the fence timeout keeps its
-            # kernels.  Only past the fence are they declared gone (the agent has killed them by then).
+            # Nothing is killed yet: a LOST agent that comes back before the fence keeps its kernels.
             log.warning("agents lost", agents=lost)
+            await _note(
+                conn,
+                await kernels.sessions_on(conn, agent_ids=lost),
+                AGENT_LOST,
+                f"agent {{agent}} lost: no contact for {cfg.agent_lease}s; kernels (ranks {{ranks}}) are"
+                f" kept until the fence ({cfg.fence_timeout}s + {cfg.fence_margin}s margin)",
+                now,
+            )
             changed += len(lost)
-        fenced = await agents.fence_expired(conn, timedelta(seconds=cfg.fence_timeout), now)
+        # Fencing invariant: declared gone only after the agent has certainly killed them.  It kills
+        # at fence_timeout after the send time of its last answered request; we received that request
+        # no earlier, and wait fence_timeout + margin from it.
+        silent = timedelta(seconds=cfg.fence_timeout + cfg.fence_margin)
+        fenced = await agents.fence_expired(conn, silent, now)
         if fenced:
             gone = await agents.started_kernels_on(conn, fenced)
             log.warning("kernels of fenced agents declared gone", agents=fenced, kernels=len(gone))
+            about = await kernels.sessions_on(conn, kernel_ids=gone)
             await kernels.end_kernels(
                 conn,
                 gone,
@@ -38,11 +72,19 @@ async def sweep(engine: AsyncEngine, resource_group: str, cfg: SchedulerSettings
                 agent_lost=True,
                 termination_message="agent lost past the fence timeout",
             )
+            await _note(
+                conn,
+                about,
+                DECLARED_GONE,
+                f"kernels (ranks {{ranks}}) on agent {{agent}} declared gone: no contact for more than"
+                f" {cfg.fence_timeout}s + {cfg.fence_margin}s margin, so the agent has killed them",
+                now,
+            )
             changed += len(gone)
         for s in await sessions.due_deadlines(conn, resource_group, now):
-            if s.timeout and s.started_at and now - s.started_at > timedelta(seconds=s.timeout):
+            if s.spec.timeout and s.started_at and now - s.started_at > timedelta(seconds=s.spec.timeout):
                 await sessions.request_termination(
-                    conn, s.id, TerminationReason.DEADLINE_EXCEEDED, f"timeout {s.timeout}s elapsed", now
+                    conn, s.id, TerminationReason.DEADLINE_EXCEEDED, f"timeout {s.spec.timeout}s elapsed", now
                 )
                 changed += 1
     return changed

@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections import defaultdict
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -13,12 +12,12 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from corral.domain.resources import ResourceError, ResourceSlots
 from corral.domain.status import KernelStatus
-from corral.manager.settings import SchedulerSettings
-from corral.manager.wakeup import Wakeup
 from corral.services.errors import Conflict, Fenced, InvalidInput
+from corral.settings import SchedulerSettings
 from corral.store import agents, kernels, logs, sessions
 from corral.store.db import transaction
 from corral.store.records import KernelRecord, KernelReport, SessionRecord
+from corral.wakeup import Wakeup
 
 # Orders carry the full spec only where the agent must act on it.
 _SPEC_STATUSES = frozenset({KernelStatus.PREPARING, KernelStatus.PULLING, KernelStatus.CREATING})
@@ -29,13 +28,12 @@ def _now() -> datetime:
 
 
 class AgentProtocol:
-    """Stateless apart from a heartbeat throttle; safe to run in every manager."""
+    """Stateless; safe to run in every manager."""
 
     def __init__(self, engine: AsyncEngine, cfg: SchedulerSettings, wakeup: Wakeup) -> None:
         self._engine = engine
         self._cfg = cfg
         self._wakeup = wakeup
-        self._last_beat: dict[tuple[str, int], float] = defaultdict(float)
 
     async def register(
         self,
@@ -79,14 +77,15 @@ class AgentProtocol:
         return epoch
 
     async def _beat(self, agent_id: str, epoch: int) -> None:
-        """Refresh the lease (at most a few writes per lease), or refuse a fenced epoch."""
-        key = (agent_id, epoch)
-        if time.monotonic() - self._last_beat[key] < self._cfg.agent_lease / 5:
-            return
+        """Record this contact (every one: the fence is counted from the last), or refuse a fenced
+        epoch."""
         async with transaction(self._engine) as conn:
-            if not await agents.heartbeat(conn, agent_id, epoch, _now()):
-                raise Fenced(f"agent {agent_id} epoch {epoch} is fenced; register again")
-        self._last_beat[key] = time.monotonic()
+            await self._beat_in(conn, agent_id, epoch)
+
+    @staticmethod
+    async def _beat_in(conn: AsyncConnection, agent_id: str, epoch: int) -> None:
+        if not await agents.heartbeat(conn, agent_id, epoch, _now()):
+            raise Fenced(f"agent {agent_id} epoch {epoch} is fenced; register again")
 
     async def orders(
         self, agent_id: str, epoch: int, seen: str, wait: float
@@ -101,7 +100,7 @@ class AgentProtocol:
                 found = await _orders_for(conn, agent_id)
             fingerprint = hashlib.sha1(
                 json.dumps(
-                    [(o["kernel_id"], o["generation"], o["status"], o["kill"]) for o in found]
+                    [(o["kernel_id"], o["generation"], o["status"], o["kill"], o["force"]) for o in found]
                 ).encode()
             ).hexdigest()
             remaining = deadline - time.monotonic()
@@ -113,12 +112,10 @@ class AgentProtocol:
     async def report(
         self, agent_id: str, epoch: int, reports: list[KernelReport], chunks: list[tuple[str, str, int, str]]
     ) -> tuple[int, list[str]]:
-        await self._beat(agent_id, epoch)
         now = _now()
         refused: list[str] = []
         async with transaction(self._engine) as conn:
-            if await agents.current_epoch(conn, agent_id) != epoch:
-                raise Fenced(f"agent {agent_id} epoch {epoch} is fenced; register again")
+            await self._beat_in(conn, agent_id, epoch)
             # Logs before reports: once a kernel's end is stored, all of its output is too.
             await logs.append(conn, agent_id, chunks, now)
             for r in reports:
@@ -147,6 +144,7 @@ async def _orders_for(conn: AsyncConnection, agent_id: str) -> list[dict[str, An
                 "generation": k.generation,
                 "status": k.status,
                 "kill": k.kill_requested,
+                "force": k.kill_forced,
                 "spec": spec,
             }
         )
@@ -156,12 +154,11 @@ async def _orders_for(conn: AsyncConnection, agent_id: str) -> list[dict[str, An
 def _spec(s: SessionRecord, k: KernelRecord, addresses: dict[str, str]) -> dict[str, Any]:
     hosts = [addresses.get(p.agent_id or "", "127.0.0.1") for p in s.kernels]
     master = s.kernels[0]
-    max_retries = int((s.retry_policy or {}).get("max_retries", 0))
     return {
         "session_name": s.name,
-        "command": s.command,
-        "env": s.env,
-        "image": s.image,
+        "command": list(s.spec.command),
+        "env": dict(s.spec.env),
+        "image": s.spec.image,
         "resources": k.resources.to_json(),
         "cluster_size": s.cluster_size,
         "rank": k.rank,
@@ -171,8 +168,8 @@ def _spec(s: SessionRecord, k: KernelRecord, addresses: dict[str, str]) -> dict[
         "master_port": master.master_port,
         "pick_master_port": k.rank == 0,
         "attempt": s.retry_count + 1,
-        "max_attempts": max_retries + 1,
-        "error_strategy": s.error_strategy,
+        "max_attempts": s.spec.max_retries + 1,
+        "error_strategy": str(s.spec.error_strategy),
         "worker_name": f"{s.name}-{k.role}{k.rank}",
         "root_session_id": s.root_session_id,
         "timeout_grace": 10.0,

@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-import re
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from corral.domain.cause import TerminationReason
-from corral.domain.resources import BUILTIN_SLOTS, ResourceError, ResourceSlots
+from corral.domain.resources import BUILTIN_SLOTS
+from corral.domain.spec import SessionSpec
 from corral.domain.status import TERMINAL_SESSION
 from corral.services.errors import Conflict, Forbidden, InvalidInput, NotFound
 from corral.store import agents, auth, sessions
@@ -21,42 +19,9 @@ from corral.store.auth import Principal
 from corral.store.db import transaction
 from corral.store.records import NewSession, SessionRecord
 
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
-DEFAULT_RESOURCES: dict[str, object] = {"cpu": 1}
-
-
-@dataclass(frozen=True)
-class SessionSpec:
-    """A create request, already shaped by the API schema."""
-
-    command: list[str]
-    resources: dict[str, Any] = field(default_factory=lambda: dict(DEFAULT_RESOURCES))
-    name: str | None = None
-    type: str = "batch"
-    cluster_size: int = 1
-    priority: int = 10
-    resource_group: str = "default"
-    project: str = "default"
-    placement: str = "concentrated"
-    env: dict[str, str] = field(default_factory=dict)
-    image: str | None = None
-    timeout: int | None = None
-    error_strategy: str = "earliest"
-    retry_policy: dict[str, Any] | None = None
-    retry_policies: list[str] = field(default_factory=list)
-    creation_id: str | None = None
-
 
 def _now() -> datetime:
     return datetime.now(UTC)
-
-
-def parse_resources(raw: dict[str, Any]) -> ResourceSlots:
-    try:
-        slots = ResourceSlots.parse(raw)
-    except ResourceError as exc:
-        raise InvalidInput(f"resources.{exc.field}", str(exc)) from exc
-    return slots
 
 
 _KNOWN_SECONDS = 5.0
@@ -78,18 +43,20 @@ async def _known(
 
 
 async def create(engine: AsyncEngine, who: Principal, spec: SessionSpec) -> tuple[SessionRecord, bool]:
-    """Returns the session and whether it was created now (False: an earlier identical creation_id)."""
-    if not spec.command or not all(isinstance(c, str) for c in spec.command) or not spec.command[0]:
-        raise InvalidInput("command", "command must be a non-empty list of strings")
-    if spec.name is not None and not _NAME.match(spec.name):
-        raise InvalidInput("name", "name must be 1-128 letters, digits, '.', '_' or '-'")
-    slots = parse_resources(spec.resources)
+    """Returns the session and whether it was created now (False: the caller's earlier identical
+    request with this creation_id).  Idempotency is per caller: nobody else's session is ever found."""
     now = _now()
     async with transaction(engine) as conn:
         if spec.creation_id:
-            existing = await sessions.id_for_creation(conn, spec.creation_id)
-            if existing:
-                found = await sessions.get(conn, existing)
+            earlier = await sessions.find_creation(conn, who.name, spec.creation_id)
+            if earlier is not None:
+                session_id, digest = earlier
+                if digest != spec.digest():
+                    raise Conflict(
+                        f"creation_id {spec.creation_id!r} was used for a different request",
+                        {"field": "creation_id", "session_id": session_id},
+                    )
+                found = await sessions.get(conn, session_id)
                 assert found is not None
                 return found, False
         if not await _known(conn, "resource_group", spec.resource_group, agents.resource_group_exists):
@@ -98,40 +65,40 @@ async def create(engine: AsyncEngine, who: Principal, spec: SessionSpec) -> tupl
             raise InvalidInput("project", f"unknown project {spec.project!r}")
         if not who.is_admin and spec.project not in who.projects:
             raise Forbidden(f"you are not a member of project {spec.project!r}", {"field": "project"})
-        custom = set(slots) - set(BUILTIN_SLOTS)
-        if custom:
-            undeclared = sorted(custom - await agents.declared_slots(conn))
-            if undeclared:
-                raise InvalidInput(
-                    f"resources.{undeclared[0]}", f"no agent declares the resource slot {undeclared[0]!r}"
-                )
+        await _check_fits(conn, spec)
         session_id = str(uuid.uuid4())
         new = NewSession(
-            id=session_id,
-            name=spec.name or f"session-{session_id[:8]}",
-            type=spec.type,
-            priority=spec.priority,
-            resource_group=spec.resource_group,
-            project=spec.project,
-            owner=who.name,
-            cluster_size=spec.cluster_size,
-            resources=slots.nonzero(),
-            placement=spec.placement,
-            command=spec.command,
-            env=spec.env,
-            image=spec.image,
-            timeout=spec.timeout,
-            error_strategy=spec.error_strategy,
-            retry_policy=spec.retry_policy,
-            retry_policies=spec.retry_policies,
-            creation_id=spec.creation_id or session_id,
+            id=session_id, name=spec.name or f"session-{session_id[:8]}", owner=who.name, spec=spec
         )
         created = await sessions.insert_session(conn, new, now)
     return created, True
 
 
+async def _check_fits(conn: AsyncConnection, spec: SessionSpec) -> None:
+    """Refuse what no agent of the group could ever run; a group with no agent yet accepts anything
+    (the scheduler then says why it waits)."""
+    custom = set(spec.resources) - set(BUILTIN_SLOTS)
+    if custom:
+        undeclared = sorted(custom - await agents.declared_slots(conn))
+        if undeclared:
+            raise InvalidInput(
+                f"resources.{undeclared[0]}", f"no agent declares the resource slot {undeclared[0]!r}"
+            )
+    capacities = await agents.capacities(conn, spec.resource_group)
+    if not capacities:
+        return
+    for slot in sorted(spec.resources.nonzero()):
+        largest = max(cap[slot] for cap in capacities)
+        if spec.resources[slot] > largest:
+            raise InvalidInput(
+                f"resources.{slot}",
+                f"{slot} {spec.resources[slot]} is more than any agent of resource group"
+                f" {spec.resource_group!r} has (largest: {largest})",
+            )
+
+
 def _visible(who: Principal, s: SessionRecord) -> bool:
-    return who.is_admin or s.project in who.projects
+    return who.is_admin or s.spec.project in who.projects
 
 
 async def get(engine: AsyncEngine, who: Principal, session_id: str) -> SessionRecord:

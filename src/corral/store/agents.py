@@ -204,3 +204,20 @@ async def declared_slots(conn: AsyncConnection) -> set[str]:
     for (cap,) in rows.tuples():
         names.update(cap)
     return names
+
+
+async def capacities(conn: AsyncConnection, resource_group: str) -> list[ResourceSlots]:
+    """The declared capacity of every agent registered in a group (alive or not)."""
+    rows = await conn.execute(select(agents.c.capacity).where(agents.c.resource_group == resource_group))
+    return [ResourceSlots.from_json(cap) for (cap,) in rows.tuples()]
+
+
+async def fence(conn: AsyncConnection, agent_ids: list[str], now: datetime) -> None:
+    """Fence live agents now (new epoch, LOST): each must kill what it runs before it may register
+    again, and a silent one has its kernels declared gone by the fence rule."""
+    if agent_ids:
+        await conn.execute(
+            update(agents)
+            .where(agents.c.id.in_(agent_ids), agents.c.status == str(AgentStatus.ALIVE))
+            .values(epoch=agents.c.epoch + 1, status=str(AgentStatus.LOST), lost_at=now)
+        )

@@ -7,7 +7,9 @@ from typing import Any
 
 from sqlalchemy.engine import Row
 
+from corral.domain.placement import PlacementStrategy
 from corral.domain.resources import ResourceSlots
+from corral.domain.spec import ErrorStrategy, RetryPolicy, SessionSpec, SessionType
 from corral.domain.status import AgentStatus, KernelStatus, SessionStatus
 from corral.store.records import AgentRecord, HistoryRecord, KernelRecord, SessionRecord
 
@@ -25,10 +27,76 @@ def kernel(row: Source) -> KernelRecord:
     return KernelRecord(**m)
 
 
+_SPEC_COLUMNS = (
+    "command",
+    "resources",
+    "env",
+    "type",
+    "cluster_size",
+    "priority",
+    "resource_group",
+    "project",
+    "placement",
+    "image",
+    "timeout",
+    "error_strategy",
+    "retry_policy",
+    "retry_policies",
+    "creation_id",
+    "spec_hash",
+)
+
+
+def spec_columns(spec: SessionSpec) -> dict[str, Any]:
+    """The one place a spec becomes columns (and `spec` below is the way back)."""
+    return {
+        "command": list(spec.command),
+        "resources": spec.resources.nonzero().to_json(),
+        "env": dict(spec.env),
+        "type": str(spec.type),
+        "cluster_size": spec.cluster_size,
+        "priority": spec.priority,
+        "resource_group": spec.resource_group,
+        "project": spec.project,
+        "placement": str(spec.placement),
+        "image": spec.image,
+        "timeout": spec.timeout,
+        "error_strategy": str(spec.error_strategy),
+        "retry_policy": spec.retry_policy.to_json() if spec.retry_policy else None,
+        "retry_policies": list(spec.retry_policies),
+        "creation_id": spec.creation_id,
+        "spec_hash": spec.digest(),
+    }
+
+
+def spec(m: Mapping[str, Any]) -> SessionSpec:
+    policy = m["retry_policy"]
+    return SessionSpec(
+        command=tuple(m["command"]),
+        resources=ResourceSlots.from_json(m["resources"]),
+        env=dict(m["env"] or {}),
+        name=m["name"],
+        type=SessionType(m["type"]),
+        cluster_size=m["cluster_size"],
+        priority=m["priority"],
+        resource_group=m["resource_group"],
+        project=m["project"],
+        placement=PlacementStrategy(m["placement"]),
+        image=m["image"],
+        timeout=m["timeout"],
+        error_strategy=ErrorStrategy(m["error_strategy"]),
+        retry_policy=RetryPolicy.from_json(policy) if policy else None,
+        retry_policies=tuple(m["retry_policies"] or ()),
+        creation_id=m["creation_id"],
+    )
+
+
 def session(row: Source, kernels: tuple[KernelRecord, ...] = ()) -> SessionRecord:
     m = _fields(row)
+    m["spec"] = spec(m)
+    for name in _SPEC_COLUMNS:
+        del m[name]
     m["status"] = SessionStatus(m["status"])
-    m["resources"] = ResourceSlots.from_json(m["resources"])
     return SessionRecord(**m, kernels=kernels)
 
 

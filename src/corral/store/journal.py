@@ -67,6 +67,14 @@ async def add_skips(
     conn: AsyncConnection, handler: str, rows: Sequence[tuple[str, str, str]], now: datetime
 ) -> None:
     """SKIPPED collapses: one row per (session, handler, reason), with a count and last time."""
+    await add_collapsed(conn, handler, "SKIPPED", rows, now)
+
+
+async def add_collapsed(
+    conn: AsyncConnection, handler: str, result: str, rows: Sequence[tuple[str, str, str]], now: datetime
+) -> None:
+    """Rows of (session_id, from_status, message) that repeat each cycle: one row per session,
+    handler, result and message, with a count and the last time."""
     if not rows:
         return
     ids = [s for s, _, _ in rows]
@@ -74,7 +82,7 @@ async def add_skips(
         select(session_history.c.id, session_history.c.session_id, session_history.c.message).where(
             session_history.c.session_id.in_(ids),
             session_history.c.handler == handler,
-            session_history.c.result == "SKIPPED",
+            session_history.c.result == result,
         )
     )
     known = {(r.session_id, r.message): r.id for r in existing}
@@ -86,7 +94,7 @@ async def add_skips(
             .values(count=session_history.c.count + 1, last_at=now)
         )
     await add_history(
-        conn, [(s, handler, "SKIPPED", st, None, m) for s, st, m in rows if (s, m) not in known], now
+        conn, [(s, handler, result, st, None, m) for s, st, m in rows if (s, m) not in known], now
     )
 
 

@@ -9,11 +9,11 @@ from sqlalchemy import bindparam, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.domain.placement import Placement
-from corral.domain.status import KERNEL_ON_AGENT, TERMINAL_KERNEL, KernelStatus
+from corral.domain.status import KERNEL_ON_AGENT, TERMINAL_KERNEL, TERMINAL_SESSION, KernelStatus
 from corral.domain.transitions import kernel_sources
 from corral.store import convert
 from corral.store.records import KernelRecord, KernelReport
-from corral.store.tables import allocations, kernels
+from corral.store.tables import allocations, kernels, sessions
 
 
 async def write_placements(conn: AsyncConnection, placed: dict[str, Placement], now: datetime) -> None:
@@ -57,6 +57,14 @@ async def release(conn: AsyncConnection, kernel_ids: list[str], now: datetime) -
 async def order_kill(conn: AsyncConnection, kernel_ids: list[str]) -> None:
     if kernel_ids:
         await conn.execute(update(kernels).where(kernels.c.id.in_(kernel_ids)).values(kill_requested=True))
+
+
+async def order_force_kill(conn: AsyncConnection, kernel_ids: list[str]) -> None:
+    """Escalation: the agent kills these at once (SIGKILL), without a grace period."""
+    if kernel_ids:
+        await conn.execute(
+            update(kernels).where(kernels.c.id.in_(kernel_ids)).values(kill_requested=True, kill_forced=True)
+        )
 
 
 async def end_kernels(
@@ -144,3 +152,23 @@ async def move_to_terminating(conn: AsyncConnection, kernel_ids: list[str], now:
             )
             .values(status=str(KernelStatus.TERMINATING), status_changed_at=now)
         )
+
+
+async def sessions_on(
+    conn: AsyncConnection, agent_ids: list[str] | None = None, kernel_ids: list[str] | None = None
+) -> list[tuple[str, str, str, int]]:
+    """(session id, session status, agent id, rank) of live sessions' kernels on these agents, or of
+    these kernels: who a sweep's history rows are about."""
+    query = select(sessions.c.id, sessions.c.status, kernels.c.agent_id, kernels.c.rank).join(
+        sessions, sessions.c.id == kernels.c.session_id
+    )
+    if agent_ids is not None:
+        query = query.where(
+            kernels.c.agent_id.in_(agent_ids),
+            sessions.c.status.not_in([str(s) for s in TERMINAL_SESSION]),
+            kernels.c.status.not_in([str(s) for s in TERMINAL_KERNEL]),
+        )
+    if kernel_ids is not None:
+        query = query.where(kernels.c.id.in_(kernel_ids))
+    rows = await conn.execute(query.order_by(sessions.c.id, kernels.c.rank))
+    return [(sid, status, agent or "", rank) for sid, status, agent, rank in rows.tuples()]

@@ -8,6 +8,7 @@ from typing import Any
 
 from corral.domain.cause import KernelOutcome
 from corral.domain.resources import ResourceSlots
+from corral.domain.spec import SessionSpec
 from corral.domain.status import AgentStatus, KernelStatus, SessionStatus
 
 
@@ -26,6 +27,7 @@ class KernelRecord:
     resources: ResourceSlots
     master_port: int | None
     kill_requested: bool
+    kill_forced: bool
     started: bool
     exit_code: int | None
     signal: int | None
@@ -56,32 +58,18 @@ class KernelRecord:
 
 @dataclass(frozen=True)
 class SessionRecord:
-    """A session with its kernels."""
+    """A session with its kernels: the user's spec plus the state the coordinator keeps."""
 
     id: str
     name: str
-    type: str
+    spec: SessionSpec
     status: SessionStatus
     status_changed_at: datetime
     result: str
     cause: str | None
     exit_code: int | None
     root_rank: int | None
-    priority: int
-    resource_group: str
-    project: str
     owner: str
-    cluster_size: int
-    resources: ResourceSlots
-    placement: str
-    command: list[str]
-    env: dict[str, str]
-    image: str | None
-    timeout: int | None
-    error_strategy: str
-    retry_policy: dict[str, Any] | None
-    retry_policies: list[str]
-    creation_id: str
     parent_session_id: str | None
     root_session_id: str
     retry_count: int
@@ -96,6 +84,18 @@ class SessionRecord:
     started_at: datetime | None
     terminated_at: datetime | None
     kernels: tuple[KernelRecord, ...] = ()
+
+    @property
+    def priority(self) -> int:
+        return self.spec.priority
+
+    @property
+    def cluster_size(self) -> int:
+        return self.spec.cluster_size
+
+    @property
+    def resources(self) -> ResourceSlots:
+        return self.spec.resources
 
 
 @dataclass(frozen=True)
@@ -134,26 +134,12 @@ class HistoryRecord:
 
 @dataclass(frozen=True)
 class NewSession:
-    """A validated session to insert."""
+    """A validated session to insert: its spec, its identity and its place in a retry chain."""
 
     id: str
     name: str
-    type: str
-    priority: int
-    resource_group: str
-    project: str
     owner: str
-    cluster_size: int
-    resources: ResourceSlots
-    placement: str
-    command: list[str]
-    env: dict[str, str]
-    image: str | None
-    timeout: int | None
-    error_strategy: str
-    retry_policy: dict[str, Any] | None
-    retry_policies: list[str]
-    creation_id: str
+    spec: SessionSpec
     parent_session_id: str | None = None
     root_session_id: str | None = None
     retry_count: int = 0

@@ -25,28 +25,14 @@ class RefusedTransition(Exception):
 async def insert_session(conn: AsyncConnection, new: NewSession, now: datetime) -> SessionRecord:
     """Insert a PENDING session with its kernels and its first event; returns what was written."""
     row: dict[str, Any] = {c.name: None for c in sessions.columns}
+    row.update(convert.spec_columns(new.spec))
     row.update(
         id=new.id,
         name=new.name,
-        type=new.type,
         status=str(SessionStatus.PENDING),
         status_changed_at=now,
         result="undefined",
-        priority=new.priority,
-        resource_group=new.resource_group,
-        project=new.project,
         owner=new.owner,
-        cluster_size=new.cluster_size,
-        resources=new.resources.to_json(),
-        placement=new.placement,
-        command=new.command,
-        env=new.env,
-        image=new.image,
-        timeout=new.timeout,
-        error_strategy=new.error_strategy,
-        retry_policy=new.retry_policy,
-        retry_policies=new.retry_policies,
-        creation_id=new.creation_id,
         parent_session_id=new.parent_session_id,
         root_session_id=new.root_session_id or new.id,
         retry_count=new.retry_count,
@@ -57,7 +43,7 @@ async def insert_session(conn: AsyncConnection, new: NewSession, now: datetime) 
         created_at=now,
     )
     kernel_rows: list[dict[str, Any]] = []
-    for rank in range(new.cluster_size):
+    for rank in range(new.spec.cluster_size):
         k: dict[str, Any] = {c.name: None for c in kernels.columns}
         k.update(
             id=str(uuid.uuid4()),
@@ -67,8 +53,9 @@ async def insert_session(conn: AsyncConnection, new: NewSession, now: datetime) 
             status=str(KernelStatus.PENDING),
             status_changed_at=now,
             generation=0,
-            resources=new.resources.to_json(),
+            resources=row["resources"],
             kill_requested=False,
+            kill_forced=False,
             started=False,
             oom_killed=False,
             killed_by_corral=False,
@@ -84,9 +71,15 @@ async def insert_session(conn: AsyncConnection, new: NewSession, now: datetime) 
     return convert.session(row, tuple(convert.kernel(k) for k in kernel_rows))
 
 
-async def id_for_creation(conn: AsyncConnection, creation_id: str) -> str | None:
-    row = await conn.execute(select(sessions.c.id).where(sessions.c.creation_id == creation_id))
-    return row.scalar_one_or_none()
+async def find_creation(conn: AsyncConnection, owner: str, creation_id: str) -> tuple[str, str | None] | None:
+    """(session id, spec hash) of the owner's session with this creation_id; never another owner's."""
+    row = await conn.execute(
+        select(sessions.c.id, sessions.c.spec_hash).where(
+            sessions.c.owner == owner, sessions.c.creation_id == creation_id
+        )
+    )
+    found = row.first()
+    return (found.id, found.spec_hash) if found else None
 
 
 async def _with_kernels(conn: AsyncConnection, query: Select[Any]) -> list[SessionRecord]:
@@ -144,6 +137,7 @@ async def for_handler(
     queue_window: int | None = None,
     with_kernels: bool = True,
     limit: int = 5000,
+    changed_before: datetime | None = None,
 ) -> list[SessionRecord]:
     """A handler's targets: sessions in `statuses` (optionally with a kernel in `kernel_statuses`).
 
@@ -159,6 +153,8 @@ async def for_handler(
         ).limit(queue_window)
     else:
         query = query.order_by(sessions.c.created_at, sessions.c.id).limit(limit)
+    if changed_before is not None:
+        query = query.where(sessions.c.status_changed_at < changed_before)
     if terminating_requested is True:
         query = query.where(sessions.c.termination_reason.is_not(None))
     elif terminating_requested is False:
@@ -257,7 +253,13 @@ async def _back_to_queue(conn: AsyncConnection, session_ids: list[str], now: dat
     await conn.execute(
         update(kernels)
         .where(kernels.c.session_id.in_(session_ids), kernels.c.status == str(KernelStatus.PENDING))
-        .values(agent_id=None, master_port=None, kill_requested=False, generation=kernels.c.generation + 1)
+        .values(
+            agent_id=None,
+            master_port=None,
+            kill_requested=False,
+            kill_forced=False,
+            generation=kernels.c.generation + 1,
+        )
     )
     await conn.execute(
         update(sessions)

@@ -19,6 +19,8 @@ from sqlalchemy import (
     Table,
     Text,
     TypeDecorator,
+    UniqueConstraint,
+    false,
 )
 from sqlalchemy.engine import Dialect
 
@@ -141,7 +143,8 @@ sessions = Table(
     Column("error_strategy", String(32), nullable=False),
     Column("retry_policy", JSON, nullable=True),
     Column("retry_policies", JSON, nullable=False),
-    Column("creation_id", String(255), nullable=False, unique=True),
+    Column("creation_id", String(255), nullable=True),
+    Column("spec_hash", String(64), nullable=True),
     Column("parent_session_id", ID, nullable=True, index=True),
     Column("root_session_id", ID, nullable=False, index=True),
     Column("retry_count", Integer, nullable=False, default=0),
@@ -156,6 +159,8 @@ sessions = Table(
     Column("started_at", UTCDateTime, nullable=True),
     Column("terminated_at", UTCDateTime, nullable=True),
     Index("ix_sessions_rg_status", "resource_group", "status"),
+    # Idempotency is per caller: another user's creation_id is never found, let alone returned.
+    UniqueConstraint("owner", "creation_id", name="uq_sessions_owner_creation_id"),
 )
 
 kernels = Table(
@@ -172,6 +177,7 @@ kernels = Table(
     Column("generation", Integer, nullable=False, default=0),
     Column("master_port", Integer, nullable=True),
     Column("kill_requested", Boolean, nullable=False, default=False),
+    Column("kill_forced", Boolean, nullable=False, default=False, server_default=false()),
     Column("started", Boolean, nullable=False, default=False),
     Column("exit_code", Integer, nullable=True),
     Column("signal", Integer, nullable=True),

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from corral.api.protocol import (
+from corral.api.schemas import AgentOut
+from corral.api.state import Admin, AgentAuth, State
+from corral.protocol.messages import (
     KernelOrder,
     OrdersIn,
     OrdersOut,
@@ -13,8 +15,6 @@ from corral.api.protocol import (
     ReportsIn,
     ReportsOut,
 )
-from corral.api.schemas import AgentOut
-from corral.api.state import Admin, AgentAuth, State
 from corral.services.agent_protocol import heartbeat_interval
 from corral.store import agents
 from corral.store.records import KernelReport

@@ -10,6 +10,7 @@ from fastapi import APIRouter, Query, Response
 from corral.api.schemas import HistoryOut, KernelOut, LogChunkOut, LogsOut, SessionCreate, SessionOut
 from corral.api.state import Caller, State
 from corral.domain.status import TERMINAL_SESSION, SessionStatus
+from corral.protocol.types import INT64_MAX
 from corral.services import sessions as svc
 from corral.services.errors import InvalidInput
 from corral.store import journal, logs
@@ -19,8 +20,7 @@ router = APIRouter(prefix="/api/v1/sessions", tags=["sessions"])
 
 @router.post("", status_code=201, response_model=SessionOut)
 async def create_session(body: SessionCreate, who: Caller, state: State, response: Response) -> SessionOut:
-    spec = svc.SessionSpec(**body.model_dump())
-    record, created = await svc.create(state.engine, who, spec)
+    record, created = await svc.create(state.engine, who, body.to_spec())
     if created:
         state.wakeup.scheduler()
     else:
@@ -34,7 +34,7 @@ async def list_sessions(
     state: State,
     status: Annotated[list[str] | None, Query()] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Annotated[int, Query(ge=0, le=INT64_MAX)] = 0,
 ) -> list[SessionOut]:
     for s in status or []:
         if s not in set(SessionStatus):
@@ -69,7 +69,7 @@ async def get_logs(
     session_id: str,
     who: Caller,
     state: State,
-    after: Annotated[int, Query(ge=0)] = 0,
+    after: Annotated[int, Query(ge=0, le=INT64_MAX)] = 0,
     limit: Annotated[int, Query(ge=1, le=5000)] = 1000,
 ) -> LogsOut:
     # Read the status first: if it is terminal now, every chunk was stored before it.

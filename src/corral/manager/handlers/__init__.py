@@ -6,6 +6,8 @@ from corral.manager.handlers.apply_termination import ApplyTerminationRequests
 from corral.manager.handlers.base import LifecycleHandler, SessionPromotionHandler
 from corral.manager.handlers.cancel_pending import CancelPendingSessions
 from corral.manager.handlers.detect_termination import DetectTermination
+from corral.manager.handlers.expire_creating import ExpireCreating
+from corral.manager.handlers.expire_pulling import ExpirePulling
 from corral.manager.handlers.prepare import PrepareSessions
 from corral.manager.handlers.promote_prepared import PromoteToPrepared
 from corral.manager.handlers.promote_pulling import PromoteToPulling
@@ -24,6 +26,8 @@ def cycle_handlers() -> list[LifecycleHandler | SessionPromotionHandler]:
         PromoteToPulling(),
         PromoteToPrepared(),
         PromoteToRunning(),
+        ExpirePulling(),
+        ExpireCreating(),
         DetectTermination(),
         TerminateSessions(),
         PromoteToTerminated(),

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from corral.domain.cause import Cause
-from corral.domain.placement import AgentSnapshot, PlacementStrategy, apply_placement, place_gang
+from corral.domain.placement import AgentSnapshot, apply_placement, place_gang
 from corral.domain.queue import QueueEntry, queue_order
 from corral.domain.scheduling import Skip, StatusTransitions, TransitionStatus
 from corral.domain.status import AgentStatus, KernelStatus, SessionStatus
@@ -52,7 +52,7 @@ class ScheduleNewSessions(LifecycleHandler):
         for entry in ready:
             s = by_id[entry.session_id]
             needs = [s.resources] * s.cluster_size  # every kernel of a session asks for the same slots
-            placement = place_gang(needs, snapshot, PlacementStrategy(s.placement))
+            placement = place_gang(needs, snapshot, s.spec.placement)
             if placement is None:
                 result.skipped.append(Skip(s.id, "no agent has room for it now"))
                 continue

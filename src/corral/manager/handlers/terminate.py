@@ -1,13 +1,19 @@
-"""TerminateSessions: hands kill orders to agents; kernels end only when their agent confirms."""
+"""TerminateSessions: hands kill orders to agents; kernels end only when their agent confirms.
+
+TERMINATING is bounded: past `terminating_timeout` the kill is escalated to SIGKILL at once; if the
+agent still has not confirmed after a further fence period, the agent is fenced (new epoch): it
+must kill everything it runs before it may register again, and if it stays silent the fence rule
+declares its kernels gone.  Capacity is released only when a kernel is confirmed or declared gone.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from corral.domain.scheduling import StatusTransitions, TransitionStatus
+from corral.domain.scheduling import StatusTransitions
 from corral.domain.status import KernelStatus, SessionStatus
 from corral.manager.handlers.base import HandlerContext, LifecycleHandler, LifecycleResult
-from corral.store import kernels
+from corral.store import agents, kernels
 from corral.store.records import SessionRecord
 
 # No process exists yet for a kernel in these statuses: it is ended here, nothing to kill.
@@ -27,37 +33,57 @@ class TerminateSessions(LifecycleHandler):
     name = "TerminateSessions"
     hands_orders = True
     target_session_statuses = frozenset({SessionStatus.TERMINATING})
-    target_kernel_statuses = _NOT_STARTED | _RUNNING
     termination_requested = None
 
     @classmethod
     def status_transitions(cls) -> StatusTransitions:
-        # success=None: handing over kill orders changes no status (the seed's own code does this).
-        return StatusTransitions(
-            success=None,
-            need_retry=None,
-            expired=TransitionStatus(SessionStatus.ERROR, KernelStatus.ERROR),
-            give_up=TransitionStatus(SessionStatus.ERROR, KernelStatus.ERROR),
-        )
+        # success=None: handing over kill orders changes no status (the seed's own code does this);
+        # expiry only records that the session waits (the escalation is this handler's own success).
+        return StatusTransitions(success=None, need_retry=None, expired=None, give_up=None)
 
     async def execute(self, ctx: HandlerContext, targets: Sequence[SessionRecord]) -> LifecycleResult:
         result = LifecycleResult()
         never_started: list[str] = []
         to_kill: list[str] = []
+        to_force: list[str] = []
+        to_fence: set[str] = set()
+        limit = ctx.limits.timeouts.get(SessionStatus.TERMINATING)
         for s in targets:
             idle = [k.id for k in s.kernels if k.status in _NOT_STARTED]
             live = [k.id for k in s.kernels if k.status in _RUNNING]
-            never_started += idle
-            to_kill += live
+            waited = ctx.now - s.status_changed_at
+            stuck = [k for k in s.kernels if k.status is KernelStatus.TERMINATING]
             parts = []
             if live:
                 parts.append(f"kill ordered for {len(live)} kernel(s)")
             if idle:
                 parts.append(f"{len(idle)} kernel(s) never started")
-            result.success(s.id, "; ".join(parts))
+            if limit is not None and waited > limit:
+                force = [k.id for k in stuck if not k.kill_forced]
+                if force:
+                    parts.append(
+                        f"still terminating after {waited}: SIGKILL ordered for {len(force)} kernel(s)"
+                    )
+                to_force += force
+                fence = {
+                    k.agent_id
+                    for k in stuck
+                    if k.kill_forced and k.agent_id and waited > limit + ctx.limits.declare_gone_after
+                }
+                if fence - to_fence:
+                    parts.append(
+                        "no confirmation of the SIGKILL: agent(s) fenced: " + ", ".join(sorted(fence))
+                    )
+                to_fence |= fence
+            never_started += idle
+            to_kill += live
+            if parts:
+                result.success(s.id, "; ".join(parts))
         await kernels.end_kernels(
             ctx.conn, never_started, KernelStatus.CANCELLED, ctx.now, termination_message="never started"
         )
         await kernels.order_kill(ctx.conn, to_kill)
         await kernels.move_to_terminating(ctx.conn, to_kill, ctx.now)
+        await kernels.order_force_kill(ctx.conn, to_force)
+        await agents.fence(ctx.conn, sorted(to_fence), ctx.now)
         return result

@@ -38,20 +38,26 @@ class ManagerSettings(BaseSettings):
 
 
 class SchedulerSettings(BaseSettings):
-    """Liveness and per-status limits of the coordinator (seconds; 0 disables a timeout)."""
+    """Liveness and per-status limits of the coordinator (seconds; 0 disables a timeout, except
+    that TERMINATING is always bounded: see README "Nothing hangs")."""
 
     model_config = SettingsConfigDict(env_prefix="CORRAL_", extra="ignore")
 
     agent_lease: float = 15.0
     fence_timeout: float = 30.0
+    # The manager declares a silent agent's kernels gone at fence_timeout + fence_margin after the
+    # last request it received; the agent has killed them at fence_timeout after sending it.
+    fence_margin: float = 5.0
     loop_interval: float = 1.0
     max_tries: int = 3
     max_reschedules: int = 3
     pending_timeout: float = 0.0
     scheduled_timeout: float = 300.0
     preparing_timeout: float = 600.0
+    pulling_timeout: float = 1800.0
     prepared_timeout: float = 300.0
-    terminating_timeout: float = 0.0
+    creating_timeout: float = 300.0
+    terminating_timeout: float = 120.0
 
     def limits(self) -> PhaseLimits:
         def t(seconds: float) -> timedelta | None:
@@ -62,9 +68,12 @@ class SchedulerSettings(BaseSettings):
                 SessionStatus.PENDING: t(self.pending_timeout),
                 SessionStatus.SCHEDULED: t(self.scheduled_timeout),
                 SessionStatus.PREPARING: t(self.preparing_timeout),
+                SessionStatus.PULLING: t(self.pulling_timeout),
                 SessionStatus.PREPARED: t(self.prepared_timeout),
+                SessionStatus.CREATING: t(self.creating_timeout),
                 SessionStatus.TERMINATING: t(self.terminating_timeout),
             },
             max_tries=self.max_tries,
             max_reschedules=self.max_reschedules,
+            declare_gone_after=timedelta(seconds=self.fence_timeout + self.fence_margin),
         )

@@ -1,0 +1,26 @@
+"""ExpirePulling: a session whose image takes too long to prepare goes back to the queue."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from corral.domain.scheduling import StatusTransitions, TransitionStatus
+from corral.domain.status import KernelStatus, SessionStatus
+from corral.manager.handlers.base import HandlerContext, LifecycleHandler, LifecycleResult
+from corral.store.records import SessionRecord
+
+
+class ExpirePulling(LifecycleHandler):
+    """Reports nothing: the coordinator judges `pulling_timeout` (no process runs while pulling)."""
+
+    name = "ExpirePulling"
+    hands_orders = True
+    target_session_statuses = frozenset({SessionStatus.PULLING})
+
+    @classmethod
+    def status_transitions(cls) -> StatusTransitions:
+        back = TransitionStatus(SessionStatus.PENDING, KernelStatus.PENDING)
+        return StatusTransitions(success=None, need_retry=None, expired=back, give_up=back)
+
+    async def execute(self, ctx: HandlerContext, targets: Sequence[SessionRecord]) -> LifecycleResult:
+        return LifecycleResult()

@@ -1,0 +1,116 @@
+"""The agent protocol: agents register, pull orders (long poll) and push reports and logs.
+
+Both sides use these models (the manager to read requests, the agent to read replies); unknown
+fields are refused both ways, and every string and integer is bounded so no message can wedge
+the other side.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, Strict, StrictFloat, StrictInt, StringConstraints
+
+from corral.domain.status import KernelStatus
+from corral.protocol.types import STRICT, Count, Int32, Int64, JsonObject, LongText, Name, Text
+
+Status = Annotated[KernelStatus, Strict(False)]
+Amount = StrictInt | StrictFloat | Annotated[str, StringConstraints(max_length=64)]
+Short = Annotated[str, StringConstraints(max_length=256)]
+
+
+class RegisterIn(BaseModel):
+    model_config = STRICT
+
+    agent_id: Name
+    hostname: Annotated[Text, StringConstraints(max_length=256)]
+    address: Annotated[Text, StringConstraints(max_length=256)]
+    resource_group: Name = "default"
+    capacity: dict[Annotated[str, StringConstraints(max_length=64)], Amount] = Field(max_length=64)
+    info: JsonObject = Field(default_factory=dict)
+    instance: Annotated[Text, StringConstraints(max_length=64)] = Field(
+        "", description="random per agent process: tells a restart from a twin"
+    )
+
+
+class RegisterOut(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    epoch: int
+    agent_lease: float
+    fence_timeout: float
+    heartbeat_interval: float
+    long_poll: float
+
+
+class OrdersIn(BaseModel):
+    model_config = STRICT
+
+    agent_id: Name
+    epoch: Count
+    seen: Annotated[Text, StringConstraints(max_length=128)] = ""
+    wait: float = Field(0.0, ge=0, le=60)
+
+
+class KernelOrder(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    kernel_id: str
+    session_id: str
+    rank: int
+    generation: int
+    status: Status
+    kill: bool
+    force: bool = False
+    spec: dict[str, Any]
+
+
+class OrdersOut(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    fingerprint: str
+    orders: list[KernelOrder]
+
+
+class KernelReportIn(BaseModel):
+    model_config = STRICT
+
+    kernel_id: Name
+    status: Status
+    generation: Count = 0
+    exit_code: Int32 | None = None
+    signal: Int32 | None = None
+    oom_killed: bool = False
+    killed_by_corral: bool = False
+    image_failed: bool = False
+    agent_lost: bool = False
+    exited_at_ns: Int64 | None = None
+    master_port: Annotated[int, Field(ge=0, le=65535)] | None = None
+    termination_message: LongText | None = None
+    error_record: JsonObject | None = None
+    detail: JsonObject = Field(default_factory=dict)
+
+
+class LogChunkIn(BaseModel):
+    model_config = STRICT
+
+    kernel_id: Name
+    stream: str = Field(pattern="^(stdout|stderr)$")
+    offset: Count
+    data: Text
+
+
+class ReportsIn(BaseModel):
+    model_config = STRICT
+
+    agent_id: Name
+    epoch: Count
+    reports: list[KernelReportIn] = Field(default_factory=list, max_length=100_000)
+    logs: list[LogChunkIn] = Field(default_factory=list, max_length=100_000)
+
+
+class ReportsOut(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    applied: int
+    refused: list[str]
