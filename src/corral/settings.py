@@ -27,6 +27,8 @@ class ManagerSettings(BaseSettings):
     port: int = 8470
     agent_token: str = ""
     bootstrap_admin_key: str = ""
+    # With the bootstrap key: revoke every other key of the admin user (`corral up --rotate-key`).
+    rotate_admin_key: bool = False
     long_poll: float = 5.0
 
     def resolved_database_url(self) -> str:

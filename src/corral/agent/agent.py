@@ -20,7 +20,7 @@ from typing import Any
 import structlog
 
 from corral.agent.capacity import capacity
-from corral.agent.cgroup import CgroupMode, detect, release
+from corral.agent.cgroup import CgroupMode, detect, parent_name, release
 from corral.agent.client import Fenced, ManagerUnreachable, ProtocolClient, Refused, Rejected
 from corral.agent.kernel import KernelRunner, Report
 from corral.agent.link import SupervisorLink
@@ -85,8 +85,9 @@ class Agent:
 
     # --- lifecycle -------------------------------------------------------------------------
     async def run(self) -> None:
-        self.cfg.work_dir.mkdir(parents=True, exist_ok=True)
-        self.mode, why = detect(self.cfg.id, self.cfg.memory_mode)
+        self.cfg.work_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.cfg.work_dir.chmod(0o700)  # kernel logs and env files are the owner's only
+        self.mode, why = detect(parent_name(self.cfg.id, self.cfg.work_dir), self.cfg.memory_mode)
         log.info("memory limits", mode=self.mode.kind, why=why, cgroup=self.mode.parent or None)
         self._why = why
         await self._start_supervisor()
@@ -139,6 +140,8 @@ class Agent:
             try:
                 await asyncio.wait_for(self._kill_all(), 10.0)
                 await asyncio.wait_for(self._push_once(), 2.0)
+                # Leaving: a successor under the same id may register at once.
+                await asyncio.wait_for(self.client.leave(self.cfg.id, self.epoch), 2.0)
             except Exception:  # best effort: the manager fences what it never hears about
                 pass
         if self.link is not None:

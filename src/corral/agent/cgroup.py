@@ -5,6 +5,7 @@ Only the small file operations live here; the agent picks a mode at start-up and
 
 from __future__ import annotations
 
+import hashlib
 import os
 import signal
 from dataclasses import dataclass
@@ -28,9 +29,15 @@ def _writable_dir(path: Path) -> bool:
     return path.is_dir() and os.access(path, os.W_OK)
 
 
-def detect(agent_id: str, prefer: str = "auto") -> tuple[CgroupMode, str]:
+def parent_name(agent_id: str, work_dir: Path) -> str:
+    """Unique per installation on a host: two `corral up` (other HOME, same agent ids) never share
+    a parent cgroup, so stopping one cannot remove the other's."""
+    install = hashlib.sha1(str(work_dir.resolve()).encode()).hexdigest()[:10]
+    return f"corral-{install}-" + "".join(c if c.isalnum() or c in "-_." else "_" for c in agent_id)
+
+
+def detect(name: str, prefer: str = "auto") -> tuple[CgroupMode, str]:
     """The best available mode and a sentence saying why (for the start-up log)."""
-    name = "corral-" + "".join(c if c.isalnum() or c in "-_." else "_" for c in agent_id)
     controllers = V2_ROOT / "cgroup.controllers"
     v2_ok = controllers.is_file() and "memory" in controllers.read_text().split() and _writable_dir(V2_ROOT)
     v1_ok = _writable_dir(V1_ROOT) and (V1_ROOT / "memory.limit_in_bytes").exists()

@@ -73,5 +73,8 @@ class ProtocolClient:
             },
         )
 
+    async def leave(self, agent_id: str, epoch: int) -> None:
+        await self._post("leave", {"agent_id": agent_id, "epoch": epoch})
+
     async def aclose(self) -> None:
         await self._http.aclose()

@@ -122,8 +122,8 @@ class Supervisor:
         flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
         actions = [
             (os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0),
-            (os.POSIX_SPAWN_OPEN, 1, cmd["stdout"], flags, 0o644),
-            (os.POSIX_SPAWN_OPEN, 2, cmd["stderr"], flags, 0o644),
+            (os.POSIX_SPAWN_OPEN, 1, cmd["stdout"], flags, 0o600),
+            (os.POSIX_SPAWN_OPEN, 2, cmd["stderr"], flags, 0o600),
         ]
         try:
             os.chdir(cmd["cwd"])

@@ -33,6 +33,8 @@ async def prepare_database(engine: AsyncEngine, settings: ManagerSettings) -> No
         if settings.bootstrap_admin_key:
             user_id = await auth.ensure_user(conn, "admin", "admin", now)
             await auth.add_key(conn, user_id, settings.bootstrap_admin_key, now)
+            if settings.rotate_admin_key:
+                await auth.revoke_other_keys(conn, user_id, settings.bootstrap_admin_key)
         await agent_store.refresh_all_leases(conn, now)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 from pathlib import Path
 from typing import Annotated
@@ -10,7 +11,7 @@ from typing import Annotated
 import typer
 
 from corral.cli import session
-from corral.cli.client import Api, fail, save_config
+from corral.cli.client import Api, fail, load_saved, save_config
 from corral.cli.output import Format, OutputOpt, emit
 from corral.cli.run import run
 
@@ -39,26 +40,37 @@ def up(
     agents: Annotated[int, typer.Option(help="local agents to start")] = 2,
     port: Annotated[int, typer.Option(help="port to listen on")] = 8470,
     host: Annotated[str, typer.Option(help="address to listen on")] = "127.0.0.1",
+    rotate_key: Annotated[
+        bool, typer.Option("--rotate-key", help="mint a new admin key and revoke the old ones")
+    ] = False,
 ) -> None:
-    """Start Corral on its embedded default: a manager on SQLite plus local agents."""
-    from corral.cli.serve import agent_token_file, serve_embedded
+    """Start Corral on its embedded default: a manager on SQLite plus local agents.
+
+    Stops cleanly (agents, their kernels, then the manager; exit 0) on SIGTERM, SIGINT or SIGHUP.
+    Its files (database, keys, kernel logs) are readable by their owner only.
+    """
+    from corral.cli.serve import agent_token_file, private_dir, serve_embedded
+    from corral.logsetup import add_secret
     from corral.settings import ManagerSettings, SchedulerSettings, data_dir
     from corral.store.auth import new_key
 
-    data = data_dir()
-    key = new_key()
-    settings = ManagerSettings(
-        host=host, port=port, agent_token=agent_token_file(data), bootstrap_admin_key=key
-    )
+    os.umask(0o077)
+    data = private_dir(data_dir())
     url = f"http://{host}:{port}"
+    saved_url, saved_key = load_saved()
+    key = saved_key if saved_key and saved_url == url and not rotate_key else new_key()
+    token = agent_token_file(data)
+    add_secret(key, token)
+    settings = ManagerSettings(
+        host=host, port=port, agent_token=token, bootstrap_admin_key=key, rotate_admin_key=rotate_key
+    )
     cfg = save_config(url, key)
     typer.echo(f"Corral is starting at {url} with {agents} local agent(s); data in {data}", err=True)
-    typer.echo(f"admin API key: {key}  (saved for the CLI in {cfg})", err=True)
+    what = "new admin API key (older ones revoked)" if rotate_key else "admin API key"
+    typer.echo(f"{what}: {key}  (saved for the CLI in {cfg})", err=True)
     typer.echo("From another shell:  .venv/bin/corral run -- python3 -c 'print(42)'", err=True)
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(serve_embedded(settings, SchedulerSettings(), agents, data))
-    except KeyboardInterrupt:
-        pass
 
 
 @app.command()
@@ -77,6 +89,10 @@ def manager(
             setattr(settings, attr, value)
     if not settings.agent_token:
         raise fail("set CORRAL_AGENT_TOKEN: agents must present it to register")
+    from corral.logsetup import add_secret
+
+    os.umask(0o077)
+    add_secret(settings.agent_token, settings.bootstrap_admin_key)
     serve_manager(settings)
 
 
@@ -118,6 +134,9 @@ def agent(
             setattr(cfg, attr, value)
     if not cfg.token:
         raise fail("an agent needs --token (or CORRAL_AGENT_TOKEN)")
+    from corral.logsetup import add_secret
+
+    add_secret(cfg.token)
     asyncio.run(_run_agent(Agent(cfg)))
 
 
@@ -129,7 +148,7 @@ async def _run_agent(agent: object) -> None:
     assert isinstance(agent, Agent)
     loop = asyncio.get_running_loop()
     async with agent:
-        for sig in (signal.SIGTERM, signal.SIGINT):
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             loop.add_signal_handler(sig, agent.request_stop)
         await agent.run()
 
@@ -177,6 +196,9 @@ def upgrade(database_url: DatabaseOpt = None) -> None:
 
 
 def main() -> None:
+    from corral.logsetup import configure
+
+    configure()
     app(prog_name="corral")
 
 

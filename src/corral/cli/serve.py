@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import ctypes
 import os
 import secrets
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import uvicorn
@@ -15,23 +18,56 @@ import uvicorn
 from corral.api.app import create_app
 from corral.settings import ManagerSettings, SchedulerSettings
 
+PR_SET_PDEATHSIG = 1
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+class _Server(uvicorn.Server):
+    """uvicorn re-raises the stop signal once it has shut down, which would kill `corral up` before
+    its agents are stopped: here the caller owns the signals and decides when to exit."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+def _config(settings: ManagerSettings, scheduler: SchedulerSettings | None) -> uvicorn.Config:
+    return uvicorn.Config(
+        create_app(settings, scheduler),
+        host=settings.host,
+        port=settings.port,
+        log_level="warning",
+        log_config=None,  # the root logger's redacting handler (logsetup) applies to uvicorn too
+        timeout_graceful_shutdown=3,
+    )
+
 
 def serve_manager(settings: ManagerSettings, scheduler: SchedulerSettings | None = None) -> None:
-    app = create_app(settings, scheduler)
-    config = uvicorn.Config(
-        app, host=settings.host, port=settings.port, log_level="warning", timeout_graceful_shutdown=3
-    )
-    uvicorn.Server(config).run()
+    uvicorn.Server(_config(settings, scheduler)).run()
+
+
+def private_dir(path: Path) -> Path:
+    """A directory only its owner can read (the database, keys and kernel files live there)."""
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    path.chmod(0o700)
+    return path
 
 
 def agent_token_file(data: Path) -> str:
     """The embedded cluster's agent token, made once and kept (mode 600) in the data dir."""
-    path = data / "agent_token"
+    path = private_dir(data) / "agent_token"
     if not path.is_file():
-        data.mkdir(parents=True, exist_ok=True)
-        path.write_text(secrets.token_urlsafe(32))
-        path.chmod(0o600)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_urlsafe(32))
+    path.chmod(0o600)
     return path.read_text().strip()
+
+
+def _die_with_parent() -> None:
+    """In the agent child: SIGTERM when `corral up` dies, even by SIGKILL (no orphaned agents)."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
 
 
 def spawn_agents(n: int, url: str, token: str, data: Path) -> list[subprocess.Popen[bytes]]:
@@ -50,7 +86,7 @@ def spawn_agents(n: int, url: str, token: str, data: Path) -> list[subprocess.Po
             "--work-dir",
             str(data / "agents" / f"local-{i}"),
         ]
-        procs.append(subprocess.Popen(cmd, env=env))
+        procs.append(subprocess.Popen(cmd, env=env, preexec_fn=_die_with_parent))
     return procs
 
 
@@ -60,20 +96,20 @@ def stop_all(procs: list[subprocess.Popen[bytes]]) -> None:
             p.send_signal(signal.SIGTERM)
     for p in procs:
         try:
-            p.wait(timeout=10)
+            p.wait(timeout=20)
         except subprocess.TimeoutExpired:
             p.kill()
+            p.wait()
 
 
 async def serve_embedded(
     settings: ManagerSettings, scheduler: SchedulerSettings, agents: int, data: Path
 ) -> None:
-    app = create_app(settings, scheduler)
-    server = uvicorn.Server(
-        uvicorn.Config(
-            app, host=settings.host, port=settings.port, log_level="warning", timeout_graceful_shutdown=3
-        )
-    )
+    """Until SIGTERM, SIGINT or SIGHUP: then the agents stop (killing their kernels), then the manager."""
+    server = _Server(_config(settings, scheduler))
+    loop = asyncio.get_running_loop()
+    for sig in STOP_SIGNALS:
+        loop.add_signal_handler(sig, lambda: setattr(server, "should_exit", True))
     url = f"http://{settings.host}:{settings.port}"
     serving = asyncio.create_task(server.serve())
     while not server.started and not serving.done():  # noqa: ASYNC110 - uvicorn exposes only a flag
@@ -83,6 +119,10 @@ async def serve_embedded(
         return
     procs = spawn_agents(agents, url, settings.agent_token, data)
     try:
-        await serving
+        while not server.should_exit and all(p.poll() is None for p in procs):  # noqa: ASYNC110
+            await asyncio.sleep(0.2)
     finally:
-        stop_all(procs)
+        # Agents first, while the manager still answers: they report their kernels' ends and leave.
+        await asyncio.to_thread(stop_all, procs)
+        server.should_exit = True
+        await serving

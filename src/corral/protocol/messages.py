@@ -52,6 +52,13 @@ class OrdersIn(BaseModel):
     wait: float = Field(0.0, ge=0, le=60)
 
 
+class LeaveIn(BaseModel):
+    model_config = STRICT
+
+    agent_id: Name
+    epoch: Count
+
+
 class KernelOrder(BaseModel):
     model_config = ConfigDict(extra="forbid")
 

@@ -87,6 +87,13 @@ class AgentProtocol:
         if not await agents.heartbeat(conn, agent_id, epoch, _now()):
             raise Fenced(f"agent {agent_id} epoch {epoch} is fenced; register again")
 
+    async def leave(self, agent_id: str, epoch: int) -> None:
+        async with transaction(self._engine) as conn:
+            if await agents.current_epoch(conn, agent_id) != epoch:
+                raise Fenced(f"agent {agent_id} epoch {epoch} is fenced")
+            await agents.leave(conn, agent_id, _now())
+        self._wakeup.scheduler()
+
     async def orders(
         self, agent_id: str, epoch: int, seen: str, wait: float
     ) -> tuple[str, list[dict[str, Any]]]:

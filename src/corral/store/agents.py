@@ -221,3 +221,14 @@ async def fence(conn: AsyncConnection, agent_ids: list[str], now: datetime) -> N
             .where(agents.c.id.in_(agent_ids), agents.c.status == str(AgentStatus.ALIVE))
             .values(epoch=agents.c.epoch + 1, status=str(AgentStatus.LOST), lost_at=now)
         )
+
+
+async def leave(conn: AsyncConnection, agent_id: str, now: datetime) -> None:
+    """A clean stop: LOST at once (no placement), so a successor need not wait out the lease.
+
+    Its kernels are not declared gone here: the agent reported them, or the fence rule does it."""
+    await conn.execute(
+        update(agents)
+        .where(agents.c.id == agent_id, agents.c.status == str(AgentStatus.ALIVE))
+        .values(status=str(AgentStatus.LOST), lost_at=now)
+    )

@@ -8,7 +8,7 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import insert, select
+from sqlalchemy import delete, insert, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.store.tables import api_keys, project_members, projects, users
@@ -55,6 +55,12 @@ async def add_key(conn: AsyncConnection, user_id: str, key: str, now: datetime) 
                 id=str(uuid.uuid4()), user_id=user_id, key_hash=hash_key(key), prefix=key[:8], created_at=now
             )
         )
+
+
+async def revoke_other_keys(conn: AsyncConnection, user_id: str, keep: str) -> None:
+    await conn.execute(
+        delete(api_keys).where(api_keys.c.user_id == user_id, api_keys.c.key_hash != hash_key(keep))
+    )
 
 
 async def principal_for(conn: AsyncConnection, key: str) -> Principal | None:

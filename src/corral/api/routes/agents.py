@@ -8,6 +8,7 @@ from corral.api.schemas import AgentOut
 from corral.api.state import Admin, AgentAuth, State
 from corral.protocol.messages import (
     KernelOrder,
+    LeaveIn,
     OrdersIn,
     OrdersOut,
     RegisterIn,
@@ -52,6 +53,12 @@ async def register(body: RegisterIn, state: State) -> RegisterOut:
 async def orders(body: OrdersIn, state: State) -> OrdersOut:
     fingerprint, found = await state.protocol.orders(body.agent_id, body.epoch, body.seen, body.wait)
     return OrdersOut(fingerprint=fingerprint, orders=[KernelOrder(**o) for o in found])
+
+
+@router.post("/agent/leave", status_code=204, dependencies=[AgentAuth])
+async def leave(body: LeaveIn, state: State) -> None:
+    """A clean stop: the agent has killed and reported its kernels; its id is free at once."""
+    await state.protocol.leave(body.agent_id, body.epoch)
 
 
 @router.post("/agent/reports", response_model=ReportsOut, dependencies=[AgentAuth])

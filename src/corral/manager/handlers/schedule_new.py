@@ -11,7 +11,7 @@ from corral.domain.scheduling import Skip, StatusTransitions, TransitionStatus
 from corral.domain.status import AgentStatus, KernelStatus, SessionStatus
 from corral.manager.handlers.base import HandlerContext, LifecycleHandler, LifecycleResult
 from corral.store import agents
-from corral.store.records import SessionRecord
+from corral.store.records import AgentRecord, SessionRecord
 
 
 class ScheduleNewSessions(LifecycleHandler):
@@ -36,10 +36,9 @@ class ScheduleNewSessions(LifecycleHandler):
         result = LifecycleResult(placements={})
         assert result.placements is not None
         await agents.lock_group(ctx.conn, ctx.resource_group)
+        registered = await agents.list_agents(ctx.conn, ctx.resource_group)
         snapshot = [
-            AgentSnapshot(a.id, a.capacity - a.used)
-            for a in await agents.list_agents(ctx.conn, ctx.resource_group)
-            if a.status is AgentStatus.ALIVE
+            AgentSnapshot(a.id, a.capacity - a.used) for a in registered if a.status is AgentStatus.ALIVE
         ]
         by_id = {s.id: s for s in targets}
         entries = [QueueEntry(s.id, s.priority, s.chain_submitted_at, s.retry_after) for s in targets]
@@ -54,9 +53,17 @@ class ScheduleNewSessions(LifecycleHandler):
             needs = [s.resources] * s.cluster_size  # every kernel of a session asks for the same slots
             placement = place_gang(needs, snapshot, s.spec.placement)
             if placement is None:
-                result.skipped.append(Skip(s.id, "no agent has room for it now"))
+                result.skipped.append(Skip(s.id, _why_waiting(s, registered, ctx.resource_group)))
                 continue
             snapshot = apply_placement(snapshot, needs, placement)
             result.placements[s.id] = placement
             result.success(s.id, "placed on " + ", ".join(placement.agent_ids))
         return result
+
+
+def _why_waiting(s: SessionRecord, registered: Sequence[AgentRecord], group: str) -> str:
+    if not registered:
+        return f"unschedulable: no agent has joined resource group {group!r} yet"
+    if not any(s.resources.fits_in(a.capacity) for a in registered):
+        return "unschedulable: each kernel needs more than any agent of the group has"
+    return "no agent has room for it now"
