@@ -1,3 +1,3 @@
-from corral.cli.main import app
+from corral.cli.main import main
 
-app(prog_name="corral")
+main()

@@ -49,6 +49,8 @@ class _RedactingFilter(logging.Filter):
     """For stdlib loggers (uvicorn, sqlalchemy, httpx): the same redaction on their messages."""
 
     def filter(self, record: logging.LogRecord) -> bool:
+        if record.name == "uvicorn.error" and str(record.msg).startswith("Exception in ASGI application"):
+            return False  # the API's own handler has logged it once already
         record.msg = redact(record.getMessage())
         record.args = ()
         if record.exc_info:

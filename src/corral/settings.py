@@ -30,6 +30,8 @@ class ManagerSettings(BaseSettings):
     # With the bootstrap key: revoke every other key of the admin user (`corral up --rotate-key`).
     rotate_admin_key: bool = False
     long_poll: float = 5.0
+    max_request_bytes: int = 1 << 20
+    max_agent_request_bytes: int = 64 << 20
 
     def resolved_database_url(self) -> str:
         if self.database_url:

@@ -27,6 +27,43 @@ BAD_BODIES: list[tuple[str, dict[str, Any], int, str]] = [
     ("priority 101", {"command": ["true"], "priority": 101}, 422, "priority"),
     ("unknown field", {"command": ["true"], "colour": "red"}, 422, "colour"),
     ("unknown project", {"command": ["true"], "project": "nope"}, 422, "project"),
+    (
+        "retry_policy banana",
+        {"command": ["true"], "retry_policy": {"max_retries": "banana"}},
+        422,
+        "retry_policy.max_retries",
+    ),
+    (
+        "retry_policy unknown field",
+        {"command": ["true"], "retry_policy": {"retries": 2}},
+        422,
+        "retry_policy.retries",
+    ),
+    (
+        "retry delay over 24h",
+        {"command": ["true"], "retry_policy": {"max_retry_delay": "25h"}},
+        422,
+        "retry_policy.max_retry_delay",
+    ),
+    (
+        "never-retriable cause",
+        {"command": ["true"], "retry_policy": {"eligible_causes": ["user_cancelled"]}},
+        422,
+        "retry_policy.eligible_causes",
+    ),
+    ("env name with =", {"command": ["true"], "env": {"A=B": "x"}}, 422, "env.A=B"),
+    ("env name reserved", {"command": ["true"], "env": {"CORRAL_SESSION_ID": "x"}}, 422, "env"),
+    ("env value not a string", {"command": ["true"], "env": {"A": 1}}, 422, "env.A"),
+    ("NUL in command", {"command": ["echo", "a\u0000b"]}, 422, "command.1"),
+    ("NUL in env", {"command": ["true"], "env": {"A": "x\u0000"}}, 422, "env.A"),
+    ("timeout 2**63", {"command": ["true"], "timeout": 2**63}, 422, "timeout"),
+    ("cpu true", {"command": ["true"], "resources": {"cpu": True}}, 422, "resources.cpu"),
+    ("cpu 1e308", {"command": ["true"], "resources": {"cpu": 1e308}}, 422, "resources.cpu"),
+    ("gpu 10**6", {"command": ["true"], "resources": {"gpu": 10**6}}, 422, "resources.gpu"),
+    ("mem 10**30", {"command": ["true"], "resources": {"mem": 10**30}}, 422, "resources.mem"),
+    ("priority a string", {"command": ["true"], "priority": "5"}, 422, "priority"),
+    ("command not a list", {"command": "true"}, 422, "command"),
+    ("command too long", {"command": ["echo", "x" * 200_000]}, 422, "command"),
 ]
 
 
@@ -41,6 +78,59 @@ def test_bad_session_request(
     assert error["details"]["field"] == field, error
     assert error["code"] and error["message"]
     assert count_sessions(cluster) == before
+
+
+RAW_BODIES: list[tuple[str, bytes, str]] = [
+    ("lone surrogate in command", b'{"command": ["echo", "\\ud800"]}', "command.1"),
+    ("lone surrogate in env name", b'{"command": ["true"], "env": {"\\udfff": "x"}}', "env"),
+    # A surrogate in a key makes the whole body unreadable as text: refused as the body.
+    ("lone surrogate in unknown field", b'{"command": ["true"], "\\ud800": 1}', "body"),
+    ("cpu 1e400", b'{"command": ["true"], "resources": {"cpu": 1e400}}', "resources.cpu"),
+    ("cpu string 1e400", b'{"command": ["true"], "resources": {"cpu": "1e400"}}', "resources.cpu"),
+]
+
+
+@pytest.mark.parametrize(("what", "raw", "field"), RAW_BODIES, ids=[b[0] for b in RAW_BODIES])
+def test_bad_encodings_and_numbers(cluster: Cluster, what: str, raw: bytes, field: str) -> None:
+    before = count_sessions(cluster)
+    resp = cluster.http.post("/api/v1/sessions", content=raw, headers={"content-type": "application/json"})
+    assert resp.status_code in (400, 422), resp.text
+    assert resp.json()["error"]["details"]["field"].startswith(field), resp.text
+    assert count_sessions(cluster) == before
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/api/v1/sessions?offset=9223372036854775808",
+        "/api/v1/sessions?limit=99999999999999999999999",
+        "/api/v1/sessions/x/logs?after=9223372036854775808",
+    ],
+)
+def test_integer_overflow_in_queries_is_422(cluster: Cluster, path: str) -> None:
+    resp = cluster.http.get(path)
+    assert resp.status_code in (404, 422), resp.text
+    assert "error" in resp.json()
+
+
+def test_a_huge_body_is_refused_before_it_is_read(cluster: Cluster) -> None:
+    before = count_sessions(cluster)
+    body = b'{"command": ["echo", "' + b"x" * (50 * 1024 * 1024) + b'"]}'
+    resp = cluster.http.post("/api/v1/sessions", content=body, headers={"content-type": "application/json"})
+    assert resp.status_code == 413, resp.text[:300]
+    assert resp.json()["error"]["details"]["field"] == "body"
+    assert count_sessions(cluster) == before
+
+
+def test_after_every_bad_request_the_cluster_serves_everyone(cluster: Cluster) -> None:
+    for _, body, _, _ in BAD_BODIES:
+        cluster.http.post("/api/v1/sessions", json=body)
+    for _, raw, _ in RAW_BODIES:
+        cluster.http.post("/api/v1/sessions", content=raw, headers={"content-type": "application/json"})
+    assert cluster.http.get("/api/v1/sessions").status_code == 200
+    done = [cluster.submit(command=["sh", "-c", "echo fine"]) for _ in range(4)]  # both agents serve
+    finals = [cluster.wait(s["id"]) for s in done]
+    assert {(f["status"], f["result"]) for f in finals} == {("TERMINATED", "success")}
 
 
 def test_malformed_json_is_400(cluster: Cluster) -> None:

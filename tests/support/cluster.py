@@ -87,6 +87,7 @@ class Cluster:
         mem: str = "4G",
         resource_group: str = "default",
         wait: bool = True,
+        manager_url: str | None = None,
         **extra: str,
     ) -> subprocess.Popen[bytes]:
         env = {**self.env, "CORRAL_AGENT_TOKEN": self.token, **extra}
@@ -98,7 +99,7 @@ class Cluster:
                 "corral",
                 "agent",
                 "--manager",
-                self.url,
+                manager_url or self.url,
                 "--id",
                 agent_id,
                 "--cpu",

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
 from datetime import UTC, datetime
 
 import structlog
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from corral.api import errors
+from corral.api.limits import BodyLimit
 from corral.api.routes import agents, sessions
 from corral.api.state import AppState
 from corral.manager.loop import Scheduler
@@ -68,8 +70,18 @@ def create_app(
 
     app = FastAPI(title="Corral", version="0.1.0", lifespan=lifespan)
     errors.install(app)
+    app.add_middleware(
+        BodyLimit, user_limit=settings.max_request_bytes, agent_limit=settings.max_agent_request_bytes
+    )
     app.include_router(sessions.router)
     app.include_router(agents.router)
+
+    if os.environ.get("CORRAL_TEST_FAULT_ROUTES") == "1":
+        # Only for the test suite: a route that fails, to prove a 500 logs no credential.
+        @app.get("/api/v1/_test/boom", include_in_schema=False)
+        async def boom(request: Request) -> None:
+            headers = dict(request.headers)
+            raise RuntimeError(f"forced failure ({len(headers)} headers)")
 
     @app.get("/healthz", tags=["health"])
     async def healthz() -> dict[str, str]:

@@ -57,10 +57,11 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
-        code = {404: "not_found", 405: "method_not_allowed", 401: "unauthorized"}.get(
+        code = {404: "not_found", 405: "method_not_allowed", 401: "unauthorized", 413: "body_too_large"}.get(
             exc.status_code, "error"
         )
-        return JSONResponse(error_body(code, str(exc.detail)), status_code=exc.status_code)
+        details = {"field": "body"} if exc.status_code == 413 else None
+        return JSONResponse(error_body(code, str(exc.detail), details), status_code=exc.status_code)
 
     @app.exception_handler(Exception)
     async def _unexpected(_: Request, exc: Exception) -> JSONResponse:

@@ -13,8 +13,6 @@ from pydantic import (
     ConfigDict,
     Field,
     Strict,
-    StrictFloat,
-    StrictInt,
     StringConstraints,
     field_validator,
 )
@@ -33,7 +31,7 @@ from corral.domain.spec import (
     SessionType,
     parse_duration,
 )
-from corral.protocol.types import STRICT, Name, Text, clean_text
+from corral.protocol.types import STRICT, Amount, Name, SlotName, Text, clean_text
 from corral.services.errors import InvalidInput
 from corral.store.records import AgentRecord, HistoryRecord, KernelRecord, SessionRecord
 
@@ -45,7 +43,6 @@ MAX_ENV_BYTES = 128 * 1024
 MAX_TIMEOUT = 10 * 365 * 86400
 ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
 
-Amount = StrictInt | StrictFloat | Annotated[str, StringConstraints(max_length=64)]
 EnvName = Annotated[str, StringConstraints(pattern=ENV_NAME, max_length=256)]
 CreationId = Annotated[str, StringConstraints(min_length=1, max_length=200), AfterValidator(clean_text)]
 Duration = Annotated[float, BeforeValidator(parse_duration)]
@@ -67,7 +64,7 @@ class RetryPolicyIn(BaseModel):
     max_retry_delay: Duration = Field(3600.0, ge=0, le=MAX_RETRY_DELAY_CEILING)
     jitter: Jitter = Jitter.NONE
     jitter_ratio: float = Field(0.25, ge=0.0, le=1.0, allow_inf_nan=False)
-    eligible_causes: list[Cause] | None = Field(None, max_length=len(Cause))
+    eligible_causes: list[Annotated[Cause, Strict(False)]] | None = Field(None, max_length=len(Cause))
     emit_retry_events: bool = True
     anti_affinity: AntiAffinity = AntiAffinity.NONE
     max_retry_duration: Duration | None = Field(None, ge=0, le=MAX_TIMEOUT)
@@ -97,7 +94,7 @@ class SessionCreate(BaseModel):
         None, description="1-128 letters, digits, '.', '_' or '-'"
     )
     type: Annotated[SessionType, Strict(False)] = SessionType.BATCH
-    resources: dict[Annotated[str, StringConstraints(max_length=64)], Amount] = Field(
+    resources: dict[SlotName, Amount] = Field(
         default_factory=_default_resources,
         max_length=32,
         description="per kernel: cpu cores, mem bytes or '64M', gpu devices, declared custom slots",

@@ -9,14 +9,23 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, Strict, StrictFloat, StrictInt, StringConstraints
+from pydantic import BaseModel, ConfigDict, Field, Strict, StringConstraints
 
 from corral.domain.status import KernelStatus
-from corral.protocol.types import STRICT, Count, Int32, Int64, JsonObject, LongText, Name, Text
+from corral.protocol.types import (
+    STRICT,
+    Amount,
+    Count,
+    Int32,
+    Int64,
+    JsonObject,
+    LongText,
+    Name,
+    SlotName,
+    Text,
+)
 
 Status = Annotated[KernelStatus, Strict(False)]
-Amount = StrictInt | StrictFloat | Annotated[str, StringConstraints(max_length=64)]
-Short = Annotated[str, StringConstraints(max_length=256)]
 
 
 class RegisterIn(BaseModel):
@@ -26,7 +35,7 @@ class RegisterIn(BaseModel):
     hostname: Annotated[Text, StringConstraints(max_length=256)]
     address: Annotated[Text, StringConstraints(max_length=256)]
     resource_group: Name = "default"
-    capacity: dict[Annotated[str, StringConstraints(max_length=64)], Amount] = Field(max_length=64)
+    capacity: dict[SlotName, Amount] = Field(max_length=64)
     info: JsonObject = Field(default_factory=dict)
     instance: Annotated[Text, StringConstraints(max_length=64)] = Field(
         "", description="random per agent process: tells a restart from a twin"

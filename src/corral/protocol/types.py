@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, ConfigDict, Field, StringConstraints
+from pydantic import AfterValidator, ConfigDict, Field, PlainValidator, StringConstraints
 
 INT64_MAX = 2**63 - 1
 # Bounds that keep every integer inside a signed 64-bit column on both backends.
@@ -35,6 +35,17 @@ def safe_text(value: str) -> str:
     return value.encode("utf-8", "backslashreplace").decode("utf-8").replace("\x00", "\\x00")
 
 
+def _amount(value: Any) -> int | float | str:
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise ValueError("must be a number, or a string like '64M' or '500m'")
+    if isinstance(value, str) and len(value) > 64:
+        raise ValueError("must be at most 64 characters")
+    return value
+
+
+Amount = Annotated[int | float | str, PlainValidator(_amount, json_schema_input_type=int | float | str)]
+"""A resource amount as written (parsed and range-checked by the domain)."""
+SlotName = Annotated[str, StringConstraints(max_length=64), AfterValidator(clean_text)]
 Text = Annotated[str, AfterValidator(clean_text)]
 Name = Annotated[str, StringConstraints(min_length=1, max_length=128), AfterValidator(clean_text)]
 LongText = Annotated[str, StringConstraints(max_length=1 << 20), AfterValidator(clean_text)]

@@ -1,0 +1,102 @@
+"""`corral up` as a service manager treats it: stop signals, restarts, key rotation, neighbours."""
+
+from __future__ import annotations
+
+import json
+import signal
+import stat
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import psutil
+import pytest
+
+from tests.support.cluster import poll
+from tests.support.embedded import Up
+
+
+@pytest.fixture
+def ups(tmp_path: Path) -> Iterator[list[Up]]:
+    made: list[Up] = []
+    yield made
+    for up in made:
+        up.close()
+
+
+def dead(pids: set[int]) -> bool:
+    for pid in pids:
+        try:
+            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                return False
+        except psutil.NoSuchProcess:
+            continue
+    return True
+
+
+def running_kernel(up: Up, pid_file: Path) -> int:
+    done = up.corral("run", "-d", "--", "sh", "-c", f"echo $$ > {pid_file}; exec sleep 600")
+    assert done.returncode == 0, done.stderr
+    poll(lambda: pid_file.exists() and pid_file.read_text().strip(), 30, "the kernel to start")
+    return int(pid_file.read_text())
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP], ids=lambda s: s.name)
+def test_every_stop_signal_stops_everything_and_exits_0(ups: list[Up], tmp_path: Path, sig: int) -> None:
+    up = Up(tmp_path / "home")
+    ups.append(up)
+    kernel = running_kernel(up, tmp_path / "k.pid")
+    everything = up.tree() | {kernel}
+    assert len(everything) >= 6  # up, 2 agents, 2 supervisors, the kernel
+    assert up.stop(sig) == 0, up.log()[-2000:]
+    poll(lambda: dead(everything), 10, "every process of the installation to be gone")
+
+
+def test_two_installations_on_one_host_are_independent(ups: list[Up], tmp_path: Path) -> None:
+    first, second = Up(tmp_path / "one"), Up(tmp_path / "two")
+    ups += [first, second]
+    kernel_one = running_kernel(first, tmp_path / "one.pid")
+    kernel_two = running_kernel(second, tmp_path / "two.pid")
+    assert first.stop() == 0
+    poll(lambda: dead({kernel_one}), 10, "the first installation's kernel to be gone")
+    assert psutil.pid_exists(kernel_two) and not dead({kernel_two}), "stopping one killed the other's kernel"
+    done = second.corral("run", "--mem", "64M", "--", "sh", "-c", "echo still-here")
+    assert (done.returncode, done.stdout) == (0, "still-here\n"), done.stderr
+    sessions = json.loads(second.corral("session", "list", "-o", "json").stdout)
+    assert sum(s["status"] == "RUNNING" for s in sessions) == 1
+
+
+def test_restart_reuses_the_key_rotation_revokes_it_and_files_are_private(
+    ups: list[Up], tmp_path: Path
+) -> None:
+    up = Up(tmp_path / "home")
+    ups.append(up)
+    first_key = up.key
+    assert up.stop() == 0
+    started = time.monotonic()
+    up.start()  # at once: the stopped agents left, so their ids are free
+    assert time.monotonic() - started < 30
+    assert up.key == first_key
+    assert up.stop() == 0
+    up.start("--rotate-key")
+    assert up.key != first_key
+    old = httpx.get(up.url + "/api/v1/sessions", headers={"Authorization": f"Bearer {first_key}"})
+    assert old.status_code == 401
+    assert up.corral("session", "list").returncode == 0
+    data = tmp_path / "home" / "data"
+    assert stat.S_IMODE(data.stat().st_mode) == 0o700
+    for path in (data / "corral.db", data / "agent_token", up.config):
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
+
+
+def test_up_killed_hard_leaves_no_agent_behind(ups: list[Up], tmp_path: Path) -> None:
+    up = Up(tmp_path / "home")
+    ups.append(up)
+    kernel = running_kernel(up, tmp_path / "k.pid")
+    everything = up.tree() | {kernel}
+    up.proc.kill()  # kill -9: no chance to stop anything itself
+    up.proc.wait()
+    poll(lambda: dead(everything), 20, "the agents and their kernels to follow corral up")
+    up.start()  # and a restart is accepted at once, not refused as a twin
+    assert up.alive_agents() == 2

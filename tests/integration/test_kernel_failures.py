@@ -1,0 +1,133 @@
+"""What an agent cannot run fails that kernel alone; a dead supervisor is replaced; nothing hangs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.support.cluster import Cluster, poll
+
+
+def supervisor_of(c: Cluster, agent_id: str) -> psutil.Process:
+    agent = psutil.Process(c.agents[agent_id].pid)
+    found = [p for p in agent.children() if "corral.agent.supervisor" in " ".join(p.cmdline())]
+    assert len(found) == 1, found
+    return found[0]
+
+
+def gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+@pytest.mark.parametrize(
+    ("command", "code"),
+    [(["/nonexistent/program"], 127), (["/etc/passwd"], 126)],
+    ids=["missing", "not-exec"],
+)
+def test_an_unstartable_command_ends_like_in_a_shell(cluster: Cluster, command: list[str], code: int) -> None:
+    s = cluster.wait(cluster.submit(command=command)["id"])
+    assert (s["status"], s["cause"], s["exit_code"]) == ("ERROR", "kernel_nonzero_exit", code)
+    assert s["kernels"][0]["termination_message"], "the reason is shown"
+    after = cluster.wait(cluster.submit(command=["sh", "-c", "echo next"])["id"])
+    assert after["result"] == "success"
+
+
+def test_the_supervisor_survives_a_command_it_cannot_spawn(tmp_path: Path) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "corral.agent.supervisor", "watchdog", ""],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+
+    def start(key: str, env: dict[str, str], argv: list[str]) -> dict[str, object]:
+        files = {name: str(tmp_path / f"{key}.{name}") for name in ("stdout", "stderr")}
+        cmd = {"op": "start", "key": key, "command": argv, "env": env, "cwd": str(tmp_path), **files}
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write(json.dumps(cmd) + "\n")
+        proc.stdin.flush()
+        return dict(json.loads(proc.stdout.readline()))
+
+    try:
+        bad = start("bad.0", {"A=B": "x"}, ["/bin/true"])
+        assert (bad["ev"], bad["exit_code"]) == ("exited", 127) and bad["start_error"]
+        proc.stdin.write("not json\n")
+        proc.stdin.flush()
+        assert json.loads(proc.stdout.readline())["ev"] == "error"
+        good = start("good.0", {"PATH": "/usr/bin:/bin"}, ["/bin/true"])
+        assert good["ev"] == "started" and proc.poll() is None
+    finally:
+        proc.stdin.close()
+        proc.wait(timeout=10)
+
+
+def test_a_killed_supervisor_ends_its_kernels_and_is_replaced(
+    own_cluster: Callable[..., Cluster], tmp_path: Path
+) -> None:
+    c = own_cluster()
+    c.start_agent("solo", cpu=3)
+    pids = [tmp_path / f"k{i}.pid" for i in range(3)]
+    ids = [c.submit(command=["sh", "-c", f"echo $$ > {p}; exec sleep 300"])["id"] for p in pids]
+    for i in ids:
+        c.wait(i, {"RUNNING"})
+    poll(lambda: all(p.exists() and p.read_text().strip() for p in pids), 20, "the kernels' pid files")
+    kernels = [int(p.read_text()) for p in pids]
+    old = supervisor_of(c, "solo")
+    old.kill()
+    finals = [c.wait(i, timeout=2 + 5) for i in ids]  # within a lease (2 s here), plus a cycle's slack
+    assert {(f["status"], f["cause"]) for f in finals} == {("ERROR", "agent_transient")}
+    assert all(gone(k) for k in kernels)
+    assert supervisor_of(c, "solo").pid != old.pid
+    after = c.wait(c.submit(command=["sh", "-c", "echo next"])["id"])
+    assert after["result"] == "success"
+    assert c.agents["solo"].poll() is None, "the agent itself was not restarted"
+
+
+def test_creating_is_bounded(own_cluster: Callable[..., Cluster]) -> None:
+    c = own_cluster(
+        env={"CORRAL_CREATING_TIMEOUT": "1.5", "CORRAL_AGENT_LEASE": "60", "CORRAL_FENCE_TIMEOUT": "120"}
+    )
+    c.start_agent("slow")
+    sup = supervisor_of(c, "slow")
+    sup.suspend()  # the start order is handed over, but nothing confirms the kernel started
+    try:
+        s = c.submit(command=["sh", "-c", "sleep 300"])
+        poll(
+            lambda: any(
+                h["result"] == "EXPIRED" and h["to_status"] == "TERMINATING" for h in c.history(s["id"])
+            ),
+            30,
+            "CREATING to expire",
+        )
+        expired = next(h for h in c.history(s["id"]) if h["result"] == "EXPIRED")
+        assert (expired["handler"], expired["from_status"]) == ("ExpireCreating", "CREATING")
+    finally:
+        sup.resume()
+    final = c.wait(s["id"], timeout=30)
+    assert (final["status"], final["cause"]) == ("ERROR", "scheduler_timeout")
+
+
+def test_terminating_is_bounded_by_a_forced_kill(own_cluster: Callable[..., Cluster], tmp_path: Path) -> None:
+    c = own_cluster(env={"CORRAL_TERMINATING_TIMEOUT": "1.5"})
+    c.start_agent("patient", CORRAL_AGENT_GRACE="600")  # SIGTERM would wait ten minutes for SIGKILL
+    pid_file = tmp_path / "k.pid"
+    s = c.submit(command=["sh", "-c", f"trap '' TERM; echo $$ > {pid_file}; while true; do sleep 0.1; done"])
+    c.wait(s["id"], {"RUNNING"})
+    poll(lambda: pid_file.exists() and pid_file.read_text().strip(), 20, "the kernel's pid file")
+    assert c.http.post(f"/api/v1/sessions/{s['id']}/cancel").status_code == 202
+    final = c.wait(s["id"], timeout=20)
+    assert (final["status"], final["cause"]) == ("TERMINATED", "user_cancelled")
+    assert gone(int(pid_file.read_text()))
+    assert any("SIGKILL" in h["message"] for h in c.history(s["id"]) if h["handler"] == "TerminateSessions")
+    agent = c.agent("patient")
+    assert agent is not None and not agent["used"], "capacity released"

@@ -1,0 +1,36 @@
+"""A second user in a project of their own, made through the store (there is no users API yet)."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from datetime import UTC, datetime
+
+from sqlalchemy import insert
+
+from corral.store import auth
+from corral.store.db import make_engine, transaction
+from corral.store.tables import project_members, projects, users
+
+
+def add_user_in_own_project(database_url: str, name: str, project: str) -> str:
+    """Returns the new user's API key."""
+    key = auth.new_key()
+
+    async def go() -> None:
+        engine = make_engine(database_url)
+        try:
+            now = datetime.now(UTC)
+            async with transaction(engine) as conn:
+                project_id, user_id = str(uuid.uuid4()), str(uuid.uuid4())
+                await conn.execute(
+                    insert(projects).values(id=project_id, name=project, config={}, created_at=now)
+                )
+                await conn.execute(insert(users).values(id=user_id, name=name, role="user", created_at=now))
+                await conn.execute(insert(project_members).values(project_id=project_id, user_id=user_id))
+                await auth.add_key(conn, user_id, key, now)
+        finally:
+            await engine.dispose()
+
+    asyncio.run(go())
+    return key
