@@ -32,6 +32,8 @@ class ManagerSettings(BaseSettings):
     long_poll: float = 5.0
     max_request_bytes: int = 1 << 20
     max_agent_request_bytes: int = 64 << 20
+    # Per session: past it the oldest output is dropped (and counted), the newest kept.
+    log_cap_bytes: int = 2 << 30
 
     def resolved_database_url(self) -> str:
         if self.database_url:

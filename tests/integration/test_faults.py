@@ -61,8 +61,7 @@ def test_manager_death_loses_nothing_and_runs_nothing_twice(
     started = runs.read_text().split()
     assert sorted(started) == sorted(ids), "each session ran exactly once"
     for i in ids:
-        logs = c.http.get(f"/api/v1/sessions/{i}/logs").json()
-        assert "".join(ch["data"] for ch in logs["chunks"]) == "done\n"
+        assert c.output(i) == "done\n"
 
 
 def _results(c: Cluster, session_id: str, handler: str) -> list[str]:
@@ -127,22 +126,14 @@ def test_agent_fences_itself_when_the_manager_stays_away(
     c.wait(s["id"], {"RUNNING"})
     poll(lambda: kpid.exists() and kpid.read_text().strip(), 20, "the kernel pid file")
     kernel_pid = int(kpid.read_text())
-    poll(
-        lambda: (
-            "before"
-            in "".join(ch["data"] for ch in c.http.get(f"/api/v1/sessions/{s['id']}/logs").json()["chunks"])
-        ),
-        20,
-        "the first log line to reach the manager",
-    )
+    poll(lambda: "before" in c.so_far(s["id"]), 20, "the first log line to reach the manager")
     c.kill_manager()
     # Past the fence timeout (4s here) with no manager, the agent kills its own kernels.
     poll(lambda: gone(kernel_pid), 20, "the agent to kill its kernel on its own")
     c.start_manager()
     final = c.wait(s["id"], timeout=30)
     assert (final["status"], final["cause"]) == ("ERROR", "agent_transient")
-    logs = c.http.get(f"/api/v1/sessions/{s['id']}/logs").json()
-    assert "before" in "".join(ch["data"] for ch in logs["chunks"])
+    assert "before" in c.output(s["id"])
 
 
 def test_a_second_live_agent_with_the_same_id_is_refused(own_cluster: Callable[..., Cluster]) -> None:

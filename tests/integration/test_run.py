@@ -87,8 +87,7 @@ def test_a_kernel_that_exits_zero_early_does_not_stop_its_peers(cluster: Cluster
     s = cluster.wait(s["id"])
     assert (s["status"], s["result"]) == ("TERMINATED", "success")
     assert all(k["exit_code"] == 0 and not k["killed_by_corral"] for k in s["kernels"])
-    logs = cluster.http.get(f"/api/v1/sessions/{s['id']}/logs").json()
-    assert "late-1" in "".join(c["data"] for c in logs["chunks"])
+    assert "late-1" in cluster.output(s["id"])
 
 
 def test_history_lists_each_outcome_with_handler_message_and_time(cluster: Cluster) -> None:

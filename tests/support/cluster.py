@@ -166,6 +166,26 @@ class Cluster:
 
         return dict(poll(done, timeout, f"session {session_id} to reach {sorted(want)}"))
 
+    def output(self, session_id: str, timeout: float = 60) -> str:
+        """A session's whole output, once it is complete (it may arrive after the session ends)."""
+        text: list[str] = []
+        cursor = 0
+
+        def complete() -> bool:
+            nonlocal cursor
+            page = self.http.get(f"/api/v1/sessions/{session_id}/logs", params={"after": cursor}).json()
+            text.extend(ch["data"] for ch in page["chunks"])
+            cursor = page["next"]
+            return bool(page["complete"])
+
+        poll(complete, timeout, f"the output of {session_id} to be complete", interval=0.05)
+        return "".join(text)
+
+    def so_far(self, session_id: str) -> str:
+        """The output stored so far (first page)."""
+        page = self.http.get(f"/api/v1/sessions/{session_id}/logs").json()
+        return "".join(ch["data"] for ch in page["chunks"])
+
     def corral(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
         env = {**self.env, "CORRAL_URL": self.url, "CORRAL_API_KEY": self.key}
         return subprocess.run(

@@ -25,6 +25,7 @@ from corral.agent.client import Fenced, ManagerUnreachable, ProtocolClient, Refu
 from corral.agent.kernel import KernelRunner, Report
 from corral.agent.link import SupervisorLink
 from corral.agent.settings import AgentSettings
+from corral.agent.shipper import KernelLogs, Piece
 from corral.domain.status import KernelStatus
 from corral.protocol.messages import KernelOrder
 
@@ -57,6 +58,7 @@ class Agent:
         self.cfg = cfg
         self.client = ProtocolClient(cfg.manager, cfg.token)
         self.kernels: dict[str, KernelRunner] = {}
+        self.shipping: dict[str, KernelLogs] = {}
         self.outbox: list[Report] = []
         self.finished: set[tuple[str, int]] = set()
         self._finished_order: deque[tuple[str, int]] = deque()
@@ -64,6 +66,7 @@ class Agent:
         self.lease = 15.0
         self.fence_timeout = 30.0
         self.long_poll = 5.0
+        self.log_cap = 2 << 30
         self.last_contact = time.monotonic()
         self.mode = CgroupMode("watchdog", "")
         self.link: SupervisorLink | None = None
@@ -98,6 +101,7 @@ class Agent:
             asyncio.create_task(self._pull_loop(), name="agent:pull"),
             asyncio.create_task(self._push_loop(), name="agent:push"),
             asyncio.create_task(self._fence_watch(), name="agent:fence"),
+            asyncio.create_task(self._ship_loop(), name="agent:logs"),
         ]
         await self._stopped.wait()
 
@@ -178,6 +182,7 @@ class Agent:
                 self.lease = reply["agent_lease"]
                 self.fence_timeout = reply["fence_timeout"]
                 self.long_poll = reply["long_poll"]
+                self.log_cap = reply["log_cap"]
                 self.last_contact = time.monotonic()
                 log.info("registered", agent=self.cfg.id, epoch=self.epoch)
                 return
@@ -192,6 +197,7 @@ class Agent:
             await self._kill_all()
             self.outbox.clear()
             self.kernels.clear()
+            self.shipping.clear()
         await self._register()
 
     async def _kill_all(self) -> None:
@@ -246,30 +252,55 @@ class Agent:
                 await asyncio.sleep(0.5)
 
     async def _push_once(self) -> None:
-        chunks: list[tuple[str, str, int, str]] = []
-        tails = []
-        for k in self.kernels.values():
-            part = k.logs.pending(final=k.ended)
-            tails.append((k, part))
-            chunks += part
-        held = {k.kernel_id for k in self.kernels.values() if k.ended and not k.logs.drained}
-        # A final report waits until its kernel's logs are all handed over with it.
-        reports = [r for r in self.outbox if not (r.get("final") and r["kernel_id"] in held)]
-        if not reports and not chunks:
+        # A kernel's end is reported at once: its output follows on its own (the ship loop).
+        reports = list(self.outbox)
+        if not reports:
             return
         epoch = self.epoch
         sent = time.monotonic()
         await self.client.reports(
-            self.cfg.id, epoch, [{k: v for k, v in r.items() if k != "final"} for r in reports], chunks
+            self.cfg.id, epoch, [{k: v for k, v in r.items() if k != "final"} for r in reports]
         )
         self._contact(sent)
-        for k, part in tails:
-            k.logs.commit(part)
         done = {id(r) for r in reports}
         self.outbox = [r for r in self.outbox if id(r) not in done]
         for r in reports:
             if r.get("final"):
                 self._forget(r["kernel_id"], r["generation"])
+
+    async def _ship_loop(self) -> None:
+        """Kernels' output, as fast as the manager takes it; idle polls are 0.1 s apart."""
+        while True:
+            busy = False
+            for key, logs in list(self.shipping.items()):
+                piece, eof = logs.next_piece(), False
+                if piece is None:
+                    if not logs.ended:
+                        continue
+                    piece, eof = Piece("stdout", logs.offsets["stdout"], 0, b""), True
+                epoch, sent = self.epoch, time.monotonic()
+                try:
+                    stored = await self.client.ship_logs(self.cfg.id, epoch, logs, piece, eof)
+                except Fenced as exc:
+                    await self._fenced(str(exc))
+                    break
+                except ManagerUnreachable:
+                    await asyncio.sleep(0.5)
+                    break
+                except Rejected as exc:
+                    log.error(
+                        "log shipment refused; the rest of this kernel's output is dropped", error=str(exc)
+                    )
+                    self.shipping.pop(key, None)
+                    continue
+                self._contact(sent)
+                if not stored or eof:
+                    self.shipping.pop(key, None)
+                    continue
+                logs.commit(piece)
+                busy = True
+            if not busy:
+                await asyncio.sleep(0.1)
 
     def _forget(self, kernel_id: str, generation: int) -> None:
         runner = self.kernels.get(kernel_id)
@@ -341,6 +372,7 @@ class Agent:
                 self.link,
                 self.cfg.grace,
                 self._queue,
+                self.log_cap,
             )
             self.kernels[order.kernel_id] = runner
         return runner
@@ -383,4 +415,5 @@ class Agent:
             if not runner.prepared and not runner.ended:
                 runner.prepare(o.spec, self.cfg.images, quiet=True)
             if runner.prepared and not runner.started and not runner.ended:
+                self.shipping[runner.key] = runner.logs
                 runner.start(o.spec)

@@ -7,6 +7,7 @@ from typing import Any
 import httpx
 from pydantic import ValidationError
 
+from corral.agent.shipper import KernelLogs, Piece
 from corral.protocol.messages import OrdersOut
 
 
@@ -34,9 +35,9 @@ class ProtocolClient:
             timeout=httpx.Timeout(10.0, read=70.0),
         )
 
-    async def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    async def _post(self, path: str, body: dict[str, Any] | None = None, **raw: Any) -> dict[str, Any]:
         try:
-            resp = await self._http.post(f"/api/v1/agent/{path}", json=body)
+            resp = await self._http.post(f"/api/v1/agent/{path}", json=body, **raw)
         except httpx.HTTPError as exc:
             raise ManagerUnreachable(repr(exc)) from exc
         if resp.status_code == 409 and resp.json().get("error", {}).get("code") == "fenced":
@@ -60,18 +61,23 @@ class ProtocolClient:
         except ValidationError as exc:
             raise Rejected(f"unreadable orders from the manager: {exc}") from exc
 
-    async def reports(
-        self, agent_id: str, epoch: int, reports: list[dict[str, Any]], logs: list[tuple[str, str, int, str]]
-    ) -> dict[str, Any]:
-        return await self._post(
-            "reports",
-            {
-                "agent_id": agent_id,
-                "epoch": epoch,
-                "reports": reports,
-                "logs": [{"kernel_id": k, "stream": s, "offset": o, "data": d} for k, s, o, d in logs],
-            },
-        )
+    async def reports(self, agent_id: str, epoch: int, reports: list[dict[str, Any]]) -> dict[str, Any]:
+        return await self._post("reports", {"agent_id": agent_id, "epoch": epoch, "reports": reports})
+
+    async def ship_logs(self, agent_id: str, epoch: int, logs: KernelLogs, piece: Piece, eof: bool) -> bool:
+        """True when stored; False when the kernel is not this agent's any more."""
+        query = {
+            "agent_id": agent_id,
+            "epoch": epoch,
+            "kernel_id": logs.kernel_id,
+            "generation": logs.generation,
+            "stream": piece.stream,
+            "offset": piece.offset,
+            "skipped": piece.skipped,
+            "eof": eof,
+        }
+        reply = await self._post("logs", content=piece.data, params=query)
+        return bool(reply.get("stored"))
 
     async def leave(self, agent_id: str, epoch: int) -> None:
         await self._post("leave", {"agent_id": agent_id, "epoch": epoch})

@@ -16,7 +16,7 @@ import structlog
 
 from corral.agent.cgroup import KernelCgroup
 from corral.agent.link import SupervisorLink
-from corral.agent.logtail import LogTail
+from corral.agent.shipper import STREAMS, KernelLogs
 from corral.domain.exits import normalise_exit
 from corral.domain.status import KernelStatus
 from corral.protocol.types import scrub
@@ -87,6 +87,7 @@ class KernelRunner:
         link: SupervisorLink,
         grace: float,
         report: Callable[[Report], None],
+        log_cap: int,
     ) -> None:
         self.kernel_id = kernel_id
         self.generation = generation
@@ -104,7 +105,7 @@ class KernelRunner:
             "error": self.dir / "error.json",
             "termination": self.dir / "termination.log",
         }
-        self.logs = LogTail(kernel_id, {"stdout": self.files["stdout"], "stderr": self.files["stderr"]})
+        self.logs = KernelLogs(kernel_id, generation, {s: self.files[s] for s in STREAMS}, log_cap)
         self.prepared = False
         self.started = False
         self.ended = False
@@ -202,6 +203,7 @@ class KernelRunner:
 
     def _end(self, status: KernelStatus, **fields: Any) -> None:
         self.ended = True
+        self.logs.ended = True  # everything it wrote is in its files now
         self._done.set()
         self._say(status, final=True, **fields)
 

@@ -55,7 +55,11 @@ def create_app(
         await prepare_database(engine, settings)
         wakeup = Wakeup()
         app.state.corral = AppState(
-            engine, settings, scheduler, wakeup, AgentProtocol(engine, scheduler, wakeup)
+            engine,
+            settings,
+            scheduler,
+            wakeup,
+            AgentProtocol(engine, scheduler, wakeup, settings.log_cap_bytes),
         )
         task = asyncio.create_task(Scheduler(engine, scheduler, wakeup).run()) if run_scheduler else None
         log.info("manager ready", database="sqlite" if is_sqlite(url) else "postgresql")

@@ -33,6 +33,7 @@ from corral.domain.spec import (
 )
 from corral.protocol.types import STRICT, Amount, Name, SlotName, Text, clean_text
 from corral.services.errors import InvalidInput
+from corral.services.logs import LogPage
 from corral.store.records import AgentRecord, HistoryRecord, KernelRecord, SessionRecord
 
 # Documented limits (README "Limits"): a request past them is refused with 422 naming the field.
@@ -178,6 +179,8 @@ class KernelOut(BaseModel):
     conditions: list[str]
     termination_message: str | None
     detail: dict[str, Any]
+    output_complete: bool = Field(description="the agent has shipped all of this kernel's output")
+    output_dropped: int = Field(description="bytes of its output dropped by the log cap")
 
     @classmethod
     def of(cls, k: KernelRecord) -> KernelOut:
@@ -194,6 +197,8 @@ class KernelOut(BaseModel):
             conditions=k.conditions + (["agent_lost"] if k.agent_lost else []),
             termination_message=k.termination_message,
             detail=k.detail,
+            output_complete=k.logs_done,
+            output_dropped=k.log_dropped,
         )
 
 
@@ -293,13 +298,33 @@ class LogChunkOut(BaseModel):
     id: int
     rank: int
     stream: str
-    data: str
+    offset: int = Field(description="byte offset of this chunk in its stream")
+    data: str = Field(description="the bytes as UTF-8 (invalid sequences shown as U+FFFD)")
 
 
 class LogsOut(BaseModel):
     chunks: list[LogChunkOut]
-    next: int
-    complete: bool = Field(description="the session has ended and every log chunk is stored")
+    next: int = Field(description="pass as `after` for the next page")
+    complete: bool = Field(description="the session has ended and all of its output has been read")
+    dropped: int = Field(description="bytes dropped by the per-session log cap (the oldest ones)")
+
+    @classmethod
+    def of(cls, page: LogPage) -> LogsOut:
+        return cls(
+            chunks=[
+                LogChunkOut(
+                    id=c.id,
+                    rank=c.rank,
+                    stream=c.stream,
+                    offset=c.offset,
+                    data=c.data.decode("utf-8", "replace"),
+                )
+                for c in page.chunks
+            ],
+            next=page.next,
+            complete=page.complete,
+            dropped=page.dropped,
+        )
 
 
 class AgentOut(BaseModel):

@@ -7,7 +7,7 @@ the other side.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, Strict, StringConstraints
 
@@ -50,6 +50,7 @@ class RegisterOut(BaseModel):
     fence_timeout: float
     heartbeat_interval: float
     long_poll: float
+    log_cap: int
 
 
 class OrdersIn(BaseModel):
@@ -107,13 +108,25 @@ class KernelReportIn(BaseModel):
     detail: JsonObject = Field(default_factory=dict)
 
 
-class LogChunkIn(BaseModel):
-    model_config = STRICT
+class LogShipment(BaseModel):
+    """Query of `POST /agent/logs`; the body is the raw bytes at `offset` of the stream."""
 
+    model_config = ConfigDict(extra="forbid")  # query strings: numbers arrive as text
+
+    agent_id: Name
+    epoch: Count
     kernel_id: Name
-    stream: str = Field(pattern="^(stdout|stderr)$")
+    generation: Count
+    stream: Literal["stdout", "stderr"]
     offset: Count
-    data: Text
+    skipped: Count = Field(0, description="bytes before offset the agent dropped (log cap)")
+    eof: bool = Field(False, description="the kernel's output is complete with this piece")
+
+
+class LogsShipped(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    stored: bool = Field(description="false: the kernel is not this agent's (any more); stop shipping it")
 
 
 class ReportsIn(BaseModel):
@@ -122,7 +135,6 @@ class ReportsIn(BaseModel):
     agent_id: Name
     epoch: Count
     reports: list[KernelReportIn] = Field(default_factory=list, max_length=100_000)
-    logs: list[LogChunkIn] = Field(default_factory=list, max_length=100_000)
 
 
 class ReportsOut(BaseModel):

@@ -12,6 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from corral.domain.resources import ResourceError, ResourceSlots
 from corral.domain.status import KernelStatus
+from corral.protocol.messages import LogShipment
 from corral.services.errors import Conflict, Fenced, InvalidInput
 from corral.settings import SchedulerSettings
 from corral.store import agents, kernels, logs, sessions
@@ -30,7 +31,8 @@ def _now() -> datetime:
 class AgentProtocol:
     """Stateless; safe to run in every manager."""
 
-    def __init__(self, engine: AsyncEngine, cfg: SchedulerSettings, wakeup: Wakeup) -> None:
+    def __init__(self, engine: AsyncEngine, cfg: SchedulerSettings, wakeup: Wakeup, log_cap: int) -> None:
+        self._log_cap = log_cap
         self._engine = engine
         self._cfg = cfg
         self._wakeup = wakeup
@@ -116,15 +118,29 @@ class AgentProtocol:
             # Another manager may run the loop: re-check at least every second.
             await self._wakeup.wait_orders(version, min(remaining, 1.0))
 
-    async def report(
-        self, agent_id: str, epoch: int, reports: list[KernelReport], chunks: list[tuple[str, str, int, str]]
-    ) -> tuple[int, list[str]]:
+    async def ship_logs(self, agent_id: str, epoch: int, shipment: LogShipment, data: bytes) -> bool:
+        """Store a piece of a kernel's output; False when the kernel is not (or no longer) this
+        agent's, which tells the agent to stop shipping it."""
+        now = _now()
+        async with transaction(self._engine) as conn:
+            await self._beat_in(conn, agent_id, epoch)
+            found = await logs.target(conn, agent_id, shipment.kernel_id)
+            if found is None or found.generation != shipment.generation:
+                return False
+            await logs.record_dropped(conn, shipment.kernel_id, shipment.skipped)
+            await logs.append(
+                conn, found.session_id, shipment.kernel_id, shipment.stream, shipment.offset, data, now
+            )
+            await logs.enforce_cap(conn, found.session_id, self._log_cap)
+            if shipment.eof:
+                await logs.mark_done(conn, shipment.kernel_id)
+        return True
+
+    async def report(self, agent_id: str, epoch: int, reports: list[KernelReport]) -> tuple[int, list[str]]:
         now = _now()
         refused: list[str] = []
         async with transaction(self._engine) as conn:
             await self._beat_in(conn, agent_id, epoch)
-            # Logs before reports: once a kernel's end is stored, all of its output is too.
-            await logs.append(conn, agent_id, chunks, now)
             for r in reports:
                 if not await kernels.apply_report(conn, agent_id, r, now):
                     refused.append(r.kernel_id)

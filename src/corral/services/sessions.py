@@ -14,10 +14,10 @@ from corral.domain.resources import BUILTIN_SLOTS
 from corral.domain.spec import SessionSpec
 from corral.domain.status import TERMINAL_SESSION
 from corral.services.errors import Conflict, Forbidden, InvalidInput, NotFound
-from corral.store import agents, auth, sessions
+from corral.store import agents, auth, journal, sessions
 from corral.store.auth import Principal
 from corral.store.db import transaction
-from corral.store.records import NewSession, SessionRecord
+from corral.store.records import HistoryRecord, NewSession, SessionRecord
 
 
 def _now() -> datetime:
@@ -120,6 +120,12 @@ async def list_visible(
             limit=limit,
             offset=offset,
         )
+
+
+async def history(engine: AsyncEngine, who: Principal, session_id: str) -> list[HistoryRecord]:
+    await get(engine, who, session_id)
+    async with engine.connect() as conn:
+        return await journal.history_of(conn, session_id)
 
 
 async def counts(engine: AsyncEngine, who: Principal) -> dict[str, int]:

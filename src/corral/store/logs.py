@@ -1,15 +1,18 @@
-"""Kernel logs shipped by agents, so they outlive the agent."""
+"""Kernel logs shipped by agents, as bytes, so they outlive the agent; capped per session."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import insert, select
+from sqlalchemy import delete, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from corral.domain.text import split_utf8
 from corral.store.tables import kernel_logs, kernels
+
+ROW_BYTES = 1 << 20
+"""Stored rows are at most this big, so a page of logs is bounded in bytes."""
 
 
 @dataclass(frozen=True)
@@ -21,38 +24,122 @@ class LogChunk:
     rank: int
     stream: str
     offset: int
-    data: str
+    data: bytes
+
+
+@dataclass(frozen=True)
+class LogTarget:
+    """The kernel a shipment is about, as the store knows it."""
+
+    session_id: str
+    generation: int
+
+
+async def target(conn: AsyncConnection, agent_id: str, kernel_id: str) -> LogTarget | None:
+    """The kernel if this agent holds it (any status: logs may arrive after its end)."""
+    row = (
+        await conn.execute(
+            select(kernels.c.session_id, kernels.c.generation).where(
+                kernels.c.id == kernel_id, kernels.c.agent_id == agent_id
+            )
+        )
+    ).first()
+    return LogTarget(row.session_id, row.generation) if row else None
 
 
 async def append(
-    conn: AsyncConnection, agent_id: str, chunks: Sequence[tuple[str, str, int, str]], now: datetime
+    conn: AsyncConnection,
+    session_id: str,
+    kernel_id: str,
+    stream: str,
+    offset: int,
+    data: bytes,
+    now: datetime,
 ) -> None:
-    """Chunks of (kernel_id, stream, offset, data); a chunk already stored (a resend) is ignored."""
-    if not chunks:
-        return
-    ids = {c[0] for c in chunks}
-    owned = await conn.execute(
-        select(kernels.c.id, kernels.c.session_id).where(
-            kernels.c.id.in_(ids), kernels.c.agent_id == agent_id
-        )
-    )
-    session_of = {kid: sid for kid, sid in owned.tuples()}
+    """Store bytes at `offset` of a stream; a resend of what is already stored is ignored."""
     stored = await conn.execute(
-        select(kernel_logs.c.kernel_id, kernel_logs.c.stream, kernel_logs.c.offset).where(
-            kernel_logs.c.kernel_id.in_(ids)
+        select(func.max(kernel_logs.c.offset + kernel_logs.c.size)).where(
+            kernel_logs.c.kernel_id == kernel_id, kernel_logs.c.stream == stream
         )
     )
-    have = set(stored.tuples())
-    rows = [
-        {"session_id": session_of[k], "kernel_id": k, "stream": s, "offset": o, "data": d, "created_at": now}
-        for k, s, o, d in chunks
-        if k in session_of and (k, s, o) not in have and d
-    ]
+    end = stored.scalar() or 0
+    if offset + len(data) <= end:
+        return
+    if offset < end:
+        data, offset = data[end - offset :], end
+    rows = []
+    for piece in split_utf8(data, ROW_BYTES):
+        rows.append(
+            {
+                "session_id": session_id,
+                "kernel_id": kernel_id,
+                "stream": stream,
+                "offset": offset,
+                "data": piece,
+                "size": len(piece),
+                "created_at": now,
+            }
+        )
+        offset += len(piece)
     if rows:
         await conn.execute(insert(kernel_logs), rows)
 
 
-async def read(conn: AsyncConnection, session_id: str, after: int = 0, limit: int = 1000) -> list[LogChunk]:
+async def record_dropped(conn: AsyncConnection, kernel_id: str, dropped: int) -> None:
+    if dropped:
+        await conn.execute(
+            update(kernels)
+            .where(kernels.c.id == kernel_id)
+            .values(log_dropped=kernels.c.log_dropped + dropped)
+        )
+
+
+async def enforce_cap(conn: AsyncConnection, session_id: str, cap: int) -> None:
+    """Keep the newest `cap` bytes of a session's output; the oldest rows go, and are counted."""
+    total = (
+        await conn.execute(select(func.sum(kernel_logs.c.size)).where(kernel_logs.c.session_id == session_id))
+    ).scalar() or 0
+    if total <= cap:
+        return
+    rows = await conn.execute(
+        select(kernel_logs.c.id, kernel_logs.c.kernel_id, kernel_logs.c.size)
+        .where(kernel_logs.c.session_id == session_id)
+        .order_by(kernel_logs.c.id)
+    )
+    drop: list[int] = []
+    dropped: dict[str, int] = {}
+    for row_id, kernel_id, size in rows.tuples():
+        if total <= cap:
+            break
+        drop.append(row_id)
+        dropped[kernel_id] = dropped.get(kernel_id, 0) + size
+        total -= size
+    await conn.execute(delete(kernel_logs).where(kernel_logs.c.id.in_(drop)))
+    for kernel_id, size in dropped.items():
+        await record_dropped(conn, kernel_id, size)
+
+
+async def mark_done(conn: AsyncConnection, kernel_id: str) -> None:
+    await conn.execute(update(kernels).where(kernels.c.id == kernel_id).values(logs_done=True))
+
+
+async def read(
+    conn: AsyncConnection, session_id: str, after: int = 0, max_bytes: int = 4 * ROW_BYTES
+) -> list[LogChunk]:
+    """Chunks after the cursor, at most `max_bytes` (always at least one chunk if any)."""
+    sizes = await conn.execute(
+        select(kernel_logs.c.id, kernel_logs.c.size)
+        .where(kernel_logs.c.session_id == session_id, kernel_logs.c.id > after)
+        .order_by(kernel_logs.c.id)
+        .limit(10_000)
+    )
+    last, total = None, 0
+    for row_id, size in sizes.tuples():
+        if last is not None and total + size > max_bytes:
+            break
+        last, total = row_id, total + size
+    if last is None:
+        return []
     rows = await conn.execute(
         select(
             kernel_logs.c.id,
@@ -63,8 +150,7 @@ async def read(conn: AsyncConnection, session_id: str, after: int = 0, limit: in
             kernel_logs.c.data,
         )
         .join(kernels, kernels.c.id == kernel_logs.c.kernel_id)
-        .where(kernel_logs.c.session_id == session_id, kernel_logs.c.id > after)
+        .where(kernel_logs.c.session_id == session_id, kernel_logs.c.id > after, kernel_logs.c.id <= last)
         .order_by(kernel_logs.c.id)
-        .limit(limit)
     )
     return [LogChunk(*r) for r in rows.tuples()]

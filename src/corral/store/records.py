@@ -28,6 +28,8 @@ class KernelRecord:
     master_port: int | None
     kill_requested: bool
     kill_forced: bool
+    logs_done: bool
+    log_dropped: int
     started: bool
     exit_code: int | None
     signal: int | None

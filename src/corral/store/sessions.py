@@ -56,6 +56,8 @@ async def insert_session(conn: AsyncConnection, new: NewSession, now: datetime) 
             resources=row["resources"],
             kill_requested=False,
             kill_forced=False,
+            logs_done=False,
+            log_dropped=0,
             started=False,
             oom_killed=False,
             killed_by_corral=False,
@@ -258,6 +260,8 @@ async def _back_to_queue(conn: AsyncConnection, session_ids: list[str], now: dat
             master_port=None,
             kill_requested=False,
             kill_forced=False,
+            logs_done=False,
+            log_dropped=0,
             generation=kernels.c.generation + 1,
         )
     )

@@ -14,6 +14,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     String,
     Table,
@@ -178,6 +179,9 @@ kernels = Table(
     Column("master_port", Integer, nullable=True),
     Column("kill_requested", Boolean, nullable=False, default=False),
     Column("kill_forced", Boolean, nullable=False, default=False, server_default=false()),
+    # The agent has shipped all of this kernel's output; bytes dropped by the log cap.
+    Column("logs_done", Boolean, nullable=False, default=False, server_default=false()),
+    Column("log_dropped", BigInteger, nullable=False, default=0, server_default="0"),
     Column("started", Boolean, nullable=False, default=False),
     Column("exit_code", Integer, nullable=True),
     Column("signal", Integer, nullable=True),
@@ -241,7 +245,9 @@ kernel_logs = Table(
     Column("kernel_id", ID, nullable=False),
     Column("stream", String(8), nullable=False),
     Column("offset", BigInteger, nullable=False),
-    Column("data", Text, nullable=False),
+    # Bytes, as the kernel wrote them (NULs and invalid UTF-8 included).
+    Column("data", LargeBinary, nullable=False),
+    Column("size", Integer, nullable=False, server_default="0"),
     Column("created_at", UTCDateTime, nullable=False),
     Index("ix_kernel_logs_session", "session_id", "id"),
     Index("uq_kernel_logs_chunk", "kernel_id", "stream", "offset", unique=True),

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Request
 
 from corral.api.schemas import AgentOut
 from corral.api.state import Admin, AgentAuth, State
 from corral.protocol.messages import (
     KernelOrder,
     LeaveIn,
+    LogShipment,
+    LogsShipped,
     OrdersIn,
     OrdersOut,
     RegisterIn,
@@ -46,6 +50,7 @@ async def register(body: RegisterIn, state: State) -> RegisterOut:
         fence_timeout=cfg.fence_timeout,
         heartbeat_interval=heartbeat_interval(cfg),
         long_poll=min(state.settings.long_poll, heartbeat_interval(cfg)),
+        log_cap=state.settings.log_cap_bytes,
     )
 
 
@@ -61,12 +66,17 @@ async def leave(body: LeaveIn, state: State) -> None:
     await state.protocol.leave(body.agent_id, body.epoch)
 
 
+@router.post("/agent/logs", response_model=LogsShipped, dependencies=[AgentAuth])
+async def ship_logs(query: Annotated[LogShipment, Query()], request: Request, state: State) -> LogsShipped:
+    """A piece of a kernel's output as raw bytes (the request body); size-limited by the server."""
+    data = await request.body()
+    kept = await state.protocol.ship_logs(query.agent_id, query.epoch, query, data)
+    return LogsShipped(stored=kept)
+
+
 @router.post("/agent/reports", response_model=ReportsOut, dependencies=[AgentAuth])
 async def reports(body: ReportsIn, state: State) -> ReportsOut:
     applied, refused = await state.protocol.report(
-        body.agent_id,
-        body.epoch,
-        [KernelReport(**r.model_dump()) for r in body.reports],
-        [(c.kernel_id, c.stream, c.offset, c.data) for c in body.logs],
+        body.agent_id, body.epoch, [KernelReport(**r.model_dump()) for r in body.reports]
     )
     return ReportsOut(applied=applied, refused=refused)

@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Response
 
-from corral.api.schemas import HistoryOut, KernelOut, LogChunkOut, LogsOut, SessionCreate, SessionOut
+from corral.api.schemas import HistoryOut, KernelOut, LogsOut, SessionCreate, SessionOut
 from corral.api.state import Caller, State
-from corral.domain.status import TERMINAL_SESSION, SessionStatus
+from corral.domain.status import SessionStatus
 from corral.protocol.types import INT64_MAX
+from corral.services import logs as log_service
 from corral.services import sessions as svc
 from corral.services.errors import InvalidInput
-from corral.store import journal, logs
 
 router = APIRouter(prefix="/api/v1/sessions", tags=["sessions"])
 
@@ -59,9 +58,7 @@ async def get_kernels(session_id: str, who: Caller, state: State) -> list[Kernel
 
 @router.get("/{session_id}/history", response_model=list[HistoryOut])
 async def get_history(session_id: str, who: Caller, state: State) -> list[HistoryOut]:
-    await svc.get(state.engine, who, session_id)
-    async with state.engine.connect() as conn:
-        return [HistoryOut.of(h) for h in await journal.history_of(conn, session_id)]
+    return [HistoryOut.of(h) for h in await svc.history(state.engine, who, session_id)]
 
 
 @router.get("/{session_id}/logs", response_model=LogsOut)
@@ -69,22 +66,11 @@ async def get_logs(
     session_id: str,
     who: Caller,
     state: State,
-    after: Annotated[int, Query(ge=0, le=INT64_MAX)] = 0,
-    limit: Annotated[int, Query(ge=1, le=5000)] = 1000,
+    after: Annotated[int, Query(ge=0, le=INT64_MAX, description="the `next` of the previous page")] = 0,
+    max_bytes: Annotated[int, Query(ge=1, le=64 << 20, description="page size in bytes (about)")] = 4 << 20,
 ) -> LogsOut:
-    # Read the status first: if it is terminal now, every chunk was stored before it.
-    session = await svc.get(state.engine, who, session_id)
-    async with state.engine.connect() as conn:
-        chunks = await logs.read(conn, session_id, after, limit)
-    ended = session.status in TERMINAL_SESSION
-    return LogsOut(
-        chunks=[
-            LogChunkOut(**{k: v for k, v in asdict(c).items() if k in LogChunkOut.model_fields})
-            for c in chunks
-        ],
-        next=chunks[-1].id if chunks else after,
-        complete=ended and len(chunks) < limit,
-    )
+    page = await log_service.read(state.engine, who, session_id, after, max_bytes)
+    return LogsOut.of(page)
 
 
 @router.post("/{session_id}/cancel", status_code=202, response_model=SessionOut)

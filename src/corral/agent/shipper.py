@@ -1,0 +1,65 @@
+"""Ships each kernel's stdout/stderr files to the manager as raw bytes, each byte once, in order.
+
+Shipping runs beside the kernel and after it: a session's end never waits for its output.  A
+kernel's output is complete for the manager when the shipper sends `eof` after the kernel ended.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from corral.domain.text import utf8_cut
+
+PIECE = 16 << 20
+"""Bytes per request: large enough for disk speed, small enough to bound memory."""
+STREAMS = ("stdout", "stderr")
+
+
+@dataclass(frozen=True)
+class Piece:
+    """What to send next: `data` at `offset` of `stream`, after `skipped` bytes dropped by the cap."""
+
+    stream: str
+    offset: int
+    skipped: int
+    data: bytes
+
+
+class KernelLogs:
+    """Offsets the manager has stored, per stream; `ended` once the kernel's processes are gone."""
+
+    def __init__(self, kernel_id: str, generation: int, files: dict[str, Path], cap: int) -> None:
+        self.kernel_id = kernel_id
+        self.generation = generation
+        self.files = files
+        self.cap = cap
+        self.offsets = dict.fromkeys(STREAMS, 0)
+        self.ended = False
+
+    def next_piece(self) -> Piece | None:
+        for stream in STREAMS:
+            try:
+                with self.files[stream].open("rb") as f:
+                    size = os.fstat(f.fileno()).st_size
+                    offset, skipped = self.offsets[stream], 0
+                    if size - offset > self.cap:  # the manager would drop these: do not send them
+                        skipped, offset = size - self.cap - offset, size - self.cap
+                        self.offsets[stream] = offset
+                    f.seek(offset)
+                    data = f.read(PIECE)
+            except FileNotFoundError:
+                continue
+            if not self.ended and len(data) < PIECE:
+                # While it runs: whole lines when there are any, never half a character.
+                line = data.rfind(b"\n")
+                data = data[: line + 1] if line >= 0 else data[: utf8_cut(data)]
+            elif not self.ended:
+                data = data[: utf8_cut(data)]
+            if data or skipped:
+                return Piece(stream, offset, skipped, data)
+        return None
+
+    def commit(self, piece: Piece) -> None:
+        self.offsets[piece.stream] = max(self.offsets[piece.stream], piece.offset + len(piece.data))

@@ -1,0 +1,53 @@
+"""Reading a session's output: visibility, byte-bounded pages, and when it is complete."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from corral.domain.status import TERMINAL_SESSION
+from corral.services import sessions as session_service
+from corral.store import agents, logs
+from corral.store.auth import Principal
+from corral.store.logs import LogChunk
+from corral.store.records import SessionRecord
+
+PAGE_BYTES = 4 << 20
+
+
+@dataclass(frozen=True)
+class LogPage:
+    """A page of output, the cursor for the next one, and whether nothing more will come."""
+
+    chunks: list[LogChunk]
+    next: int
+    complete: bool
+    dropped: int
+
+
+def _output_closed(session: SessionRecord, alive: set[str]) -> bool:
+    """No more output can arrive: the session ended and each kernel's output was shipped to the end,
+    or it never ran, or its agent is gone (it will never ship the rest)."""
+    if session.status not in TERMINAL_SESSION:
+        return False
+    return all(
+        k.logs_done or not k.started or k.agent_lost or (k.agent_id not in alive) for k in session.kernels
+    )
+
+
+async def read(
+    engine: AsyncEngine, who: Principal, session_id: str, after: int, max_bytes: int = PAGE_BYTES
+) -> LogPage:
+    # The session first: if its output is complete now, every chunk was stored before.
+    session = await session_service.get(engine, who, session_id)
+    async with engine.connect() as conn:
+        alive = await agents.alive_ids(conn) if session.status in TERMINAL_SESSION else set()
+        chunks = await logs.read(conn, session_id, after, max_bytes)
+    closed = _output_closed(session, alive)
+    return LogPage(
+        chunks=chunks,
+        next=chunks[-1].id if chunks else after,
+        complete=closed and not chunks,
+        dropped=sum(k.log_dropped for k in session.kernels),
+    )
