@@ -34,4 +34,5 @@ def test_three_hundred_sessions_never_overlap_more_than_capacity(cluster: Cluste
     for _, kind, _ in sorted(events, key=lambda e: (int(e[0]), e[1] == "start")):
         running += 1 if kind == "start" else -1
         peak = max(peak, running)
-    assert peak == 4
+    assert peak <= 4, f"{peak} sessions ran at once on 4 CPUs"
+    assert peak >= 2, "the sessions never ran side by side: this test would prove nothing"

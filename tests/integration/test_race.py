@@ -65,8 +65,10 @@ async def test_two_coordinators_race(backend: str, fresh_database: Callable[[str
                     ),
                     now,
                 )
+        # On PostgreSQL both racers read the same PENDING sessions before either places (a real race).
         # SQLite serialises whole write transactions (BEGIN IMMEDIATE): a barrier there would deadlock,
-        # and the second racer simply finds nothing left to place.
+        # so there this checks what SQLite guarantees instead: the second writer sees the first's
+        # placements and places nothing twice.
         barrier = asyncio.Barrier(2) if backend == "postgres" else None
         limits = PhaseLimits(timeouts={})
         racers = [Coordinator(e, "default", [], limits, lambda: datetime.now(UTC)) for e in (first, second)]

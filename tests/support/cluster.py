@@ -63,10 +63,10 @@ class Cluster:
             "CORRAL_BOOTSTRAP_ADMIN_KEY": self.key,
             "CORRAL_PORT": str(self.port),
         }
-        log = open(self.workdir / "manager.log", "ab")
-        self.manager = subprocess.Popen(
-            [sys.executable, "-m", "corral", "manager"], env=env, stdout=log, stderr=subprocess.STDOUT
-        )
+        with open(self.workdir / "manager.log", "ab") as log:  # the child keeps its own descriptor
+            self.manager = subprocess.Popen(
+                [sys.executable, "-m", "corral", "manager"], env=env, stdout=log, stderr=subprocess.STDOUT
+            )
         poll(self._healthy, 30, "the manager to answer /healthz")
 
     def _healthy(self) -> bool:
@@ -91,30 +91,30 @@ class Cluster:
         **extra: str,
     ) -> subprocess.Popen[bytes]:
         env = {**self.env, "CORRAL_AGENT_TOKEN": self.token, **extra}
-        log = open(self.workdir / f"agent-{agent_id}.log", "ab")
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "corral",
-                "agent",
-                "--manager",
-                manager_url or self.url,
-                "--id",
-                agent_id,
-                "--cpu",
-                str(cpu),
-                "--mem",
-                mem,
-                "--resource-group",
-                resource_group,
-                "--work-dir",
-                str(self.workdir / agent_id),
-            ],
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
+        with open(self.workdir / f"agent-{agent_id}.log", "ab") as log:
+            proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "corral",
+                    "agent",
+                    "--manager",
+                    manager_url or self.url,
+                    "--id",
+                    agent_id,
+                    "--cpu",
+                    str(cpu),
+                    "--mem",
+                    mem,
+                    "--resource-group",
+                    resource_group,
+                    "--work-dir",
+                    str(self.workdir / agent_id),
+                ],
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
         self.agents[agent_id] = proc
         if wait:
             poll(lambda: self.agent(agent_id, epoch_above=0), 30, f"agent {agent_id} to register")
