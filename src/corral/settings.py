@@ -54,6 +54,8 @@ class SchedulerSettings(BaseSettings):
     # The manager declares a silent agent's kernels gone at fence_timeout + fence_margin after the
     # last request it received; the agent has killed them at fence_timeout after sending it.
     fence_margin: float = 5.0
+    # Contacts are written at most this often per agent; replies say which were (see agent_protocol).
+    contact_resolution: float = 0.5
     loop_interval: float = 1.0
     max_tries: int = 3
     max_reschedules: int = 3

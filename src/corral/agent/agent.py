@@ -47,6 +47,7 @@ _ESSENTIAL = frozenset(
         "exited_at_ns",
         "master_port",
         "final",
+        "output_done",
     }
 )
 
@@ -156,6 +157,7 @@ class Agent:
     async def _register(self) -> None:
         async with self._register_lock:
             while not self._stopped.is_set():
+                sent = time.monotonic()
                 try:
                     reply = await self.client.register(
                         agent_id=self.cfg.id,
@@ -183,7 +185,7 @@ class Agent:
                 self.fence_timeout = reply["fence_timeout"]
                 self.long_poll = reply["long_poll"]
                 self.log_cap = reply["log_cap"]
-                self.last_contact = time.monotonic()
+                self.last_contact = sent  # registration records the contact: count from its send
                 log.info("registered", agent=self.cfg.id, epoch=self.epoch)
                 return
 
@@ -228,7 +230,8 @@ class Agent:
                 continue
             if epoch != self.epoch:
                 continue
-            self._contact(sent)
+            if reply.recorded:
+                self._contact(sent)
             seen = reply.fingerprint
             self._reconcile(reply.orders)
 
@@ -258,10 +261,11 @@ class Agent:
             return
         epoch = self.epoch
         sent = time.monotonic()
-        await self.client.reports(
+        reply = await self.client.reports(
             self.cfg.id, epoch, [{k: v for k, v in r.items() if k != "final"} for r in reports]
         )
-        self._contact(sent)
+        if reply.get("recorded"):
+            self._contact(sent)
         done = {id(r) for r in reports}
         self.outbox = [r for r in self.outbox if id(r) not in done]
         for r in reports:
@@ -273,6 +277,9 @@ class Agent:
         while True:
             busy = False
             for key, logs in list(self.shipping.items()):
+                if logs.closed:
+                    self.shipping.pop(key, None)  # its final report said all of it was shipped
+                    continue
                 piece, eof = logs.next_piece(), False
                 if piece is None:
                     if not logs.ended:
@@ -280,7 +287,7 @@ class Agent:
                     piece, eof = Piece("stdout", logs.offsets["stdout"], 0, b""), True
                 epoch, sent = self.epoch, time.monotonic()
                 try:
-                    stored = await self.client.ship_logs(self.cfg.id, epoch, logs, piece, eof)
+                    stored, recorded = await self.client.ship_logs(self.cfg.id, epoch, logs, piece, eof)
                 except Fenced as exc:
                     await self._fenced(str(exc))
                     break
@@ -293,14 +300,15 @@ class Agent:
                     )
                     self.shipping.pop(key, None)
                     continue
-                self._contact(sent)
+                if recorded:
+                    self._contact(sent)
                 if not stored or eof:
                     self.shipping.pop(key, None)
                     continue
                 logs.commit(piece)
                 busy = True
             if not busy:
-                await asyncio.sleep(0.1)
+                await asyncio.sleep(0.2)
 
     def _forget(self, kernel_id: str, generation: int) -> None:
         runner = self.kernels.get(kernel_id)
@@ -312,7 +320,7 @@ class Agent:
             self.finished.discard(self._finished_order.popleft())
 
     def _contact(self, sent: float) -> None:
-        """A request sent at `sent` was answered: the manager heard from us no earlier than that, so
+        """The manager recorded a request we sent at `sent`: it recorded it no earlier than that, so
         counting the fence from the send time (not the reply) keeps us ahead of the manager's count."""
         self.last_contact = max(self.last_contact, sent)
 

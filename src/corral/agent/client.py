@@ -64,8 +64,10 @@ class ProtocolClient:
     async def reports(self, agent_id: str, epoch: int, reports: list[dict[str, Any]]) -> dict[str, Any]:
         return await self._post("reports", {"agent_id": agent_id, "epoch": epoch, "reports": reports})
 
-    async def ship_logs(self, agent_id: str, epoch: int, logs: KernelLogs, piece: Piece, eof: bool) -> bool:
-        """True when stored; False when the kernel is not this agent's any more."""
+    async def ship_logs(
+        self, agent_id: str, epoch: int, logs: KernelLogs, piece: Piece, eof: bool
+    ) -> tuple[bool, bool]:
+        """(stored, recorded): not stored when the kernel is not this agent's any more."""
         query = {
             "agent_id": agent_id,
             "epoch": epoch,
@@ -77,7 +79,7 @@ class ProtocolClient:
             "eof": eof,
         }
         reply = await self._post("logs", content=piece.data, params=query)
-        return bool(reply.get("stored"))
+        return bool(reply.get("stored")), bool(reply.get("recorded"))
 
     async def leave(self, agent_id: str, epoch: int) -> None:
         await self._post("leave", {"agent_id": agent_id, "epoch": epoch})

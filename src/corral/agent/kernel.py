@@ -205,7 +205,9 @@ class KernelRunner:
         self.ended = True
         self.logs.ended = True  # everything it wrote is in its files now
         self._done.set()
-        self._say(status, final=True, **fields)
+        # Often all of its output has been shipped already: the final report says so (no extra request).
+        self.logs.closed = self.logs.all_shipped()
+        self._say(status, final=True, output_done=self.logs.closed, **fields)
 
     def _say(self, status: KernelStatus, **fields: Any) -> None:
         self._report({"kernel_id": self.kernel_id, "generation": self.generation, "status": status, **fields})

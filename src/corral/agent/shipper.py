@@ -37,10 +37,14 @@ class KernelLogs:
         self.cap = cap
         self.offsets = dict.fromkeys(STREAMS, 0)
         self.ended = False
+        self.closed = False
+        """All of it was shipped before the kernel's end was reported (which says so)."""
 
     def next_piece(self) -> Piece | None:
         for stream in STREAMS:
             try:
+                if self.files[stream].stat().st_size <= self.offsets[stream]:
+                    continue  # nothing new: a stat is cheaper than an open
                 with self.files[stream].open("rb") as f:
                     size = os.fstat(f.fileno()).st_size
                     offset, skipped = self.offsets[stream], 0
@@ -60,6 +64,17 @@ class KernelLogs:
             if data or skipped:
                 return Piece(stream, offset, skipped, data)
         return None
+
+    def all_shipped(self) -> bool:
+        """Nothing left to send (true at once for a kernel that printed nothing)."""
+        for stream in STREAMS:
+            try:
+                size = self.files[stream].stat().st_size
+            except FileNotFoundError:
+                size = 0
+            if size != self.offsets[stream]:
+                return False
+        return True
 
     def commit(self, piece: Piece) -> None:
         self.offsets[piece.stream] = max(self.offsets[piece.stream], piece.offset + len(piece.data))

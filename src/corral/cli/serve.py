@@ -42,8 +42,20 @@ def _config(settings: ManagerSettings, scheduler: SchedulerSettings | None) -> u
     )
 
 
+def _stoppable(settings: ManagerSettings, scheduler: SchedulerSettings | None) -> _Server:
+    """A server that shuts down gracefully on SIGTERM, SIGINT or SIGHUP (and then returns)."""
+    server = _Server(_config(settings, scheduler))
+    loop = asyncio.get_running_loop()
+    for sig in STOP_SIGNALS:
+        loop.add_signal_handler(sig, lambda: setattr(server, "should_exit", True))
+    return server
+
+
 def serve_manager(settings: ManagerSettings, scheduler: SchedulerSettings | None = None) -> None:
-    uvicorn.Server(_config(settings, scheduler)).run()
+    async def serve() -> None:
+        await _stoppable(settings, scheduler).serve()
+
+    asyncio.run(serve())
 
 
 def private_dir(path: Path) -> Path:
@@ -106,10 +118,7 @@ async def serve_embedded(
     settings: ManagerSettings, scheduler: SchedulerSettings, agents: int, data: Path
 ) -> None:
     """Until SIGTERM, SIGINT or SIGHUP: then the agents stop (killing their kernels), then the manager."""
-    server = _Server(_config(settings, scheduler))
-    loop = asyncio.get_running_loop()
-    for sig in STOP_SIGNALS:
-        loop.add_signal_handler(sig, lambda: setattr(server, "should_exit", True))
+    server = _stoppable(settings, scheduler)
     url = f"http://{settings.host}:{settings.port}"
     serving = asyncio.create_task(server.serve())
     while not server.started and not serving.done():  # noqa: ASYNC110 - uvicorn exposes only a flag

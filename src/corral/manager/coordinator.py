@@ -88,6 +88,13 @@ class Coordinator:
     async def _run(self, handler: Handler) -> tuple[list[Move], bool]:
         """The moves that won, and whether anything changed (moves, or orders without moves)."""
         now = self._clock()
+        changed_before = None
+        if handler.expiry_only:
+            [status] = handler.target_session_statuses
+            limit = self._limits.timeouts.get(status)
+            if limit is None:
+                return [], False
+            changed_before = now - limit
         async with transaction(self._engine) as conn:
             targets = await sessions.for_handler(
                 conn,
@@ -97,6 +104,7 @@ class Coordinator:
                 terminating_requested=handler.termination_requested,
                 queue_window=handler.queue_window,
                 with_kernels=handler.with_kernels,
+                changed_before=changed_before,
             )
             if not targets:
                 return [], False

@@ -82,11 +82,15 @@ class KernelOrder(BaseModel):
     spec: dict[str, Any]
 
 
+RECORDED = "whether this request was recorded as the agent's last contact (its fence counts from those)"
+
+
 class OrdersOut(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     fingerprint: str
     orders: list[KernelOrder]
+    recorded: bool = Field(description=RECORDED)
 
 
 class KernelReportIn(BaseModel):
@@ -106,6 +110,7 @@ class KernelReportIn(BaseModel):
     termination_message: LongText | None = None
     error_record: JsonObject | None = None
     detail: JsonObject = Field(default_factory=dict)
+    output_done: bool = Field(False, description="all of the kernel's output has been shipped already")
 
 
 class LogShipment(BaseModel):
@@ -127,6 +132,7 @@ class LogsShipped(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     stored: bool = Field(description="false: the kernel is not this agent's (any more); stop shipping it")
+    recorded: bool = Field(description=RECORDED)
 
 
 class ReportsIn(BaseModel):
@@ -142,3 +148,4 @@ class ReportsOut(BaseModel):
 
     applied: int
     refused: list[str]
+    recorded: bool = Field(description=RECORDED)

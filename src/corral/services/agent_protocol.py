@@ -33,6 +33,8 @@ class AgentProtocol:
 
     def __init__(self, engine: AsyncEngine, cfg: SchedulerSettings, wakeup: Wakeup, log_cap: int) -> None:
         self._log_cap = log_cap
+        self._written: dict[tuple[str, int], float] = {}
+        self._resolution = min(cfg.contact_resolution, cfg.agent_lease / 10)
         self._engine = engine
         self._cfg = cfg
         self._wakeup = wakeup
@@ -78,16 +80,37 @@ class AgentProtocol:
         self._wakeup.scheduler()
         return epoch
 
-    async def _beat(self, agent_id: str, epoch: int) -> None:
-        """Record this contact (every one: the fence is counted from the last), or refuse a fenced
-        epoch."""
-        async with transaction(self._engine) as conn:
-            await self._beat_in(conn, agent_id, epoch)
+    # Fencing: the manager declares an agent's kernels gone at fence_timeout + margin after the
+    # last contact it *recorded*.  Not every request is written (that would cost a write per long
+    # poll); instead each reply says whether its request was recorded, and the agent counts its own
+    # fence only from the send time of recorded requests, which is never later than the record.
+    def _due(self, agent_id: str, epoch: int) -> bool:
+        return time.monotonic() - self._written.get((agent_id, epoch), -1e9) >= self._resolution
 
-    @staticmethod
-    async def _beat_in(conn: AsyncConnection, agent_id: str, epoch: int) -> None:
-        if not await agents.heartbeat(conn, agent_id, epoch, _now()):
+    def _mark(self, agent_id: str, epoch: int) -> None:
+        if len(self._written) > 100_000:
+            self._written.clear()
+        self._written[(agent_id, epoch)] = time.monotonic()
+
+    async def _contact(self, conn: AsyncConnection, agent_id: str, epoch: int) -> bool:
+        """Refuse a fenced epoch; write the contact if due.  True when written (the caller marks it
+        once its transaction has committed)."""
+        if self._due(agent_id, epoch):
+            if not await agents.heartbeat(conn, agent_id, epoch, _now()):
+                raise Fenced(f"agent {agent_id} epoch {epoch} is fenced; register again")
+            return True
+        if await agents.current_epoch(conn, agent_id) != epoch:
             raise Fenced(f"agent {agent_id} epoch {epoch} is fenced; register again")
+        return False
+
+    async def _beat(self, agent_id: str, epoch: int) -> bool:
+        if not self._due(agent_id, epoch):
+            return False  # the caller checks the epoch itself
+        async with transaction(self._engine) as conn:
+            recorded = await self._contact(conn, agent_id, epoch)
+        if recorded:
+            self._mark(agent_id, epoch)
+        return recorded
 
     async def leave(self, agent_id: str, epoch: int) -> None:
         async with transaction(self._engine) as conn:
@@ -98,8 +121,8 @@ class AgentProtocol:
 
     async def orders(
         self, agent_id: str, epoch: int, seen: str, wait: float
-    ) -> tuple[str, list[dict[str, Any]]]:
-        await self._beat(agent_id, epoch)
+    ) -> tuple[str, list[dict[str, Any]], bool]:
+        recorded = await self._beat(agent_id, epoch)
         deadline = time.monotonic() + wait
         while True:
             version = self._wakeup.orders_version
@@ -114,39 +137,48 @@ class AgentProtocol:
             ).hexdigest()
             remaining = deadline - time.monotonic()
             if fingerprint != seen or remaining <= 0:
-                return fingerprint, found
+                return fingerprint, found, recorded
             # Another manager may run the loop: re-check at least every second.
             await self._wakeup.wait_orders(version, min(remaining, 1.0))
 
-    async def ship_logs(self, agent_id: str, epoch: int, shipment: LogShipment, data: bytes) -> bool:
-        """Store a piece of a kernel's output; False when the kernel is not (or no longer) this
-        agent's, which tells the agent to stop shipping it."""
+    async def ship_logs(
+        self, agent_id: str, epoch: int, shipment: LogShipment, data: bytes
+    ) -> tuple[bool, bool]:
+        """Store a piece of a kernel's output.  Returns (stored, contact recorded); not stored when
+        the kernel is not (or no longer) this agent's, which tells the agent to stop shipping it."""
         now = _now()
+        stored = True
         async with transaction(self._engine) as conn:
-            await self._beat_in(conn, agent_id, epoch)
+            recorded = await self._contact(conn, agent_id, epoch)
             found = await logs.target(conn, agent_id, shipment.kernel_id)
             if found is None or found.generation != shipment.generation:
-                return False
-            await logs.record_dropped(conn, shipment.kernel_id, shipment.skipped)
-            await logs.append(
-                conn, found.session_id, shipment.kernel_id, shipment.stream, shipment.offset, data, now
-            )
-            await logs.enforce_cap(conn, found.session_id, self._log_cap)
-            if shipment.eof:
-                await logs.mark_done(conn, shipment.kernel_id)
-        return True
+                stored = False
+            else:
+                await logs.record_dropped(conn, shipment.kernel_id, shipment.skipped)
+                at = (shipment.kernel_id, shipment.stream, shipment.offset)
+                await logs.append(conn, found.session_id, *at, data, now)
+                await logs.enforce_cap(conn, found.session_id, self._log_cap)
+                if shipment.eof:
+                    await logs.mark_done(conn, shipment.kernel_id)
+        if recorded:
+            self._mark(agent_id, epoch)
+        return stored, recorded
 
-    async def report(self, agent_id: str, epoch: int, reports: list[KernelReport]) -> tuple[int, list[str]]:
+    async def report(
+        self, agent_id: str, epoch: int, reports: list[KernelReport]
+    ) -> tuple[int, list[str], bool]:
         now = _now()
         refused: list[str] = []
         async with transaction(self._engine) as conn:
-            await self._beat_in(conn, agent_id, epoch)
+            recorded = await self._contact(conn, agent_id, epoch)
             for r in reports:
                 if not await kernels.apply_report(conn, agent_id, r, now):
                     refused.append(r.kernel_id)
+        if recorded:
+            self._mark(agent_id, epoch)
         if reports:
             self._wakeup.scheduler()
-        return len(reports) - len(refused), refused
+        return len(reports) - len(refused), refused, recorded
 
 
 async def _orders_for(conn: AsyncConnection, agent_id: str) -> list[dict[str, Any]]:

@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from corral.domain.cause import TerminationReason
-from corral.domain.resources import BUILTIN_SLOTS
+from corral.domain.resources import BUILTIN_SLOTS, ResourceSlots
 from corral.domain.spec import SessionSpec
 from corral.domain.status import TERMINAL_SESSION
 from corral.services.errors import Conflict, Forbidden, InvalidInput, NotFound
@@ -74,6 +74,21 @@ async def create(engine: AsyncEngine, who: Principal, spec: SessionSpec) -> tupl
     return created, True
 
 
+_capacity_cache: dict[str, tuple[float, list[ResourceSlots]]] = {}
+
+
+async def _capacities(conn: AsyncConnection, group: str) -> list[ResourceSlots]:
+    """Agents' declared capacities, remembered briefly (agents register rarely; the scheduler still
+    places against live numbers, this only refuses the impossible)."""
+    seen = _capacity_cache.get(group)
+    if seen is not None and time.monotonic() - seen[0] < _KNOWN_SECONDS:
+        return seen[1]
+    found = await agents.capacities(conn, group)
+    if found:
+        _capacity_cache[group] = (time.monotonic(), found)
+    return found
+
+
 async def _check_fits(conn: AsyncConnection, spec: SessionSpec) -> None:
     """Refuse what no agent of the group could ever run; a group with no agent yet accepts anything
     (the scheduler then says why it waits)."""
@@ -84,7 +99,7 @@ async def _check_fits(conn: AsyncConnection, spec: SessionSpec) -> None:
             raise InvalidInput(
                 f"resources.{undeclared[0]}", f"no agent declares the resource slot {undeclared[0]!r}"
             )
-    capacities = await agents.capacities(conn, spec.resource_group)
+    capacities = await _capacities(conn, spec.resource_group)
     if not capacities:
         return
     for slot in sorted(spec.resources.nonzero()):

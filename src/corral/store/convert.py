@@ -7,10 +7,11 @@ from typing import Any
 
 from sqlalchemy.engine import Row
 
+from corral.domain.cause import Cause
 from corral.domain.placement import PlacementStrategy
 from corral.domain.resources import ResourceSlots
 from corral.domain.spec import ErrorStrategy, RetryPolicy, SessionSpec, SessionType
-from corral.domain.status import AgentStatus, KernelStatus, SessionStatus
+from corral.domain.status import AgentStatus, KernelStatus, SessionResult, SessionStatus
 from corral.store.records import AgentRecord, HistoryRecord, KernelRecord, SessionRecord
 
 Source = Row[Any] | Mapping[str, Any]
@@ -97,6 +98,8 @@ def session(row: Source, kernels: tuple[KernelRecord, ...] = ()) -> SessionRecor
     for name in _SPEC_COLUMNS:
         del m[name]
     m["status"] = SessionStatus(m["status"])
+    m["result"] = SessionResult(m["result"])
+    m["cause"] = Cause(m["cause"]) if m["cause"] else None
     return SessionRecord(**m, kernels=kernels)
 
 

@@ -108,6 +108,7 @@ async def apply_report(conn: AsyncConnection, agent_id: str, report: KernelRepor
             error_record=report.error_record,
             conditions=conditions,
             detail=report.detail,
+            logs_done=report.output_done,
         )
         if report.exit_code is not None or report.signal is not None:
             values["started"] = True

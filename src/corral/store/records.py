@@ -6,10 +6,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from corral.domain.cause import KernelOutcome
+from corral.domain.cause import Cause, KernelOutcome
 from corral.domain.resources import ResourceSlots
 from corral.domain.spec import SessionSpec
-from corral.domain.status import AgentStatus, KernelStatus, SessionStatus
+from corral.domain.status import AgentStatus, KernelStatus, SessionResult, SessionStatus
 
 
 @dataclass(frozen=True)
@@ -67,8 +67,8 @@ class SessionRecord:
     spec: SessionSpec
     status: SessionStatus
     status_changed_at: datetime
-    result: str
-    cause: str | None
+    result: SessionResult
+    cause: Cause | None
     exit_code: int | None
     root_rank: int | None
     owner: str
@@ -167,6 +167,7 @@ class KernelReport:
     termination_message: str | None = None
     error_record: dict[str, Any] | None = None
     detail: dict[str, Any] = field(default_factory=dict)
+    output_done: bool = False
 
 
 @dataclass(frozen=True)

@@ -56,8 +56,10 @@ async def register(body: RegisterIn, state: State) -> RegisterOut:
 
 @router.post("/agent/orders", response_model=OrdersOut, dependencies=[AgentAuth])
 async def orders(body: OrdersIn, state: State) -> OrdersOut:
-    fingerprint, found = await state.protocol.orders(body.agent_id, body.epoch, body.seen, body.wait)
-    return OrdersOut(fingerprint=fingerprint, orders=[KernelOrder(**o) for o in found])
+    fingerprint, found, recorded = await state.protocol.orders(
+        body.agent_id, body.epoch, body.seen, body.wait
+    )
+    return OrdersOut(fingerprint=fingerprint, orders=[KernelOrder(**o) for o in found], recorded=recorded)
 
 
 @router.post("/agent/leave", status_code=204, dependencies=[AgentAuth])
@@ -70,13 +72,13 @@ async def leave(body: LeaveIn, state: State) -> None:
 async def ship_logs(query: Annotated[LogShipment, Query()], request: Request, state: State) -> LogsShipped:
     """A piece of a kernel's output as raw bytes (the request body); size-limited by the server."""
     data = await request.body()
-    kept = await state.protocol.ship_logs(query.agent_id, query.epoch, query, data)
-    return LogsShipped(stored=kept)
+    stored, recorded = await state.protocol.ship_logs(query.agent_id, query.epoch, query, data)
+    return LogsShipped(stored=stored, recorded=recorded)
 
 
 @router.post("/agent/reports", response_model=ReportsOut, dependencies=[AgentAuth])
 async def reports(body: ReportsIn, state: State) -> ReportsOut:
-    applied, refused = await state.protocol.report(
+    applied, refused, recorded = await state.protocol.report(
         body.agent_id, body.epoch, [KernelReport(**r.model_dump()) for r in body.reports]
     )
-    return ReportsOut(applied=applied, refused=refused)
+    return ReportsOut(applied=applied, refused=refused, recorded=recorded)

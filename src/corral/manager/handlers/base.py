@@ -59,6 +59,9 @@ class LifecycleHandler(ABC):
     with_kernels: ClassVar[bool] = True
     # Whether its successes are orders agents pull (so their long polls are woken at once).
     hands_orders: ClassVar[bool] = False
+    # A handler that only exists to bound a status: it is given only sessions past that status's
+    # time limit (and is skipped when there is no limit), so it costs nothing in a busy cycle.
+    expiry_only: ClassVar[bool] = False
 
     @classmethod
     @abstractmethod
@@ -81,6 +84,7 @@ class SessionPromotionHandler(ABC):
     queue_window: ClassVar[int | None] = None
     with_kernels: ClassVar[bool] = True
     hands_orders: ClassVar[bool] = False
+    expiry_only: ClassVar[bool] = False
 
     @classmethod
     @abstractmethod

@@ -22,6 +22,8 @@ class ExpireCreating(LifecycleHandler):
 
     name = "ExpireCreating"
     target_session_statuses = frozenset({SessionStatus.CREATING})
+    expiry_only = True
+    with_kernels = False
     failure_cause = Cause.SCHEDULER_TIMEOUT
 
     @classmethod

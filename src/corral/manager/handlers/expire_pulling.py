@@ -16,6 +16,7 @@ class ExpirePulling(LifecycleHandler):
     name = "ExpirePulling"
     hands_orders = True
     target_session_statuses = frozenset({SessionStatus.PULLING})
+    expiry_only = True
 
     @classmethod
     def status_transitions(cls) -> StatusTransitions:

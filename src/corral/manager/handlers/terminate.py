@@ -33,6 +33,9 @@ class TerminateSessions(LifecycleHandler):
     name = "TerminateSessions"
     hands_orders = True
     target_session_statuses = frozenset({SessionStatus.TERMINATING})
+    # Sessions whose kernels have all ended are PromoteToTerminated's; the rest are ours, those
+    # with kernels already told to stop included (their time in TERMINATING is bounded here).
+    target_kernel_statuses = _NOT_STARTED | _RUNNING | {KernelStatus.TERMINATING}
     termination_requested = None
 
     @classmethod
