@@ -20,17 +20,16 @@ from corral.protocol.messages import (
     ReportsIn,
     ReportsOut,
 )
+from corral.services import agents as agent_service
 from corral.services.agent_protocol import heartbeat_interval
-from corral.store import agents
 from corral.store.records import KernelReport
 
 router = APIRouter(prefix="/api/v1", tags=["agents"])
 
 
 @router.get("/agents", response_model=list[AgentOut])
-async def list_agents(_: Admin, state: State) -> list[AgentOut]:
-    async with state.engine.connect() as conn:
-        return [AgentOut.of(a) for a in await agents.list_agents(conn)]
+async def list_agents(who: Admin, state: State) -> list[AgentOut]:
+    return [AgentOut.of(a) for a in await agent_service.list_agents(state.engine, who)]
 
 
 @router.post("/agent/register", response_model=RegisterOut, dependencies=[AgentAuth])

@@ -43,16 +43,14 @@ class LifecycleResult(HandlerResult):
     """Handlers that end sessions: the verdict per session."""
 
 
-class LifecycleHandler(ABC):
-    """Acts on sessions in its target statuses and reports outcomes; never changes a status."""
+class HandlerOptions:
+    """What the coordinator reads from every handler, of either kind, to find its targets."""
 
     name: ClassVar[str]
     target_session_statuses: ClassVar[frozenset[SessionStatus]]
     target_kernel_statuses: ClassVar[frozenset[KernelStatus] | None] = None
     # None: any session; True: only with a termination request; False: only without one.
     termination_requested: ClassVar[bool | None] = False
-    # The cause recorded when an expired/give-up move ends the session.
-    failure_cause: ClassVar[Cause | None] = None
     # Only this many targets from the head of the queue per cycle (None: all of them).
     queue_window: ClassVar[int | None] = None
     # Whether targets come with their kernels (a long queue is cheaper to read without).
@@ -63,6 +61,13 @@ class LifecycleHandler(ABC):
     # time limit (and is skipped when there is no limit), so it costs nothing in a busy cycle.
     expiry_only: ClassVar[bool] = False
 
+
+class LifecycleHandler(HandlerOptions, ABC):
+    """Acts on sessions in its target statuses and reports outcomes; never changes a status."""
+
+    # The cause recorded when an expired/give-up move ends the session.
+    failure_cause: ClassVar[Cause | None] = None
+
     @classmethod
     @abstractmethod
     def status_transitions(cls) -> StatusTransitions: ...
@@ -71,20 +76,12 @@ class LifecycleHandler(ABC):
     async def execute(self, ctx: HandlerContext, targets: Sequence[SessionRecord]) -> LifecycleResult: ...
 
 
-class SessionPromotionHandler(ABC):
+class SessionPromotionHandler(HandlerOptions, ABC):
     """Promotes a session when its kernels meet a condition; kernels are not changed."""
 
-    name: ClassVar[str]
-    target_session_statuses: ClassVar[frozenset[SessionStatus]]
     check_kernel_statuses: ClassVar[frozenset[KernelStatus]]
     match_type: ClassVar[KernelMatchType]
     termination_requested: ClassVar[bool | None] = None
-    # The coordinator reads the same options from both kinds of handler.
-    target_kernel_statuses: ClassVar[frozenset[KernelStatus] | None] = None
-    queue_window: ClassVar[int | None] = None
-    with_kernels: ClassVar[bool] = True
-    hands_orders: ClassVar[bool] = False
-    expiry_only: ClassVar[bool] = False
 
     @classmethod
     @abstractmethod

@@ -1,0 +1,17 @@
+"""Agents as operators see them (admin only: the route checks the role)."""
+
+from __future__ import annotations
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from corral.services.errors import Forbidden
+from corral.store import agents
+from corral.store.auth import Principal
+from corral.store.records import AgentRecord
+
+
+async def list_agents(engine: AsyncEngine, who: Principal) -> list[AgentRecord]:
+    if not who.is_admin:
+        raise Forbidden("admin only")
+    async with engine.connect() as conn:
+        return await agents.list_agents(conn)
