@@ -38,6 +38,14 @@ def poll(check: Callable[[], Any], timeout: float, what: str, interval: float = 
     raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
 
 
+def healthy(url: str) -> bool:
+    """The manager at `url` answers /healthz."""
+    try:
+        return httpx.get(url + "/healthz", timeout=1).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
 class Cluster:
     def __init__(self, database_url: str, workdir: Path, env: dict[str, str] | None = None) -> None:
         self.database_url = database_url
@@ -67,13 +75,7 @@ class Cluster:
             self.manager = subprocess.Popen(
                 [sys.executable, "-m", "corral", "manager"], env=env, stdout=log, stderr=subprocess.STDOUT
             )
-        poll(self._healthy, 30, "the manager to answer /healthz")
-
-    def _healthy(self) -> bool:
-        try:
-            return httpx.get(self.url + "/healthz", timeout=1).status_code == 200
-        except httpx.HTTPError:
-            return False
+        poll(lambda: healthy(self.url), 30, "the manager to answer /healthz")
 
     def kill_manager(self) -> None:
         assert self.manager is not None

@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import psutil
 
-from tests.support.cluster import poll
+from tests.support.cluster import healthy, poll
 from tests.support.postgres import free_port
 
 
@@ -41,15 +41,9 @@ class Up:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
-        poll(lambda: self.config.exists() and self._answers(), 30, "corral up to answer")
+        poll(lambda: self.config.exists() and healthy(self.url), 30, "corral up to answer")
         self.key = json.loads(self.config.read_text())["api_key"]
         poll(lambda: self.alive_agents() == 2, 60, "two local agents")
-
-    def _answers(self) -> bool:
-        try:
-            return httpx.get(self.url + "/healthz", timeout=1).status_code == 200
-        except httpx.HTTPError:
-            return False
 
     def alive_agents(self) -> int:
         try:
