@@ -273,7 +273,7 @@ class Agent:
                 self._forget(r["kernel_id"], r["generation"])
 
     async def _ship_loop(self) -> None:
-        """Kernels' output, as fast as the manager takes it; idle polls are 0.1 s apart."""
+        """Kernels' output, as fast as the manager takes it; idle polls are 0.2 s apart."""
         while True:
             busy = False
             for key, logs in list(self.shipping.items()):
@@ -354,6 +354,9 @@ class Agent:
             log.error(
                 "supervisor fenced the kernels: the agent stopped pinging it", kernels=event.get("kernels")
             )
+            for k in self.kernels.values():
+                if k.started and not k.ended:
+                    k.fenced = k.kill_sent = True  # so their ends are reported as the fence's doing
             return
         if event.get("ev") == "error":
             log.error("supervisor could not carry out a command", error=event.get("error"))
