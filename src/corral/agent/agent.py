@@ -176,15 +176,15 @@ class Agent:
                     log.warning("manager unreachable; retrying registration", error=str(exc))
                     await asyncio.sleep(1.0)
                     continue
-                except Refused as exc:
+                except (Refused, Rejected) as exc:
                     log.error("registration refused; retrying", reason=str(exc))
                     await asyncio.sleep(2.0)
                     continue
-                self.epoch = reply["epoch"]
-                self.lease = reply["agent_lease"]
-                self.fence_timeout = reply["fence_timeout"]
-                self.long_poll = reply["long_poll"]
-                self.log_cap = reply["log_cap"]
+                self.epoch = reply.epoch
+                self.lease = reply.agent_lease
+                self.fence_timeout = reply.fence_timeout
+                self.long_poll = reply.long_poll
+                self.log_cap = reply.log_cap
                 self.last_contact = sent  # registration records the contact: count from its send
                 log.info("registered", agent=self.cfg.id, epoch=self.epoch)
                 return
@@ -264,7 +264,7 @@ class Agent:
         reply = await self.client.reports(
             self.cfg.id, epoch, [{k: v for k, v in r.items() if k != "final"} for r in reports]
         )
-        if reply.get("recorded"):
+        if reply.recorded:
             self._contact(sent)
         done = {id(r) for r in reports}
         self.outbox = [r for r in self.outbox if id(r) not in done]

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from corral.agent.shipper import KernelLogs, Piece
-from corral.protocol.messages import OrdersOut
+from corral.protocol.messages import LogsShipped, OrdersOut, RegisterOut, ReportsOut
+
+Reply = TypeVar("Reply", bound=BaseModel)
 
 
 class Fenced(Exception):
@@ -25,6 +27,14 @@ class Rejected(Exception):
 
 class ManagerUnreachable(Exception):
     """No answer (network, manager down, or a 5xx)."""
+
+
+def _read(model: type[Reply], data: dict[str, Any]) -> Reply:
+    """A reply as its typed model: one this agent does not understand is refused, not guessed at."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise Rejected(f"unreadable reply from the manager: {exc}") from exc
 
 
 class ProtocolClient:
@@ -51,18 +61,16 @@ class ProtocolClient:
         data: dict[str, Any] = resp.json()
         return data
 
-    async def register(self, **body: Any) -> dict[str, Any]:
-        return await self._post("register", body)
+    async def register(self, **body: Any) -> RegisterOut:
+        return _read(RegisterOut, await self._post("register", body))
 
     async def orders(self, agent_id: str, epoch: int, seen: str, wait: float) -> OrdersOut:
         reply = await self._post("orders", {"agent_id": agent_id, "epoch": epoch, "seen": seen, "wait": wait})
-        try:
-            return OrdersOut.model_validate(reply)
-        except ValidationError as exc:
-            raise Rejected(f"unreadable orders from the manager: {exc}") from exc
+        return _read(OrdersOut, reply)
 
-    async def reports(self, agent_id: str, epoch: int, reports: list[dict[str, Any]]) -> dict[str, Any]:
-        return await self._post("reports", {"agent_id": agent_id, "epoch": epoch, "reports": reports})
+    async def reports(self, agent_id: str, epoch: int, reports: list[dict[str, Any]]) -> ReportsOut:
+        body = {"agent_id": agent_id, "epoch": epoch, "reports": reports}
+        return _read(ReportsOut, await self._post("reports", body))
 
     async def ship_logs(
         self, agent_id: str, epoch: int, logs: KernelLogs, piece: Piece, eof: bool
@@ -78,8 +86,8 @@ class ProtocolClient:
             "skipped": piece.skipped,
             "eof": eof,
         }
-        reply = await self._post("logs", content=piece.data, params=query)
-        return bool(reply.get("stored")), bool(reply.get("recorded"))
+        reply = _read(LogsShipped, await self._post("logs", content=piece.data, params=query))
+        return reply.stored, reply.recorded
 
     async def leave(self, agent_id: str, epoch: int) -> None:
         await self._post("leave", {"agent_id": agent_id, "epoch": epoch})
