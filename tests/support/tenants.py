@@ -6,15 +6,15 @@ import asyncio
 import uuid
 from datetime import UTC, datetime
 
-from sqlalchemy import insert
+from sqlalchemy import insert, select
 
 from corral.store import auth
 from corral.store.db import make_engine, transaction
 from corral.store.tables import project_members, projects, users
 
 
-def add_user_in_own_project(database_url: str, name: str, project: str) -> str:
-    """Returns the new user's API key."""
+def add_user_in_own_project(database_url: str, name: str, project: str, also_default: bool = False) -> str:
+    """Returns the new user's API key (a plain user: not an admin)."""
     key = auth.new_key()
 
     async def go() -> None:
@@ -28,6 +28,10 @@ def add_user_in_own_project(database_url: str, name: str, project: str) -> str:
                 )
                 await conn.execute(insert(users).values(id=user_id, name=name, role="user", created_at=now))
                 await conn.execute(insert(project_members).values(project_id=project_id, user_id=user_id))
+                if also_default:
+                    default = select(projects.c.id).where(projects.c.name == "default")
+                    default_id = (await conn.execute(default)).scalar_one()
+                    await conn.execute(insert(project_members).values(project_id=default_id, user_id=user_id))
                 await auth.add_key(conn, user_id, key, now)
         finally:
             await engine.dispose()

@@ -15,12 +15,13 @@ from corral.domain.status import KernelStatus
 from corral.protocol.types import (
     STRICT,
     Amount,
-    Count,
     Int32,
     Int64,
     JsonObject,
     LongText,
     Name,
+    Offset,
+    Serial,
     SlotName,
     Text,
 )
@@ -57,7 +58,7 @@ class OrdersIn(BaseModel):
     model_config = STRICT
 
     agent_id: Name
-    epoch: Count
+    epoch: Serial
     seen: Annotated[Text, StringConstraints(max_length=128)] = ""
     wait: float = Field(0.0, ge=0, le=60)
 
@@ -66,7 +67,7 @@ class LeaveIn(BaseModel):
     model_config = STRICT
 
     agent_id: Name
-    epoch: Count
+    epoch: Serial
 
 
 class KernelOrder(BaseModel):
@@ -98,7 +99,7 @@ class KernelReportIn(BaseModel):
 
     kernel_id: Name
     status: Status
-    generation: Count = 0
+    generation: Serial = 0
     exit_code: Int32 | None = None
     signal: Int32 | None = None
     oom_killed: bool = False
@@ -119,12 +120,12 @@ class LogShipment(BaseModel):
     model_config = ConfigDict(extra="forbid")  # query strings: numbers arrive as text
 
     agent_id: Name
-    epoch: Count
+    epoch: Serial
     kernel_id: Name
-    generation: Count
+    generation: Serial
     stream: Literal["stdout", "stderr"]
-    offset: Count
-    skipped: Count = Field(0, description="bytes before offset the agent dropped (log cap)")
+    offset: Offset
+    skipped: Offset = Field(0, description="bytes before offset the agent dropped (log cap)")
     eof: bool = Field(False, description="the kernel's output is complete with this piece")
 
 
@@ -139,7 +140,7 @@ class ReportsIn(BaseModel):
     model_config = STRICT
 
     agent_id: Name
-    epoch: Count
+    epoch: Serial
     reports: list[KernelReportIn] = Field(default_factory=list, max_length=100_000)
 
 

@@ -12,9 +12,12 @@ from pydantic import AfterValidator, ConfigDict, Field, PlainValidator, StringCo
 
 INT64_MAX = 2**63 - 1
 # Bounds that keep every integer inside a signed 64-bit column on both backends.
-Count = Annotated[int, Field(ge=0, le=INT64_MAX)]
 Int64 = Annotated[int, Field(ge=-INT64_MAX, le=INT64_MAX)]
 Int32 = Annotated[int, Field(ge=-(2**31), le=2**31 - 1)]
+Serial = Annotated[int, Field(ge=0, le=2**31 - 1)]
+"""Epochs and generations (32-bit columns)."""
+Offset = Annotated[int, Field(ge=0, le=2**62)]
+"""Byte offsets and counts: room to add a piece's size without overflowing 64 bits."""
 
 STRICT = ConfigDict(extra="forbid", strict=True)
 """Request models: unknown fields and silent type coercion (true -> 1, "5" -> 5) refused."""

@@ -123,7 +123,8 @@ class AgentProtocol:
         self, agent_id: str, epoch: int, seen: str, wait: float
     ) -> tuple[str, list[dict[str, Any]], bool]:
         recorded = await self._beat(agent_id, epoch)
-        deadline = time.monotonic() + wait
+        # Never hold a poll longer than the agent's heartbeat interval, whatever it asked for.
+        deadline = time.monotonic() + min(wait, heartbeat_interval(self._cfg))
         while True:
             version = self._wakeup.orders_version
             async with self._engine.connect() as conn:
