@@ -42,33 +42,31 @@ def test_an_unstartable_command_ends_like_in_a_shell(cluster: Cluster, command: 
 
 
 def test_the_supervisor_survives_a_command_it_cannot_spawn(tmp_path: Path) -> None:
-    proc = subprocess.Popen(
+    with subprocess.Popen(
         [sys.executable, "-m", "corral.agent.supervisor", "watchdog", ""],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
-    )
-    assert proc.stdin is not None and proc.stdout is not None
-
-    def start(key: str, env: dict[str, str], argv: list[str]) -> dict[str, object]:
-        files = {name: str(tmp_path / f"{key}.{name}") for name in ("stdout", "stderr")}
-        cmd = {"op": "start", "key": key, "command": argv, "env": env, "cwd": str(tmp_path), **files}
+    ) as proc:
         assert proc.stdin is not None and proc.stdout is not None
-        proc.stdin.write(json.dumps(cmd) + "\n")
-        proc.stdin.flush()
-        return dict(json.loads(proc.stdout.readline()))
+        stdin, stdout = proc.stdin, proc.stdout
 
-    try:
+        def start(key: str, env: dict[str, str], argv: list[str]) -> dict[str, object]:
+            files = {name: str(tmp_path / f"{key}.{name}") for name in ("stdout", "stderr")}
+            cmd = {"op": "start", "key": key, "command": argv, "env": env, "cwd": str(tmp_path), **files}
+            stdin.write(json.dumps(cmd) + "\n")
+            stdin.flush()
+            return dict(json.loads(stdout.readline()))
+
         bad = start("bad.0", {"A=B": "x"}, ["/bin/true"])
         assert (bad["ev"], bad["exit_code"]) == ("exited", 127) and bad["start_error"]
-        proc.stdin.write("not json\n")
-        proc.stdin.flush()
-        assert json.loads(proc.stdout.readline())["ev"] == "error"
+        stdin.write("not json\n")
+        stdin.flush()
+        assert json.loads(stdout.readline())["ev"] == "error"
         good = start("good.0", {"PATH": "/usr/bin:/bin"}, ["/bin/true"])
         assert good["ev"] == "started" and proc.poll() is None
-    finally:
-        proc.stdin.close()
-        proc.wait(timeout=10)
+        stdin.close()  # end of file: the supervisor kills what runs and exits
+        assert proc.wait(timeout=10) == 0
 
 
 def test_a_killed_supervisor_ends_its_kernels_and_is_replaced(
