@@ -56,7 +56,7 @@ def main() -> int:
         backend = "postgresql" if "postgresql" in url else "sqlite"
         print(f"backend                    {backend}")
         print(f"kernel wrote               {size} MiB in {wrote:.2f} s ({size / wrote:.0f} MiB/s)")
-        print(f"shipped                  {size / (done - began):.0f} MiB/s (first byte written -> stored)")
+        print(f"shipped                    {size / (done - began):.0f} MiB/s (first byte written -> stored)")
         print(f"session ended              {ended - exited:.2f} s after the kernel exited")
         print(f"output complete            {done - exited:.2f} s after the kernel exited")
     finally:
