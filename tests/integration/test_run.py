@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from tests.support.cluster import Cluster, poll
 
 
@@ -126,6 +128,16 @@ def test_a_request_larger_than_every_agent_is_refused_naming_the_resource(cluste
         assert resp.status_code == 422, resp.text
         assert resp.json()["error"]["details"]["field"] == field
         assert "more than any agent" in resp.json()["error"]["message"]
+
+
+def test_a_group_with_no_agent_yet_accepts_and_says_why_it_waits(own_cluster: Callable[..., Cluster]) -> None:
+    c = own_cluster()
+    c.start_agent("elsewhere", resource_group="other")  # the default group has no agent at all
+    s = c.submit(command=["true"], resources={"cpu": 64})
+    poll(lambda: c.session(s["id"]).get("waiting_reason"), 20, "the scheduler to say why it waits")
+    assert "unschedulable" in c.session(s["id"])["waiting_reason"]
+    info = c.corral("session", "info", s["id"])
+    assert info.returncode == 0 and "waiting: unschedulable" in info.stdout
 
 
 def test_a_session_that_cannot_fit_waits_with_one_collapsed_skip_row(cluster: Cluster) -> None:

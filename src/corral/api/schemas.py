@@ -228,11 +228,12 @@ class SessionOut(BaseModel):
     creation_id: str | None
     retry_state: str
     termination_reason: str | None
+    waiting_reason: str | None = Field(None, description="why a PENDING session waits (single GET only)")
     root_cause: dict[str, Any] | None
     kernels: list[KernelOut]
 
     @classmethod
-    def of(cls, s: SessionRecord) -> SessionOut:
+    def of(cls, s: SessionRecord, waiting_reason: str | None = None) -> SessionOut:
         root = (
             next((k for k in s.kernels if k.rank == s.root_rank), None) if s.root_rank is not None else None
         )
@@ -263,6 +264,7 @@ class SessionOut(BaseModel):
             creation_id=spec.creation_id,
             retry_state="none",
             termination_reason=s.termination_reason,
+            waiting_reason=waiting_reason,
             root_cause=(
                 {
                     "kernel_id": root.id,

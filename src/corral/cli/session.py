@@ -61,6 +61,8 @@ def info(session_id: SessionId, output: Format = OutputOpt) -> None:
             ("KERNEL", "id"),
         ],
     )
+    if s.get("waiting_reason"):
+        typer.echo(f"waiting: {s['waiting_reason']}")
     if s.get("root_cause"):
         rc = s["root_cause"]
         typer.echo(f"root cause: rank {rc['rank']} on {rc['agent']}, exit {rc['exit_code']}")

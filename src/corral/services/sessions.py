@@ -12,7 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from corral.domain.cause import TerminationReason
 from corral.domain.resources import BUILTIN_SLOTS, ResourceSlots
 from corral.domain.spec import SessionSpec
-from corral.domain.status import TERMINAL_SESSION
+from corral.domain.status import TERMINAL_SESSION, SessionStatus
 from corral.services.errors import Conflict, Forbidden, InvalidInput, NotFound
 from corral.store import agents, auth, journal, sessions
 from corral.store.auth import Principal
@@ -135,6 +135,14 @@ async def list_visible(
             limit=limit,
             offset=offset,
         )
+
+
+async def waiting_reason(engine: AsyncEngine, session: SessionRecord) -> str | None:
+    """Why a pending session waits (e.g. "unschedulable: ..."), from the scheduler's last word."""
+    if session.status is not SessionStatus.PENDING:
+        return None
+    async with engine.connect() as conn:
+        return await journal.latest_skip(conn, session.id)
 
 
 async def history(engine: AsyncEngine, who: Principal, session_id: str) -> list[HistoryRecord]:

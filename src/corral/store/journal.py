@@ -98,6 +98,17 @@ async def add_collapsed(
     )
 
 
+async def latest_skip(conn: AsyncConnection, session_id: str) -> str | None:
+    """The reason of the session's most recent SKIPPED outcome (why it waits)."""
+    row = await conn.execute(
+        select(session_history.c.message)
+        .where(session_history.c.session_id == session_id, session_history.c.result == "SKIPPED")
+        .order_by(session_history.c.last_at.desc(), session_history.c.id.desc())
+        .limit(1)
+    )
+    return row.scalar()
+
+
 async def history_of(conn: AsyncConnection, session_id: str) -> list[HistoryRecord]:
     rows = await conn.execute(
         select(session_history)

@@ -48,7 +48,8 @@ async def session_counts(who: Caller, state: State) -> dict[str, int]:
 
 @router.get("/{session_id}", response_model=SessionOut)
 async def get_session(session_id: str, who: Caller, state: State) -> SessionOut:
-    return SessionOut.of(await svc.get(state.engine, who, session_id))
+    record = await svc.get(state.engine, who, session_id)
+    return SessionOut.of(record, waiting_reason=await svc.waiting_reason(state.engine, record))
 
 
 @router.get("/{session_id}/kernels", response_model=list[KernelOut])
