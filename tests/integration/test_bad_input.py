@@ -64,6 +64,13 @@ BAD_BODIES: list[tuple[str, dict[str, Any], int, str]] = [
     ("priority a string", {"command": ["true"], "priority": "5"}, 422, "priority"),
     ("command not a list", {"command": "true"}, 422, "command"),
     ("command too long", {"command": ["echo", "x" * 200_000]}, 422, "command"),
+    ("no cpu at all", {"command": ["true"], "resources": {"cpu": 0}}, 422, "resources.cpu"),
+    (
+        "duration past float",
+        {"command": ["true"], "retry_policy": {"retry_delay": 10**400}},
+        422,
+        "retry_policy.retry_delay",
+    ),
 ]
 
 
@@ -87,6 +94,8 @@ RAW_BODIES: list[tuple[str, bytes, str]] = [
     ("lone surrogate in unknown field", b'{"command": ["true"], "\\ud800": 1}', "body"),
     ("cpu 1e400", b'{"command": ["true"], "resources": {"cpu": 1e400}}', "resources.cpu"),
     ("cpu string 1e400", b'{"command": ["true"], "resources": {"cpu": "1e400"}}', "resources.cpu"),
+    ("nested too deep", b'{"command": ["true"], "env": ' + b"[" * 100_000 + b"}", "body"),
+    ("not UTF-8 at all", b'{"command": ["\xff\xfe"]}', "body"),
 ]
 
 

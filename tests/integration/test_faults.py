@@ -7,6 +7,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import httpx
 import psutil
 
 from tests.support.cluster import Cluster, poll
@@ -149,6 +150,12 @@ def test_a_second_live_agent_with_the_same_id_is_refused(own_cluster: Callable[.
         return "in use by another live agent" in (c.workdir / "agent-twin.log").read_text()
 
     poll(refused, 20, "the second agent to be refused")
+    # Nor can a registration that does not say which process it is take the id over.
+    anonymous = {"agent_id": "twin", "hostname": "x", "address": "127.0.0.1", "capacity": {"cpu": 1}}
+    taken = httpx.post(
+        c.url + "/api/v1/agent/register", json=anonymous, headers={"Authorization": f"Bearer {c.token}"}
+    )
+    assert taken.status_code == 409, taken.text
     again = c.agent("twin")
     assert again is not None and again["epoch"] == first["epoch"], "the live agent was not fenced by its twin"
     s = c.submit(command=["sh", "-c", "echo still-works"])

@@ -41,6 +41,26 @@ def test_an_unstartable_command_ends_like_in_a_shell(cluster: Cluster, command: 
     assert after["result"] == "success"
 
 
+HOSTILE = {
+    # Its termination log is a FIFO: a plain open would block the agent for good.
+    "fifo": 'rm -f "$CORRAL_TERMINATION_LOG"; mkfifo "$CORRAL_TERMINATION_LOG"; exit 1',
+    # Its error record is nested past Python's recursion limit.
+    "deep": "python3 -c \"import os; open(os.environ['CORRAL_ERROR_FILE'], 'w').write('[' * 10**5)\"; exit 2",
+    # Its error record is a link to an endless device.
+    "endless": 'ln -sf /dev/zero "$CORRAL_ERROR_FILE"; exit 3',
+}
+
+
+def test_files_a_kernel_controls_never_wedge_its_agent(own_cluster: Callable[..., Cluster]) -> None:
+    c = own_cluster()
+    c.start_agent("only")
+    for what, script in HOSTILE.items():
+        s = c.wait(c.submit(command=["sh", "-c", script])["id"], timeout=30)
+        assert (s["status"], s["cause"]) == ("ERROR", "kernel_nonzero_exit"), what
+        after = c.wait(c.submit(command=["sh", "-c", "echo next"])["id"], timeout=30)
+        assert after["result"] == "success", f"the agent stopped serving after {what}"
+
+
 def test_the_supervisor_survives_a_command_it_cannot_spawn(tmp_path: Path) -> None:
     with subprocess.Popen(
         [sys.executable, "-m", "corral.agent.supervisor", "watchdog", ""],

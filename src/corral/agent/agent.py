@@ -284,7 +284,7 @@ class Agent:
                 if piece is None:
                     if not logs.ended:
                         continue
-                    piece, eof = Piece("stdout", logs.offsets["stdout"], 0, b""), True
+                    piece, eof = Piece("stdout", logs.offsets["stdout"], b""), True
                 epoch, sent = self.epoch, time.monotonic()
                 try:
                     stored, recorded = await self.client.ship_logs(self.cfg.id, epoch, logs, piece, eof)

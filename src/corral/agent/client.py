@@ -83,7 +83,6 @@ class ProtocolClient:
             "generation": logs.generation,
             "stream": piece.stream,
             "offset": piece.offset,
-            "skipped": piece.skipped,
             "eof": eof,
         }
         reply = _read(LogsShipped, await self._post("logs", content=piece.data, params=query))

@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import socket
+import stat
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -36,7 +37,8 @@ def free_port() -> int:
 def kernel_env(
     spec: dict[str, Any], kernel_id: str, session_id: str, files: dict[str, Path], checkpoint_dir: Path
 ) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CORRAL_AGENT_")}
+    # Nothing of Corral's own configuration (tokens, keys, data paths) reaches a kernel.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CORRAL_") and k != "XDG_CONFIG_HOME"}
     env.update(spec.get("env") or {})
     hosts = spec["hosts"]
     env.update(
@@ -63,15 +65,40 @@ def kernel_env(
     return env
 
 
-def _tail_text(path: Path, max_bytes: int) -> str:
+ERROR_RECORD_MAX = 1 << 20
+
+
+def read_kernel_file(path: Path, max_bytes: int, tail: bool = True) -> bytes:
+    """A file the kernel controls, read safely: never a FIFO, device or symlink (which could block the
+    agent or never end), and at most `max_bytes` (its end, or its start when `tail` is false)."""
     try:
-        with path.open("rb") as f:
-            f.seek(0, os.SEEK_END)
-            size = f.tell()
-            f.seek(max(0, size - max_bytes))
-            return f.read().decode("utf-8", "replace")
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
     except OSError:
-        return ""
+        return b""
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            return b""
+        if tail:
+            os.lseek(fd, max(0, info.st_size - max_bytes), os.SEEK_SET)
+        return os.read(fd, max_bytes)
+    except OSError:
+        return b""
+    finally:
+        os.close(fd)
+
+
+def _tail_text(path: Path, max_bytes: int) -> str:
+    return read_kernel_file(path, max_bytes).decode("utf-8", "replace")
+
+
+def _error_record(path: Path) -> dict[str, Any] | None:
+    raw = read_kernel_file(path, ERROR_RECORD_MAX, tail=False)
+    try:
+        record = json.loads(raw) if raw else None
+    except (ValueError, RecursionError):  # anything a kernel wrote: a bad record is no record
+        return None
+    return record if isinstance(record, dict) else None
 
 
 class KernelRunner:
@@ -178,10 +205,7 @@ class KernelRunner:
         if not message and not ok:
             tail = _tail_text(self.files["stderr"], 2048) or _tail_text(self.files["stdout"], 2048)
             message = "\n".join(tail.splitlines()[-80:])
-        try:
-            record = json.loads(self.files["error"].read_text())
-        except (OSError, ValueError):
-            record = None
+        record = _error_record(self.files["error"])
         self._end(
             KernelStatus.TERMINATED if ok else KernelStatus.ERROR,
             exit_code=exit_code,
@@ -191,7 +215,7 @@ class KernelRunner:
             agent_lost=self.fenced,
             exited_at_ns=result.get("exited_at_ns"),
             termination_message=scrub(message[-TERMINATION_LOG_MAX:]) or None,
-            error_record=scrub(record) if isinstance(record, dict) else None,
+            error_record=scrub(record) if record is not None else None,
             detail=scrub(
                 {
                     k: result[k]

@@ -52,7 +52,10 @@ class SupervisorLink:
                 log.warning("unreadable line from the supervisor", line=line[:200])
                 continue
             if isinstance(event, dict):
-                self._on_event(event)
+                try:
+                    self._on_event(event)
+                except Exception:  # one event the agent cannot handle must not stop it hearing the rest
+                    log.exception("could not handle a supervisor event", ev=str(event.get("ev")))
         if self._proc.returncode is None:
             await self._proc.wait()
         if not self._closing:

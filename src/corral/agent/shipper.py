@@ -19,11 +19,10 @@ STREAMS = ("stdout", "stderr")
 
 @dataclass(frozen=True)
 class Piece:
-    """What to send next: `data` at `offset` of `stream`, after `skipped` bytes dropped by the cap."""
+    """What to send next: `data` at `offset` of `stream` (past a gap when the cap dropped bytes)."""
 
     stream: str
     offset: int
-    skipped: int
     data: bytes
 
 
@@ -47,10 +46,9 @@ class KernelLogs:
                     continue  # nothing new: a stat is cheaper than an open
                 with self.files[stream].open("rb") as f:
                     size = os.fstat(f.fileno()).st_size
-                    offset, skipped = self.offsets[stream], 0
+                    offset = self.offsets[stream]
                     if size - offset > self.cap:  # the manager would drop these: do not send them
-                        skipped, offset = size - self.cap - offset, size - self.cap
-                        self.offsets[stream] = offset
+                        offset = self.offsets[stream] = size - self.cap  # it counts the gap
                     f.seek(offset)
                     data = f.read(PIECE)
             except FileNotFoundError:
@@ -61,8 +59,8 @@ class KernelLogs:
                 data = data[: line + 1] if line >= 0 else data[: utf8_cut(data)]
             elif not self.ended:
                 data = data[: utf8_cut(data)]
-            if data or skipped:
-                return Piece(stream, offset, skipped, data)
+            if data:
+                return Piece(stream, offset, data)
         return None
 
     def all_shipped(self) -> bool:

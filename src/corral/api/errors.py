@@ -60,7 +60,9 @@ def install(app: FastAPI) -> None:
         code = {404: "not_found", 405: "method_not_allowed", 401: "unauthorized", 413: "body_too_large"}.get(
             exc.status_code, "error"
         )
-        details = {"field": "body"} if exc.status_code == 413 else None
+        if exc.status_code == 400:  # the body could not be parsed at all (not UTF-8, nested too deep)
+            code = "malformed_body"
+        details = {"field": "body"} if exc.status_code in (400, 413) else None
         return JSONResponse(error_body(code, str(exc.detail), details), status_code=exc.status_code)
 
     @app.exception_handler(Exception)

@@ -98,7 +98,7 @@ class SessionCreate(BaseModel):
     resources: dict[SlotName, Amount] = Field(
         default_factory=_default_resources,
         max_length=32,
-        description="per kernel: cpu cores, mem bytes or '64M', gpu devices, declared custom slots",
+        description="per kernel: cpu cores (default 1, > 0), mem bytes or '64M', gpu devices, custom slots",
     )
     cluster_size: int = Field(1, ge=1, le=256)
     priority: int = Field(10, ge=0, le=100)
@@ -143,9 +143,12 @@ class SessionCreate(BaseModel):
     def to_spec(self) -> SessionSpec:
         """The domain value (resource amounts parsed here: errors name the slot)."""
         try:
-            resources = ResourceSlots.parse(self.resources).nonzero()
+            resources = ResourceSlots.parse({"cpu": 1, **self.resources}).nonzero()  # 1 CPU unless said
         except ResourceError as exc:
             raise InvalidInput(f"resources.{exc.field}", str(exc)) from exc
+        if resources["cpu"] <= 0:
+            # Capacity is counted in CPUs: a kernel asking for none could be placed without limit.
+            raise InvalidInput("resources.cpu", "every kernel needs some CPU (e.g. 0.1 or '100m')")
         return SessionSpec(
             command=tuple(self.command),
             resources=resources,

@@ -62,14 +62,17 @@ def parse_duration(value: object) -> float:
     if isinstance(value, bool):
         raise ValueError("a duration must be seconds or a string like '10s', '5m'")
     if isinstance(value, int | float):
-        seconds = float(value)
+        try:
+            seconds = float(value)
+        except OverflowError:
+            raise ValueError("a duration must be at most 10 years") from None
     elif isinstance(value, str):
         raw = value.strip().lower()
         unit = raw[-1:] if raw[-1:] in _UNITS and raw[-1:] != "" else ""
         number = raw[: -len(unit)] if unit else raw
         try:
-            seconds = float(number) * _UNITS[unit]
-        except ValueError:
+            seconds = float(number.replace("_", "!")) * _UNITS[unit]
+        except (ValueError, OverflowError):
             raise ValueError(f"cannot read {value[:40]!r} as a duration (e.g. 10s, 5m, 2h)") from None
     else:
         raise ValueError("a duration must be seconds or a string like '10s', '5m'")
@@ -77,7 +80,7 @@ def parse_duration(value: object) -> float:
         raise ValueError("a duration must be finite")
     if seconds < 0:
         raise ValueError("a duration must not be negative")
-    return seconds
+    return seconds + 0.0  # -0.0 becomes 0.0
 
 
 @dataclass(frozen=True)

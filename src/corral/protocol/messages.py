@@ -125,7 +125,6 @@ class LogShipment(BaseModel):
     generation: Serial
     stream: Literal["stdout", "stderr"]
     offset: Offset
-    skipped: Offset = Field(0, description="bytes before offset the agent dropped (log cap)")
     eof: bool = Field(False, description="the kernel's output is complete with this piece")
 
 

@@ -155,7 +155,6 @@ class AgentProtocol:
             if found is None or found.generation != shipment.generation:
                 stored = False
             else:
-                await logs.record_dropped(conn, shipment.kernel_id, shipment.skipped)
                 at = (shipment.kernel_id, shipment.stream, shipment.offset)
                 await logs.append(conn, found.session_id, *at, data, now)
                 await logs.enforce_cap(conn, found.session_id, self._log_cap)

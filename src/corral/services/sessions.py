@@ -120,7 +120,7 @@ async def get(engine: AsyncEngine, who: Principal, session_id: str) -> SessionRe
     async with engine.connect() as conn:
         found = await sessions.get(conn, session_id)
     if found is None or not _visible(who, found):
-        raise NotFound(f"no session {session_id}", {"field": "id"})
+        raise NotFound(f"no session {session_id[:80]}", {"field": "id"})
     return found
 
 

@@ -71,7 +71,10 @@ async def live_incarnation(
     if row is None or row.status != str(AgentStatus.ALIVE) or row.last_heartbeat < now - lease:
         return None
     other = (row.info or {}).get("instance")
-    return row.last_heartbeat if other and instance and other != instance else None
+    # Only the very process that holds the id may register again while its lease runs (it does so
+    # after being fenced); anyone else, a registration that names no instance included, is refused.
+    same = bool(instance) and other == instance
+    return None if same else row.last_heartbeat
 
 
 async def resource_group_exists(conn: AsyncConnection, name: str) -> bool:

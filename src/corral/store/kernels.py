@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import bindparam, insert, select, update
+from sqlalchemy import bindparam, insert, literal, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.domain.placement import Placement
@@ -108,7 +108,7 @@ async def apply_report(conn: AsyncConnection, agent_id: str, report: KernelRepor
             error_record=report.error_record,
             conditions=conditions,
             detail=report.detail,
-            logs_done=report.output_done,
+            logs_done=or_(kernels.c.logs_done, literal(report.output_done)),  # never back from done
         )
         if report.exit_code is not None or report.signal is not None:
             values["started"] = True

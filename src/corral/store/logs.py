@@ -5,13 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import delete, func, insert, select, update
+from sqlalchemy import case, delete, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.domain.text import split_utf8
 from corral.store.tables import kernel_logs, kernels
 
 ROW_BYTES = 1 << 20
+DROPPED_MAX = 2**62
 """Stored rows are at most this big, so a page of logs is bounded in bytes."""
 
 
@@ -56,7 +57,8 @@ async def append(
     data: bytes,
     now: datetime,
 ) -> None:
-    """Store bytes at `offset` of a stream; a resend of what is already stored is ignored."""
+    """Store bytes at `offset` of a stream; a resend of what is already stored is ignored, and a gap
+    before `offset` (the agent skipped output the cap would drop) is counted as dropped."""
     stored = await conn.execute(
         select(func.max(kernel_logs.c.offset + kernel_logs.c.size)).where(
             kernel_logs.c.kernel_id == kernel_id, kernel_logs.c.stream == stream
@@ -67,6 +69,7 @@ async def append(
         return
     if offset < end:
         data, offset = data[end - offset :], end
+    await record_dropped(conn, kernel_id, offset - end)
     rows = []
     for piece in split_utf8(data, ROW_BYTES):
         rows.append(
@@ -87,11 +90,10 @@ async def append(
 
 async def record_dropped(conn: AsyncConnection, kernel_id: str, dropped: int) -> None:
     if dropped:
-        await conn.execute(
-            update(kernels)
-            .where(kernels.c.id == kernel_id)
-            .values(log_dropped=kernels.c.log_dropped + dropped)
-        )
+        # Saturating: whatever an agent sends, the counter stays a valid 64-bit integer.
+        so_far = kernels.c.log_dropped
+        more = case((so_far > DROPPED_MAX - dropped, DROPPED_MAX), else_=so_far + dropped)
+        await conn.execute(update(kernels).where(kernels.c.id == kernel_id).values(log_dropped=more))
 
 
 async def enforce_cap(conn: AsyncConnection, session_id: str, cap: int) -> None:
