@@ -66,8 +66,12 @@ def up(
     )
     cfg = save_config(url, key)
     typer.echo(f"Corral is starting at {url} with {agents} local agent(s); data in {data}", err=True)
-    what = "new admin API key (older ones revoked)" if rotate_key else "admin API key"
-    typer.echo(f"{what}: {key}  (saved for the CLI in {cfg})", err=True)
+    if key == saved_key:
+        # Shown in full only when minted: a restart's output (often a service log) never holds it.
+        typer.echo(f"admin API key: {key[:8]}... as before (in {cfg}; --rotate-key for a new one)", err=True)
+    else:
+        what = "new admin API key (older ones revoked)" if rotate_key else "admin API key"
+        typer.echo(f"{what}: {key}  (saved for the CLI in {cfg})", err=True)
     typer.echo("From another shell:  .venv/bin/corral run -- python3 -c 'print(42)'", err=True)
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(serve_embedded(settings, SchedulerSettings(), agents, data))
