@@ -152,3 +152,33 @@ def test_terminating_is_bounded_by_a_forced_kill(own_cluster: Callable[..., Clus
     assert any("SIGKILL" in h["message"] for h in c.history(s["id"]) if h["handler"] == "TerminateSessions")
     agent = c.agent("patient")
     assert agent is not None and not agent["used"], "capacity released"
+
+
+def test_a_stuck_supervisor_escalates_to_a_fence_and_is_replaced(
+    own_cluster: Callable[..., Cluster], tmp_path: Path
+) -> None:
+    # The supervisor is frozen: neither the kill nor the SIGKILL order is carried out.  TERMINATING
+    # then fences the agent; the agent takes the supervisor down, kills the kernel itself through its
+    # cgroup (or process group), and only then registers again.
+    c = own_cluster(env={"CORRAL_TERMINATING_TIMEOUT": "1"})
+    c.start_agent("stuck")
+    pid_file = tmp_path / "k.pid"
+    s = c.submit(command=["sh", "-c", f"echo $$ > {pid_file}; exec sleep 300"])
+    c.wait(s["id"], {"RUNNING"})
+    poll(lambda: pid_file.exists() and pid_file.read_text().strip(), 20, "the kernel's pid file")
+    kernel = int(pid_file.read_text())
+    frozen = supervisor_of(c, "stuck")
+    frozen.suspend()
+    assert c.http.post(f"/api/v1/sessions/{s['id']}/cancel").status_code == 202
+    final = c.wait(s["id"], timeout=60)
+    assert (final["status"], final["cause"]) in {
+        ("TERMINATED", "user_cancelled"),
+        ("ERROR", "agent_transient"),
+    }
+    assert gone(kernel)
+    messages = " | ".join(h["message"] for h in c.history(s["id"]) if h["handler"] == "TerminateSessions")
+    assert "SIGKILL" in messages and "fenced" in messages, messages
+    poll(lambda: c.agent("stuck"), 30, "the agent to register again")
+    assert not psutil.pid_exists(frozen.pid) or frozen.status() == psutil.STATUS_ZOMBIE
+    after = c.wait(c.submit(command=["sh", "-c", "echo next"])["id"], timeout=30)
+    assert after["result"] == "success"

@@ -32,6 +32,8 @@ from corral.protocol.messages import KernelOrder
 log = structlog.get_logger("corral.agent")
 
 FENCE_TICK = 0.1
+# How long the supervisor has to confirm kills before the agent takes over (well under the margin).
+CONFIRM_KILL = 2.0
 # What a kernel report needs to end its kernel; details are dropped if the manager refuses them.
 _ESSENTIAL = frozenset(
     {
@@ -76,6 +78,7 @@ class Agent:
         self._wake_push = asyncio.Event()
         self._stopped = asyncio.Event()
         self._register_lock = asyncio.Lock()
+        self._supervisor_lock = asyncio.Lock()
         self._tasks: list[asyncio.Task[None]] = []
         self._closed = False
 
@@ -115,8 +118,12 @@ class Agent:
     def _on_supervisor_exit(self, returncode: int | None) -> None:
         if not self._stopped.is_set():
             self._tasks.append(
-                asyncio.create_task(self._replace_supervisor(returncode), name="agent:respawn")
+                asyncio.create_task(self._on_dead_supervisor(returncode), name="agent:respawn")
             )
+
+    async def _on_dead_supervisor(self, returncode: int | None) -> None:
+        async with self._supervisor_lock:
+            await self._replace_supervisor(returncode)
 
     async def _replace_supervisor(self, returncode: int | None) -> None:
         orphans = [k for k in self.kernels.values() if k.started and not k.ended]
@@ -203,13 +210,25 @@ class Agent:
         await self._register()
 
     async def _kill_all(self) -> None:
-        for k in self.kernels.values():
+        await self._kill_and_confirm(list(self.kernels.values()))
+
+    async def _kill_and_confirm(self, runners: list[KernelRunner]) -> None:
+        """Kill these kernels now.  If the supervisor does not confirm within CONFIRM_KILL seconds it
+        is stuck: take it down and confirm the deaths ourselves (cgroups or process groups), well
+        inside the fence margin, before anyone may count these kernels gone."""
+        for k in runners:
             k.fence()
-        waits = asyncio.gather(*(k.wait() for k in self.kernels.values()), return_exceptions=True)
+        waits = asyncio.gather(*(k.wait() for k in runners), return_exceptions=True)
         try:
-            await asyncio.wait_for(waits, 10.0)
+            await asyncio.wait_for(waits, CONFIRM_KILL)
+            return
         except TimeoutError:
-            log.error("kernels did not confirm their end within 10s")
+            log.error("the supervisor did not confirm the kills: replacing it", kernels=len(runners))
+        async with self._supervisor_lock:
+            stuck = self.link
+            if stuck is not None and stuck.alive:
+                await stuck.kill()
+                await self._replace_supervisor(None)
 
     # --- loops -----------------------------------------------------------------------------
     async def _pull_loop(self) -> None:
@@ -341,8 +360,7 @@ class Agent:
                     seconds=round(silent, 1),
                     kernels=len(live),
                 )
-                for k in live:
-                    k.fence()
+                await self._kill_and_confirm(live)
 
     # --- orders ----------------------------------------------------------------------------
     def _queue(self, report: Report) -> None:

@@ -77,6 +77,15 @@ class SupervisorLink:
     def alive(self) -> bool:
         return self._proc is not None and self._proc.returncode is None
 
+    async def kill(self) -> None:
+        """SIGKILL, for a supervisor that no longer does its job (its kernels are the caller's now)."""
+        self._closing = True
+        if self._proc is not None and self._proc.returncode is None:
+            self._proc.kill()
+            await self._proc.wait()
+        if self._reader:
+            await asyncio.gather(self._reader, return_exceptions=True)
+
     async def close(self) -> None:
         """End of file: the supervisor kills whatever still runs, then exits."""
         self._closing = True
