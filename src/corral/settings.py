@@ -5,7 +5,9 @@ from __future__ import annotations
 import os
 from datetime import timedelta
 from pathlib import Path
+from typing import Annotated
 
+from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from corral.domain.judge import PhaseLimits
@@ -65,7 +67,7 @@ class SchedulerSettings(BaseSettings):
     pulling_timeout: float = 1800.0
     prepared_timeout: float = 300.0
     creating_timeout: float = 300.0
-    terminating_timeout: float = 120.0
+    terminating_timeout: Annotated[float, Field(gt=0)] = 120.0  # always bounded: 0 is refused
 
     def limits(self) -> PhaseLimits:
         def t(seconds: float) -> timedelta | None:

@@ -8,6 +8,7 @@ its own kernels (self-fencing), so a retried attempt never runs beside a zombie 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import socket
 import time
@@ -216,6 +217,7 @@ class Agent:
         """Kill these kernels now.  If the supervisor does not confirm within CONFIRM_KILL seconds it
         is stuck: take it down and confirm the deaths ourselves (cgroups or process groups), well
         inside the fence margin, before anyone may count these kernels gone."""
+        stuck = self.link  # the one asked; if it is replaced meanwhile, the new one is left alone
         for k in runners:
             k.fence()
         waits = asyncio.gather(*(k.wait() for k in runners), return_exceptions=True)
@@ -225,8 +227,7 @@ class Agent:
         except TimeoutError:
             log.error("the supervisor did not confirm the kills: replacing it", kernels=len(runners))
         async with self._supervisor_lock:
-            stuck = self.link
-            if stuck is not None and stuck.alive:
+            if stuck is not None and stuck is self.link and stuck.alive:
                 await stuck.kill()
                 await self._replace_supervisor(None)
 
@@ -318,6 +319,10 @@ class Agent:
                         "log shipment refused; the rest of this kernel's output is dropped", error=str(exc)
                     )
                     self.shipping.pop(key, None)
+                    with contextlib.suppress(Exception):  # say it is over, so readers stop waiting
+                        await self.client.ship_logs(
+                            self.cfg.id, epoch, logs, Piece(piece.stream, 0, b""), True
+                        )
                     continue
                 if recorded:
                     self._contact(sent)
@@ -345,8 +350,9 @@ class Agent:
 
     def _ping_supervisor(self) -> None:
         if self.link is not None and self.link.alive:
-            remaining = self.fence_timeout - (time.monotonic() - self.last_contact)
-            self.link.send({"op": "ping", "fence_in": max(0.0, remaining)})
+            # CLOCK_MONOTONIC is one clock for every process of the host: an absolute deadline does
+            # not drift later by the time a ping waits in the pipe.
+            self.link.send({"op": "ping", "fence_at": self.last_contact + self.fence_timeout})
 
     async def _fence_watch(self) -> None:
         while True:

@@ -7,12 +7,13 @@ re-parented to it and stay findable.  Commands arrive as JSON lines on stdin:
     {"op": "start", "key", "command", "env", "cwd", "stdout", "stderr", "mem_limit", "grace"}
     {"op": "term", "key"}    SIGTERM to the kernel's tree, SIGKILL after its grace period
     {"op": "kill", "key"}    SIGKILL to the kernel's tree now
-    {"op": "ping", "fence_in"}  the agent is alive and may keep its kernels `fence_in` more seconds
+    {"op": "ping", "fence_at"}  the agent is alive and may keep its kernels until `fence_at`
+                                (CLOCK_MONOTONIC, shared by every process of the host)
 
 and events go back as JSON lines on stdout: {"ev": "started", "key", "pid"} and
 {"ev": "exited", "key", "exit_code", "exited_at_ns", "oom_killed", ...}.  End of file on stdin means
 the agent died or fenced itself: every kernel tree is killed and the supervisor exits.  And if the
-agent stops pinging (SIGSTOP, a hung event loop) past the last `fence_in` it gave, the supervisor
+agent stops pinging (SIGSTOP, a hung event loop) past the last `fence_at` it gave, the supervisor
 kills every kernel itself: a stopped agent still fences.  A command it cannot carry out fails that
 kernel (an "exited" event), never the supervisor.
 
@@ -288,7 +289,7 @@ class Supervisor:
             cmd = json.loads(line)
             op = cmd.get("op")
             if op == "ping":
-                self.fence_at = time.monotonic() + float(cmd["fence_in"])
+                self.fence_at = float(cmd["fence_at"])  # the agent's monotonic clock is ours too
             elif op == "start":
                 try:
                     self.start(cmd)

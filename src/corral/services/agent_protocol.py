@@ -58,6 +58,7 @@ class AgentProtocol:
                 agent_id,
                 str(info.get("instance", "")),
                 timedelta(seconds=self._cfg.agent_lease),
+                timedelta(seconds=self._cfg.fence_timeout + self._cfg.fence_margin),
                 _now(),
             )
             if twin is not None:
@@ -155,6 +156,9 @@ class AgentProtocol:
             if found is None or found.generation != shipment.generation:
                 stored = False
             else:
+                # One writer per session at a time: chunk ids then commit in order (a reader's cursor
+                # never passes a chunk that commits later) and the cap counts each drop once.
+                await sessions.lock(conn, found.session_id)
                 at = (shipment.kernel_id, shipment.stream, shipment.offset)
                 await logs.append(conn, found.session_id, *at, data, now)
                 await logs.enforce_cap(conn, found.session_id, self._log_cap)

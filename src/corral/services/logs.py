@@ -28,12 +28,10 @@ class LogPage:
 
 def _output_closed(session: SessionRecord, alive: set[str]) -> bool:
     """No more output can arrive: the session ended and each kernel's output was shipped to the end,
-    or it never ran, or its agent is gone (it will never ship the rest)."""
+    or it never ran, or its agent is gone (a later incarnation marks what it will never ship)."""
     if session.status not in TERMINAL_SESSION:
         return False
-    return all(
-        k.logs_done or not k.started or k.agent_lost or (k.agent_id not in alive) for k in session.kernels
-    )
+    return all(k.logs_done or not k.started or (k.agent_id not in alive) for k in session.kernels)
 
 
 async def read(

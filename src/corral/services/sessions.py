@@ -7,6 +7,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from corral.domain.cause import TerminationReason
@@ -45,19 +46,40 @@ async def _known(
 async def create(engine: AsyncEngine, who: Principal, spec: SessionSpec) -> tuple[SessionRecord, bool]:
     """Returns the session and whether it was created now (False: the caller's earlier identical
     request with this creation_id).  Idempotency is per caller: nobody else's session is ever found."""
+    try:
+        return await _create(engine, who, spec)
+    except IntegrityError:
+        # The same creation_id, committed by a concurrent request between our check and our insert.
+        if not spec.creation_id:
+            raise
+        async with engine.connect() as conn:
+            earlier = await _earlier(conn, who, spec)
+        if earlier is None:
+            raise
+        return earlier, False
+
+
+async def _earlier(conn: AsyncConnection, who: Principal, spec: SessionSpec) -> SessionRecord | None:
+    """The caller's session made with this creation_id (409 if for a different request)."""
+    assert spec.creation_id is not None
+    earlier = await sessions.find_creation(conn, who.name, spec.creation_id)
+    if earlier is None:
+        return None
+    session_id, digest = earlier
+    if digest != spec.digest():
+        raise Conflict(
+            f"creation_id {spec.creation_id!r} was used for a different request",
+            {"field": "creation_id", "session_id": session_id},
+        )
+    return await sessions.get(conn, session_id)
+
+
+async def _create(engine: AsyncEngine, who: Principal, spec: SessionSpec) -> tuple[SessionRecord, bool]:
     now = _now()
     async with transaction(engine) as conn:
         if spec.creation_id:
-            earlier = await sessions.find_creation(conn, who.name, spec.creation_id)
-            if earlier is not None:
-                session_id, digest = earlier
-                if digest != spec.digest():
-                    raise Conflict(
-                        f"creation_id {spec.creation_id!r} was used for a different request",
-                        {"field": "creation_id", "session_id": session_id},
-                    )
-                found = await sessions.get(conn, session_id)
-                assert found is not None
+            found = await _earlier(conn, who, spec)
+            if found is not None:
                 return found, False
         if not await _known(conn, "resource_group", spec.resource_group, agents.resource_group_exists):
             raise InvalidInput("resource_group", f"unknown resource group {spec.resource_group!r}")

@@ -6,7 +6,7 @@ from collections import defaultdict
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import insert, select, update
+from sqlalchemy import case, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.domain.resources import ResourceSlots
@@ -56,25 +56,35 @@ async def register(
             agent_lost=True,
             termination_message="agent restarted",
         )
+        await kernels.close_output_of(conn, agent_id)
     return epoch
 
 
 async def live_incarnation(
-    conn: AsyncConnection, agent_id: str, instance: str, lease: timedelta, now: datetime
+    conn: AsyncConnection, agent_id: str, instance: str, lease: timedelta, fence: timedelta, now: datetime
 ) -> datetime | None:
-    """The last heartbeat of another live process registered under this id, if there is one."""
+    """The last contact of another process holding this id that may still run, if there is one.
+
+    Only the very process that holds the id may register again while it may be alive (it does so
+    after being fenced, having killed its kernels).  Anyone else, a registration naming no instance
+    included, waits: out the lease, and while the old process has started kernels, out the fence
+    (`fence` = fence timeout + margin), because registering declares those kernels gone."""
     row = (
         await conn.execute(
             select(agents.c.status, agents.c.info, agents.c.last_heartbeat).where(agents.c.id == agent_id)
         )
     ).first()
-    if row is None or row.status != str(AgentStatus.ALIVE) or row.last_heartbeat < now - lease:
+    if row is None:
         return None
     other = (row.info or {}).get("instance")
-    # Only the very process that holds the id may register again while its lease runs (it does so
-    # after being fenced); anyone else, a registration that names no instance included, is refused.
-    same = bool(instance) and other == instance
-    return None if same else row.last_heartbeat
+    last: datetime = row.last_heartbeat
+    if bool(instance) and other == instance:
+        return None
+    if row.status == str(AgentStatus.ALIVE) and last >= now - lease:
+        return last
+    if last >= now - fence and await started_kernels_on(conn, [agent_id]):
+        return last
+    return None
 
 
 async def resource_group_exists(conn: AsyncConnection, name: str) -> bool:
@@ -95,10 +105,12 @@ async def ensure_resource_group(conn: AsyncConnection, name: str, now: datetime)
 
 async def heartbeat(conn: AsyncConnection, agent_id: str, epoch: int, now: datetime) -> bool:
     """Refresh the lease; False when this epoch has been fenced."""
+    # Never backwards (two managers, or two requests in flight): the latest contact stands.
+    latest = case((agents.c.last_heartbeat > now, agents.c.last_heartbeat), else_=now)
     result = await conn.execute(
         update(agents)
         .where(agents.c.id == agent_id, agents.c.epoch == epoch)
-        .values(last_heartbeat=now, status=str(AgentStatus.ALIVE), lost_at=None)
+        .values(last_heartbeat=latest, status=str(AgentStatus.ALIVE), lost_at=None)
     )
     return bool(result.rowcount)
 
@@ -235,3 +247,4 @@ async def leave(conn: AsyncConnection, agent_id: str, now: datetime) -> None:
         .where(agents.c.id == agent_id, agents.c.status == str(AgentStatus.ALIVE))
         .values(status=str(AgentStatus.LOST), lost_at=now)
     )
+    await kernels.close_output_of(conn, agent_id)

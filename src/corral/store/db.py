@@ -22,13 +22,16 @@ def is_sqlite(url: str) -> bool:
 
 def make_engine(url: str, pool_size: int = 10) -> AsyncEngine:
     if not is_sqlite(url):
-        return create_async_engine(url, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True)
+        return create_async_engine(
+            url, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True, hide_parameters=True
+        )
     if url.startswith("sqlite:"):
         url = "sqlite+aiosqlite:" + url[len("sqlite:") :]
     # One connection: SQLite has one writer anyway, and a single connection means no
     # "database is locked" between our own coroutines.  BEGIN IMMEDIATE takes the write lock
     # up front, so another process (e.g. `corral db upgrade`) waits on busy_timeout, not fails.
-    engine = create_async_engine(url, pool_size=1, max_overflow=0, pool_timeout=60)
+    # hide_parameters: a database error's text must never carry a session's command or env values.
+    engine = create_async_engine(url, pool_size=1, max_overflow=0, pool_timeout=60, hide_parameters=True)
 
     @event.listens_for(engine.sync_engine, "connect")
     def _on_connect(dbapi_conn: Any, _record: Any) -> None:

@@ -59,6 +59,16 @@ async def order_kill(conn: AsyncConnection, kernel_ids: list[str]) -> None:
         await conn.execute(update(kernels).where(kernels.c.id.in_(kernel_ids)).values(kill_requested=True))
 
 
+async def close_output_of(conn: AsyncConnection, agent_id: str) -> None:
+    """The agent left or a new incarnation registered: it will ship nothing more of the kernels that
+    had ended, so their output is as complete as it will be."""
+    await conn.execute(
+        update(kernels)
+        .where(kernels.c.agent_id == agent_id, kernels.c.status.in_([str(s) for s in TERMINAL_KERNEL]))
+        .values(logs_done=True)
+    )
+
+
 async def order_force_kill(conn: AsyncConnection, kernel_ids: list[str]) -> None:
     """Escalation: the agent kills these at once (SIGKILL), without a grace period."""
     if kernel_ids:

@@ -319,3 +319,9 @@ async def due_deadlines(conn: AsyncConnection, resource_group: str, now: datetim
         )
     )
     return await _with_kernels(conn, query)
+
+
+async def lock(conn: AsyncConnection, session_id: str) -> None:
+    """Serialise writers of one session's rows (PostgreSQL row lock; SQLite has one writer anyway)."""
+    if conn.dialect.name == "postgresql":
+        await conn.execute(select(sessions.c.id).where(sessions.c.id == session_id).with_for_update())
