@@ -10,6 +10,7 @@ class Wakeup:
 
     def __init__(self) -> None:
         self._scheduler = asyncio.Event()
+        self._retries = asyncio.Event()
         self._orders = asyncio.Condition()
         self.orders_version = 0
 
@@ -22,6 +23,16 @@ class Wakeup:
         except TimeoutError:
             pass
         self._scheduler.clear()
+
+    def retries(self) -> None:
+        self._retries.set()
+
+    async def wait_retries(self, seconds: float) -> None:
+        try:
+            await asyncio.wait_for(self._retries.wait(), seconds)
+        except TimeoutError:
+            pass
+        self._retries.clear()
 
     async def orders_changed(self) -> None:
         async with self._orders:

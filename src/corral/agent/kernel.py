@@ -157,8 +157,14 @@ class KernelRunner:
             self._say(KernelStatus.PREPARED, master_port=port)
 
     def start(self, spec: dict[str, Any]) -> None:
-        checkpoint = self.work_dir / "checkpoints" / spec["root_session_id"]
-        checkpoint.mkdir(parents=True, exist_ok=True)
+        # One directory per retry chain: every attempt sees what the previous ones saved.
+        given = spec.get("checkpoint_dir")
+        checkpoint = Path(given) if given else self.work_dir / "checkpoints" / spec["root_session_id"]
+        try:
+            checkpoint.mkdir(parents=True, exist_ok=True, mode=0o700)
+        except OSError as exc:
+            self.fail(f"cannot create the checkpoint directory {checkpoint}: {exc.strerror}")
+            return
         command = {
             "op": "start",
             "key": self.key,

@@ -14,9 +14,12 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from corral.api import errors
 from corral.api.limits import BodyLimit
-from corral.api.routes import agents, sessions
+from corral.api.routes import agents, events, policies, projects, sessions
+from corral.api.routes import cluster as cluster_routes
 from corral.api.state import AppState
 from corral.manager.loop import Scheduler
+from corral.manager.retry_engine import RetryEngine
+from corral.services import cluster
 from corral.services.agent_protocol import AgentProtocol
 from corral.settings import ManagerSettings, SchedulerSettings
 from corral.store import agents as agent_store
@@ -38,6 +41,7 @@ async def prepare_database(engine: AsyncEngine, settings: ManagerSettings) -> No
             if settings.rotate_admin_key:
                 await auth.revoke_other_keys(conn, user_id, settings.bootstrap_admin_key)
         await agent_store.refresh_all_leases(conn, now)
+    await cluster.check_at_start(engine)
 
 
 def create_app(
@@ -59,15 +63,25 @@ def create_app(
             settings,
             scheduler,
             wakeup,
-            AgentProtocol(engine, scheduler, wakeup, settings.log_cap_bytes),
+            AgentProtocol(
+                engine, scheduler, wakeup, settings.log_cap_bytes, settings.resolved_checkpoint_root()
+            ),
         )
-        task = asyncio.create_task(Scheduler(engine, scheduler, wakeup).run()) if run_scheduler else None
+        tasks = (
+            [
+                asyncio.create_task(Scheduler(engine, scheduler, wakeup).run(), name="scheduler"),
+                asyncio.create_task(RetryEngine(engine, wakeup).run(), name="retry-engine"),
+            ]
+            if run_scheduler
+            else []
+        )
         log.info("manager ready", database="sqlite" if is_sqlite(url) else "postgresql")
         try:
             yield
         finally:
-            if task:
+            for task in tasks:
                 task.cancel()
+            for task in tasks:
                 with suppress(asyncio.CancelledError):
                     await task
             await engine.dispose()
@@ -79,6 +93,10 @@ def create_app(
     )
     app.include_router(sessions.router)
     app.include_router(agents.router)
+    app.include_router(events.router)
+    app.include_router(policies.router)
+    app.include_router(projects.router)
+    app.include_router(cluster_routes.router)
 
     if os.environ.get("CORRAL_TEST_FAULT_ROUTES") == "1":
         # Only for the test suite: a route that fails, to prove a 500 logs no credential.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
 from typing import Annotated, Any
@@ -20,6 +21,7 @@ from pydantic import (
 from corral.domain.cause import NEVER_RETRIABLE, Cause
 from corral.domain.placement import PlacementStrategy
 from corral.domain.resources import ResourceError, ResourceSlots
+from corral.domain.retry import AttemptBrief, shown_retry_state
 from corral.domain.spec import (
     MAX_RETRY_DELAY_CEILING,
     AntiAffinity,
@@ -225,18 +227,36 @@ class SessionOut(BaseModel):
     terminated_at: datetime | None
     parent_session_id: str | None
     root_session_id: str
+    attempt: int = Field(description="position in the retry chain, 1-based")
+    max_attempts: int = Field(description="max_retries + 1 + free requeues so far")
     retry_count: int
     max_retries: int
     retry_policy: dict[str, Any] | None
+    retry_policies: list[str]
+    retry_cause: str | None = Field(description="the cause that made this attempt")
+    retry_state: str = Field(description="none|scheduled|running|exhausted|succeeded|failed")
+    retry_reason: str | None = Field(description="why the engine decided as it did on this attempt")
+    next_attempt_id: str | None
+    retry_after: datetime | None
+    retry_chain: list[str] = Field(description="ids of every attempt of the chain, first to last")
+    manual_retry: bool
     creation_id: str | None
-    retry_state: str
     termination_reason: str | None
     waiting_reason: str | None = Field(None, description="why a PENDING session waits (single GET only)")
     root_cause: dict[str, Any] | None
     kernels: list[KernelOut]
 
     @classmethod
-    def of(cls, s: SessionRecord, waiting_reason: str | None = None) -> SessionOut:
+    def of(
+        cls,
+        s: SessionRecord,
+        waiting_reason: str | None = None,
+        chain: Sequence[Mapping[str, Any]] | None = None,
+    ) -> SessionOut:
+        briefs = [
+            AttemptBrief(c["attempt"], c["status"], c["result"], c["retry_state"]) for c in (chain or [])
+        ]
+        me = AttemptBrief(s.attempt, s.status, s.result, s.retry_state)
         root = (
             next((k for k in s.kernels if k.rank == s.root_rank), None) if s.root_rank is not None else None
         )
@@ -261,11 +281,20 @@ class SessionOut(BaseModel):
             terminated_at=s.terminated_at,
             parent_session_id=s.parent_session_id,
             root_session_id=s.root_session_id,
+            attempt=s.attempt,
+            max_attempts=s.max_attempts,
             retry_count=s.retry_count,
             max_retries=spec.max_retries,
             retry_policy=spec.retry_policy.to_json() if spec.retry_policy else None,
+            retry_policies=list(spec.retry_policies),
+            retry_cause=s.retry_cause,
+            retry_state=shown_retry_state(me, briefs),
+            retry_reason=s.retry_reason,
+            next_attempt_id=s.next_attempt_id,
+            retry_after=s.retry_after,
+            retry_chain=[c["id"] for c in chain] if chain else [s.id],
+            manual_retry=s.manual_retry,
             creation_id=spec.creation_id,
-            retry_state="none",
             termination_reason=s.termination_reason,
             waiting_reason=waiting_reason,
             root_cause=(

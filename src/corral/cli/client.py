@@ -75,4 +75,4 @@ class Api:
             except (ValueError, KeyError, TypeError):
                 message = f"HTTP {resp.status_code}: {resp.text[:200]}"
             raise fail(message, 2 if resp.status_code in (400, 422) else 1)
-        return resp.json()
+        return resp.json() if resp.status_code != 204 else None

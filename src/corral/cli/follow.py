@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
+from datetime import datetime
 from typing import Any, TextIO
 
 from corral.cli.client import Api
@@ -80,3 +81,56 @@ def follow(api: Api, session_id: str, prefix: bool | None, quiet: bool = False) 
             continue
         time.sleep(delay)
         delay = min(delay * 1.5, 0.5)
+
+
+DECISION_WAIT = 60.0
+
+
+class Chain:
+    """Follows a session and then each retry of it, until the chain's last attempt has ended."""
+
+    def __init__(self, api: Api, session_id: str, prefix: bool | None, quiet: bool) -> None:
+        self.api = api
+        self.current = session_id
+        self.prefix = prefix
+        self.quiet = quiet
+
+    def follow(self) -> dict[str, Any]:
+        while True:
+            final = follow(self.api, self.current, self.prefix, self.quiet)
+            decided = self._decision(final)
+            child_id = decided.get("next_attempt_id")
+            if not child_id:
+                if decided.get("retry_state") == "exhausted" and not self.quiet:
+                    print(f"corral: no more retries: {decided.get('retry_reason')}", file=sys.stderr)
+                return final
+            child = self.api.call("GET", f"/sessions/{child_id}")
+            if not self.quiet:
+                print(f"corral: {_retry_line(final, child)}", file=sys.stderr, flush=True)
+            self.current = child_id
+
+    def _decision(self, final: dict[str, Any]) -> dict[str, Any]:
+        """The ended attempt once the retry engine has decided on it (it does within a cycle)."""
+        start = time.monotonic()
+        said = False
+        session = final
+        while session.get("retry_reason") is None and time.monotonic() - start < DECISION_WAIT:
+            time.sleep(0.05)
+            session = self.api.call("GET", f"/sessions/{self.current}")
+            if not said and not self.quiet and time.monotonic() - start > 2:
+                print("corral: waiting for the retry decision", file=sys.stderr, flush=True)
+                said = True
+        return session
+
+
+def _retry_line(parent: dict[str, Any], child: dict[str, Any]) -> str:
+    """ "attempt 2 of 4 after kernel_nonzero_exit (exit 75), retrying in 1.0 s"."""
+    why = parent.get("cause") or "unknown"
+    if parent.get("exit_code") is not None:
+        why += f" (exit {parent['exit_code']})"
+    delay = 0.0
+    if child.get("retry_after"):
+        start = datetime.fromisoformat(child["retry_after"])
+        delay = max(0.0, (start - datetime.fromisoformat(child["created_at"])).total_seconds())
+    when = f"retrying in {delay:.1f} s" if delay else "retrying now"
+    return f"attempt {child['attempt']} of {child['max_attempts']} after {why}, {when}"

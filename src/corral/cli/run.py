@@ -8,8 +8,10 @@ from typing import Annotated
 import typer
 
 from corral.cli.client import Api, fail
-from corral.cli.follow import exit_code_of, follow
+from corral.cli.follow import Chain, exit_code_of
 from corral.cli.output import Format, OutputOpt, emit
+
+RETRY = "Retries"
 
 
 def run(
@@ -28,6 +30,42 @@ def run(
     env: Annotated[list[str] | None, typer.Option("--env", "-e", help="KEY=VALUE for the kernels")] = None,
     timeout: Annotated[int | None, typer.Option(help="seconds from start before deadline_exceeded")] = None,
     dispersed: Annotated[bool, typer.Option(help="spread kernels over agents")] = False,
+    max_retries: Annotated[
+        int | None, typer.Option(help="retries after the first attempt (default 0)", rich_help_panel=RETRY)
+    ] = None,
+    retry_delay: Annotated[
+        str | None,
+        typer.Option(help="before the first retry: seconds or 10s, 5m (default 60)", rich_help_panel=RETRY),
+    ] = None,
+    backoff: Annotated[str | None, typer.Option(help="fixed or exponential", rich_help_panel=RETRY)] = None,
+    backoff_multiplier: Annotated[
+        float | None, typer.Option(help="growth of exponential backoff (default 2)", rich_help_panel=RETRY)
+    ] = None,
+    max_retry_delay: Annotated[
+        str | None, typer.Option(help="cap on any delay (default 1h, at most 24h)", rich_help_panel=RETRY)
+    ] = None,
+    jitter: Annotated[
+        str | None, typer.Option(help="none, deterministic or random", rich_help_panel=RETRY)
+    ] = None,
+    jitter_ratio: Annotated[
+        float | None,
+        typer.Option(help="spread as a fraction of the delay (default 0.25)", rich_help_panel=RETRY),
+    ] = None,
+    retry_on: Annotated[
+        list[str] | None,
+        typer.Option(help="a cause to retry (repeat; replaces the default set)", rich_help_panel=RETRY),
+    ] = None,
+    anti_affinity: Annotated[
+        str | None, typer.Option(help="node: a retry avoids the failed node (soft)", rich_help_panel=RETRY)
+    ] = None,
+    max_retry_duration: Annotated[
+        str | None,
+        typer.Option(help="no retry starts this long after the first start", rich_help_panel=RETRY),
+    ] = None,
+    policy: Annotated[
+        list[str] | None,
+        typer.Option("--policy", help="a named retry policy to add (repeat)", rich_help_panel=RETRY),
+    ] = None,
     prefix: Annotated[
         bool | None, typer.Option("--prefix/--no-prefix", help="prefix lines with rank")
     ] = None,
@@ -37,8 +75,9 @@ def run(
 ) -> None:
     """Run CMD as a session and follow it: its output on stdout/stderr, status lines on stderr.
 
-    Exits with the root-cause kernel's exit code, 137 for an OOM kill, 1 when there is no kernel
-    exit code (agent lost, timeout, cancel), 0 on success.
+    With a retry policy, each attempt is followed in turn ("attempt 2 of 4 after ..." on stderr).
+    Exits with the last attempt's code: the root-cause kernel's exit code, 137 for an OOM kill,
+    1 when there is no kernel exit code (agent lost, timeout, cancel), 0 on success.
     """
     if not command:
         raise fail("no command given: corral run [OPTIONS] -- CMD [ARGS...]", 2)
@@ -73,6 +112,22 @@ def run(
     body.update({k: v for k, v in extras.items() if v is not None})
     if dispersed:
         body["placement"] = "dispersed"
+    retry = {
+        "max_retries": max_retries,
+        "retry_delay": retry_delay,
+        "backoff": backoff,
+        "backoff_multiplier": backoff_multiplier,
+        "max_retry_delay": max_retry_delay,
+        "jitter": jitter,
+        "jitter_ratio": jitter_ratio,
+        "eligible_causes": retry_on,
+        "anti_affinity": anti_affinity,
+        "max_retry_duration": max_retry_duration,
+    }
+    if any(v is not None for v in retry.values()):
+        body["retry_policy"] = {k: v for k, v in retry.items() if v is not None}
+    if policy:
+        body["retry_policies"] = policy
     api = Api()
     session = api.call("POST", "/sessions", json=body)
     if detach:
@@ -81,10 +136,11 @@ def run(
         else:
             emit(session, output)
         return
+    chain = Chain(api, session["id"], prefix, quiet)
     try:
-        final = follow(api, session["id"], prefix, quiet)
+        final = chain.follow()
     except KeyboardInterrupt:
-        print(f"\ncorral: cancelling session {session['id'][:8]}", file=sys.stderr)
-        api.call("POST", f"/sessions/{session['id']}/cancel")
+        print(f"\ncorral: cancelling session {chain.current[:8]}", file=sys.stderr)
+        api.call("POST", f"/sessions/{chain.current}/cancel")
         raise typer.Exit(130) from None
     raise typer.Exit(exit_code_of(final))

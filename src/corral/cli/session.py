@@ -1,4 +1,4 @@
-"""`corral session list|info|logs|history|cancel`."""
+"""`corral session list|info|logs|history|attempts|retry|cancel`."""
 
 from __future__ import annotations
 
@@ -44,8 +44,19 @@ def info(session_id: SessionId, output: Format = OutputOpt) -> None:
     if output is not Format.table:
         emit(s, output)
         return
-    attempt = f"attempt {s['retry_count'] + 1} of {s['max_retries'] + 1}"
+    attempt = f"attempt {s['attempt']} of {s['max_attempts']}"
     emit(s, output, SESSION_COLUMNS, title=f"session {s['name']} ({attempt})")
+    typer.echo(f"{attempt}; retry state: {s['retry_state']}")
+    if s.get("parent_session_id"):
+        typer.echo(
+            f"previous attempt: {s['parent_session_id']} (this one after {s.get('retry_cause') or '-'})"
+        )
+    if s.get("next_attempt_id"):
+        typer.echo(f"next attempt: {s['next_attempt_id']}")
+    if s.get("retry_reason"):
+        typer.echo(f"retry decision: {s['retry_reason']}")
+    if s.get("retry_after") and s["status"] == "PENDING":
+        typer.echo(f"not before: {s['retry_after']}")
     kernels = [{**k, "exit": k["exit_code"], "oom": k["oom_killed"]} for k in s["kernels"]]
     emit(
         kernels,
@@ -110,6 +121,35 @@ def history(session_id: SessionId, output: Format = OutputOpt) -> None:
             ("MESSAGE", "message"),
         ],
     )
+
+
+ATTEMPT_COLUMNS = [
+    ("ATTEMPT", "attempt"),
+    ("ID", "id"),
+    ("NAME", "name"),
+    ("STATUS", "status"),
+    ("CAUSE", "cause"),
+    ("EXIT", "exit_code"),
+    ("AFTER", "retry_cause"),
+    ("MANUAL", "manual_retry"),
+    ("DECISION", "retry_reason"),
+]
+
+
+@app.command()
+def attempts(session_id: SessionId, output: Format = OutputOpt) -> None:
+    """Every attempt of the session's retry chain, with why each was made and decided."""
+    emit(Api().call("GET", f"/sessions/{session_id}/attempts"), output, ATTEMPT_COLUMNS)
+
+
+@app.command()
+def retry(session_id: SessionId, output: Format = OutputOpt) -> None:
+    """Retry the chain's latest attempt (it must have ended) with a fresh budget."""
+    s = Api().call("POST", f"/sessions/{session_id}/retry")
+    if output is Format.table:
+        typer.echo(f"attempt {s['attempt']}: {s['id']}")
+    else:
+        emit(s, output)
 
 
 @app.command()

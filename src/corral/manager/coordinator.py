@@ -56,6 +56,7 @@ class Coordinator:
         limits: PhaseLimits,
         clock: Callable[[], datetime],
         on_change: Callable[[], Awaitable[None]] | None = None,
+        on_ended: Callable[[], None] | None = None,
     ) -> None:
         self._engine = engine
         self._rg = resource_group
@@ -63,6 +64,7 @@ class Coordinator:
         self._limits = limits
         self._clock = clock
         self._on_change = on_change
+        self._on_ended = on_ended
 
     async def run_cycle(self) -> int:
         """Every handler once; returns how many sessions changed status."""
@@ -78,6 +80,8 @@ class Coordinator:
                 # Agents pull orders: wake their long polls now, not at the end of the cycle.
                 await self._on_change()
             moved += len(won)
+            if self._on_ended is not None and any(m.dst in TERMINAL_SESSION for m in won):
+                self._on_ended()  # the retry engine decides ended attempts at once, not on its poll
         return moved
 
     async def run_handler(self, handler: Handler) -> int:

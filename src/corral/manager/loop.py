@@ -36,7 +36,13 @@ class SchedulerLoop:
         self._wakeup = wakeup
         self._holder = holder
         self.coordinator = Coordinator(
-            engine, resource_group, cycle_handlers(), cfg.limits(), utcnow, on_change=wakeup.orders_changed
+            engine,
+            resource_group,
+            cycle_handlers(),
+            cfg.limits(),
+            utcnow,
+            on_change=wakeup.orders_changed,
+            on_ended=wakeup.retries,
         )
 
     async def run_once(self) -> int:

@@ -31,8 +31,16 @@ def _now() -> datetime:
 class AgentProtocol:
     """Stateless; safe to run in every manager."""
 
-    def __init__(self, engine: AsyncEngine, cfg: SchedulerSettings, wakeup: Wakeup, log_cap: int) -> None:
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        cfg: SchedulerSettings,
+        wakeup: Wakeup,
+        log_cap: int,
+        checkpoint_root: str = "",
+    ) -> None:
         self._log_cap = log_cap
+        self._checkpoint_root = checkpoint_root
         self._written: dict[tuple[str, int], float] = {}
         self._resolution = min(cfg.contact_resolution, cfg.agent_lease / 10)
         self._engine = engine
@@ -131,7 +139,7 @@ class AgentProtocol:
             async with self._engine.connect() as conn:
                 if await agents.current_epoch(conn, agent_id) != epoch:
                     raise Fenced(f"agent {agent_id} epoch {epoch} is fenced; register again")
-                found = await _orders_for(conn, agent_id)
+                found = await _orders_for(conn, agent_id, self._checkpoint_root)
             fingerprint = hashlib.sha1(
                 json.dumps(
                     [(o["kernel_id"], o["generation"], o["status"], o["kill"], o["force"]) for o in found]
@@ -185,7 +193,7 @@ class AgentProtocol:
         return len(reports) - len(refused), refused, recorded
 
 
-async def _orders_for(conn: AsyncConnection, agent_id: str) -> list[dict[str, Any]]:
+async def _orders_for(conn: AsyncConnection, agent_id: str, checkpoint_root: str) -> list[dict[str, Any]]:
     mine = await kernels.orders_for(conn, agent_id)
     if not mine:
         return []
@@ -194,7 +202,11 @@ async def _orders_for(conn: AsyncConnection, agent_id: str) -> list[dict[str, An
     addresses = await agents.addresses(conn) if wanted else {}
     out = []
     for k in mine:
-        spec = _spec(by_session[k.session_id], k, addresses) if k.status in _SPEC_STATUSES else {}
+        spec = (
+            _spec(by_session[k.session_id], k, addresses, checkpoint_root)
+            if k.status in _SPEC_STATUSES
+            else {}
+        )
         out.append(
             {
                 "kernel_id": k.id,
@@ -210,7 +222,9 @@ async def _orders_for(conn: AsyncConnection, agent_id: str) -> list[dict[str, An
     return out
 
 
-def _spec(s: SessionRecord, k: KernelRecord, addresses: dict[str, str]) -> dict[str, Any]:
+def _spec(
+    s: SessionRecord, k: KernelRecord, addresses: dict[str, str], checkpoint_root: str
+) -> dict[str, Any]:
     hosts = [addresses.get(p.agent_id or "", "127.0.0.1") for p in s.kernels]
     master = s.kernels[0]
     return {
@@ -226,8 +240,9 @@ def _spec(s: SessionRecord, k: KernelRecord, addresses: dict[str, str]) -> dict[
         "master_addr": hosts[0],
         "master_port": master.master_port,
         "pick_master_port": k.rank == 0,
-        "attempt": s.retry_count + 1,
-        "max_attempts": s.spec.max_retries + 1,
+        "attempt": s.attempt,
+        "max_attempts": s.max_attempts,
+        "checkpoint_dir": f"{checkpoint_root}/{s.root_session_id}" if checkpoint_root else None,
         "error_strategy": str(s.spec.error_strategy),
         "worker_name": f"{s.name}-{k.role}{k.rank}",
         "root_session_id": s.root_session_id,

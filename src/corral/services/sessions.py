@@ -4,18 +4,22 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
+from typing import Any
 
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from corral.domain.cause import TerminationReason
 from corral.domain.resources import BUILTIN_SLOTS, ResourceSlots
-from corral.domain.spec import SessionSpec
+from corral.domain.retry import attempt_creation_id, attempt_name
+from corral.domain.spec import RetryPolicy, SessionSpec
 from corral.domain.status import TERMINAL_SESSION, SessionStatus
+from corral.services import cluster, policies
 from corral.services.errors import Conflict, Forbidden, InvalidInput, NotFound
-from corral.store import agents, auth, journal, sessions
+from corral.store import agents, auth, config, journal, retries, sessions
 from corral.store.auth import Principal
 from corral.store.db import transaction
 from corral.store.records import HistoryRecord, NewSession, SessionRecord
@@ -43,11 +47,16 @@ async def _known(
     return True
 
 
-async def create(engine: AsyncEngine, who: Principal, spec: SessionSpec) -> tuple[SessionRecord, bool]:
+async def create(
+    engine: AsyncEngine, who: Principal, spec: SessionSpec, retry_fields: Mapping[str, Any] | None = None
+) -> tuple[SessionRecord, bool]:
     """Returns the session and whether it was created now (False: the caller's earlier identical
-    request with this creation_id).  Idempotency is per caller: nobody else's session is ever found."""
+    request with this creation_id).  Idempotency is per caller: nobody else's session is ever found.
+
+    `retry_fields` are the inline policy fields the request set: merged over the project's and the
+    cluster's defaults (session > project > cluster) into the policy the session keeps."""
     try:
-        return await _create(engine, who, spec)
+        return await _create(engine, who, spec, retry_fields)
     except IntegrityError:
         # The same creation_id, committed by a concurrent request between our check and our insert.
         if not spec.creation_id:
@@ -74,7 +83,21 @@ async def _earlier(conn: AsyncConnection, who: Principal, spec: SessionSpec) -> 
     return await sessions.get(conn, session_id)
 
 
-async def _create(engine: AsyncEngine, who: Principal, spec: SessionSpec) -> tuple[SessionRecord, bool]:
+async def _effective_policy(
+    conn: AsyncConnection, spec: SessionSpec, retry_fields: Mapping[str, Any] | None
+) -> RetryPolicy | None:
+    cluster_defaults = cluster.values_of(await config.cluster_values(conn))["retry.defaults"] or {}
+    project_defaults = (await config.project_config(conn, spec.project) or {}).get("retry_defaults") or {}
+    if spec.retry_policy is None and not cluster_defaults and not project_defaults:
+        return None
+    if retry_fields is None:
+        retry_fields = spec.retry_policy.to_json() if spec.retry_policy else {}
+    return RetryPolicy.from_json({**cluster_defaults, **project_defaults, **retry_fields})
+
+
+async def _create(
+    engine: AsyncEngine, who: Principal, spec: SessionSpec, retry_fields: Mapping[str, Any] | None
+) -> tuple[SessionRecord, bool]:
     now = _now()
     async with transaction(engine) as conn:
         if spec.creation_id:
@@ -88,9 +111,16 @@ async def _create(engine: AsyncEngine, who: Principal, spec: SessionSpec) -> tup
         if not who.is_admin and spec.project not in who.projects:
             raise Forbidden(f"you are not a member of project {spec.project!r}", {"field": "project"})
         await _check_fits(conn, spec)
+        await policies.check_names(conn, list(spec.retry_policies), "retry_policies")
         session_id = str(uuid.uuid4())
+        request_digest = spec.digest()
+        spec = replace(spec, retry_policy=await _effective_policy(conn, spec, retry_fields))
         new = NewSession(
-            id=session_id, name=spec.name or f"session-{session_id[:8]}", owner=who.name, spec=spec
+            id=session_id,
+            name=spec.name or f"session-{session_id[:8]}",
+            owner=who.name,
+            spec=spec,
+            spec_hash=request_digest,
         )
         created = await sessions.insert_session(conn, new, now)
     return created, True
@@ -189,3 +219,92 @@ async def cancel(engine: AsyncEngine, who: Principal, session_id: str) -> Sessio
     if not ok:
         raise Conflict(f"session {session_id} has already ended", {"field": "status"})
     return await get(engine, who, session_id)
+
+
+async def attempts(engine: AsyncEngine, who: Principal, session_id: str) -> list[SessionRecord]:
+    """Every attempt of the session's retry chain, first to last."""
+    found = await get(engine, who, session_id)
+    async with engine.connect() as conn:
+        return await retries.chain(conn, found.root_session_id)
+
+
+async def chain_rows(
+    engine: AsyncEngine, records: Sequence[SessionRecord]
+) -> dict[str, list[dict[str, Any]]]:
+    """Light rows of the chains of these sessions, by root id (one query for a page)."""
+    roots = sorted({s.root_session_id for s in records})
+    if not roots:
+        return {}
+    async with engine.connect() as conn:
+        return await retries.chains(conn, roots)
+
+
+async def retry(engine: AsyncEngine, who: Principal, session_id: str) -> SessionRecord:
+    """A manual retry: a new attempt after the chain's latest one, which must have ended."""
+    found = await get(engine, who, session_id)
+    now = _now()
+    async with transaction(engine) as conn:
+        chain = await retries.chain(conn, found.root_session_id)
+        latest = chain[-1]
+        await sessions.lock(conn, latest.id)
+        if latest.status not in TERMINAL_SESSION or latest.next_attempt_id is not None:
+            raise Conflict(
+                f"the latest attempt {latest.id} of this chain has not ended ({latest.status})",
+                {"field": "status", "session_id": latest.id},
+            )
+        child_id = str(uuid.uuid4())
+        attempt = latest.attempt + 1
+        child = NewSession(
+            id=child_id,
+            name=attempt_name(latest.name, attempt),
+            owner=latest.owner,
+            spec=replace(
+                latest.spec,
+                creation_id=attempt_creation_id(latest.spec.creation_id, latest.root_session_id, attempt),
+            ),
+            parent_session_id=latest.id,
+            root_session_id=latest.root_session_id,
+            chain_submitted_at=latest.chain_submitted_at,
+            attempt=attempt,
+            manual_retry=True,
+            # A fresh budget: the attempts so far lie outside it ("attempt N of M" counts on).
+            free_requeues=latest.attempt,
+            first_started_at=None,
+            retry_cause=str(latest.cause) if latest.cause else None,
+        )
+        try:
+            await sessions.insert_session(conn, child, now)
+        except IntegrityError:
+            raise Conflict("the retry engine has just retried this attempt", {"field": "status"}) from None
+        state = latest.retry_state or "failed"
+        await retries.decide(conn, latest.id, state, latest.retry_reason or "manually retried", child_id)
+        reason = f"manual, {latest.cause or 'unknown'}, attempt {attempt}"
+        await journal.add_history(
+            conn,
+            [
+                (
+                    latest.id,
+                    "ManualRetry",
+                    "RETRY",
+                    latest.status,
+                    None,
+                    f"{reason} by {who.name}; next attempt {child_id}",
+                )
+            ],
+            now,
+        )
+        await config.audit(conn, who.name, "retry.manual", child_id, reason, now)
+        await journal.add_events(
+            conn,
+            [
+                (
+                    latest.id,
+                    "session.retry_scheduled",
+                    None,
+                    None,
+                    {"attempt": attempt, "child_id": child_id, "manual": True},
+                )
+            ],
+            now,
+        )
+    return await get(engine, who, child_id)

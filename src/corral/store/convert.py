@@ -100,6 +100,8 @@ def session(row: Source, kernels: tuple[KernelRecord, ...] = ()) -> SessionRecor
     m["status"] = SessionStatus(m["status"])
     m["result"] = SessionResult(m["result"])
     m["cause"] = Cause(m["cause"]) if m["cause"] else None
+    m["retry_cause"] = Cause(m["retry_cause"]) if m["retry_cause"] else None
+    m["rule_counts"] = dict(m["rule_counts"] or {})
     return SessionRecord(**m, kernels=kernels)
 
 

@@ -79,6 +79,17 @@ class SessionRecord:
     retry_after: datetime | None
     phase_tries: int
     reschedule_count: int
+    attempt: int
+    manual_retry: bool
+    total_retries: int
+    free_requeues: int
+    rule_counts: dict[str, int]
+    first_started_at: datetime | None
+    retry_cause: Cause | None
+    avoid_agent: str | None
+    retry_state: str | None
+    retry_reason: str | None
+    next_attempt_id: str | None
     termination_reason: str | None
     termination_message: str | None
     termination_requested_at: datetime | None
@@ -98,6 +109,11 @@ class SessionRecord:
     @property
     def resources(self) -> ResourceSlots:
         return self.spec.resources
+
+    @property
+    def max_attempts(self) -> int:
+        """ "attempt N of M": M = max_retries + 1 + free requeues so far (DESIGN §5)."""
+        return self.spec.max_retries + 1 + self.free_requeues
 
 
 @dataclass(frozen=True)
@@ -147,6 +163,24 @@ class NewSession:
     retry_count: int = 0
     chain_submitted_at: datetime | None = None
     retry_after: datetime | None = None
+    attempt: int = 1
+    """Position in the chain, 1-based."""
+    manual_retry: bool = False
+    """Made by `corral session retry` (a fresh budget)."""
+    total_retries: int = 0
+    """Budget-consuming retries of the chain so far (the global cap counts these)."""
+    free_requeues: int = 0
+    """Attempts made without spending budget (e.g. after a preemption)."""
+    rule_counts: dict[str, int] | None = None
+    """Each named rule's own retry count so far."""
+    first_started_at: datetime | None = None
+    """When the chain's first attempt started."""
+    retry_cause: str | None = None
+    """The cause that made this attempt."""
+    avoid_agent: str | None = None
+    """Soft anti-affinity: the agent of the previous root cause."""
+    spec_hash: str | None = None
+    """The request's digest, when the spec stored differs from the request (defaults merged in)."""
 
 
 @dataclass(frozen=True)
@@ -179,3 +213,37 @@ class Move:
     dst: SessionStatus
     kernel_dst: KernelStatus | None = None
     values: tuple[tuple[str, Any], ...] = ()
+
+
+@dataclass(frozen=True)
+class AuditRecord:
+    """Who did what to what, and why (retries and admin changes)."""
+
+    id: int
+    actor: str
+    action: str
+    target: str
+    reason: str
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class EventRecord:
+    """One row of the outbox."""
+
+    id: int
+    session_id: str
+    kind: str
+    from_status: str | None
+    to_status: str | None
+    payload: dict[str, Any]
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class ProjectRecord:
+    """A project and its retry configuration."""
+
+    name: str
+    config: dict[str, Any]
+    created_at: datetime

@@ -26,6 +26,8 @@ async def insert_session(conn: AsyncConnection, new: NewSession, now: datetime) 
     """Insert a PENDING session with its kernels and its first event; returns what was written."""
     row: dict[str, Any] = {c.name: None for c in sessions.columns}
     row.update(convert.spec_columns(new.spec))
+    if new.spec_hash is not None:
+        row["spec_hash"] = new.spec_hash
     row.update(
         id=new.id,
         name=new.name,
@@ -38,6 +40,14 @@ async def insert_session(conn: AsyncConnection, new: NewSession, now: datetime) 
         retry_count=new.retry_count,
         chain_submitted_at=new.chain_submitted_at or now,
         retry_after=new.retry_after,
+        attempt=new.attempt,
+        manual_retry=new.manual_retry,
+        total_retries=new.total_retries,
+        free_requeues=new.free_requeues,
+        rule_counts=new.rule_counts or None,
+        first_started_at=new.first_started_at,
+        retry_cause=new.retry_cause,
+        avoid_agent=new.avoid_agent,
         phase_tries=0,
         reschedule_count=0,
         created_at=now,
@@ -84,7 +94,7 @@ async def find_creation(conn: AsyncConnection, owner: str, creation_id: str) -> 
     return (found.id, found.spec_hash) if found else None
 
 
-async def _with_kernels(conn: AsyncConnection, query: Select[Any]) -> list[SessionRecord]:
+async def select_with_kernels(conn: AsyncConnection, query: Select[Any]) -> list[SessionRecord]:
     rows = (await conn.execute(query)).all()
     if not rows:
         return []
@@ -102,14 +112,14 @@ async def _with_kernels(conn: AsyncConnection, query: Select[Any]) -> list[Sessi
 async def get_many(conn: AsyncConnection, session_ids: list[str]) -> list[SessionRecord]:
     found: list[SessionRecord] = []
     for chunk in range(0, len(session_ids), 500):
-        found += await _with_kernels(
+        found += await select_with_kernels(
             conn, select(sessions).where(sessions.c.id.in_(session_ids[chunk : chunk + 500]))
         )
     return found
 
 
 async def get(conn: AsyncConnection, session_id: str) -> SessionRecord | None:
-    found = await _with_kernels(conn, select(sessions).where(sessions.c.id == session_id))
+    found = await select_with_kernels(conn, select(sessions).where(sessions.c.id == session_id))
     return found[0] if found else None
 
 
@@ -126,7 +136,7 @@ async def list_sessions(
         query = query.where(sessions.c.project.in_(list(projects)))
     if statuses:
         query = query.where(sessions.c.status.in_(list(statuses)))
-    return await _with_kernels(conn, query)
+    return await select_with_kernels(conn, query)
 
 
 async def for_handler(
@@ -172,7 +182,7 @@ async def for_handler(
         query = query.where(has_kernel)
     if not with_kernels:
         return [convert.session(r) for r in await conn.execute(query)]
-    return await _with_kernels(conn, query)
+    return await select_with_kernels(conn, query)
 
 
 async def live_statuses(conn: AsyncConnection, resource_group: str) -> set[tuple[SessionStatus, bool]]:
@@ -318,7 +328,7 @@ async def due_deadlines(conn: AsyncConnection, resource_group: str, now: datetim
             sessions.c.termination_reason.is_(None),
         )
     )
-    return await _with_kernels(conn, query)
+    return await select_with_kernels(conn, query)
 
 
 async def lock(conn: AsyncConnection, session_id: str) -> None:

@@ -146,13 +146,28 @@ sessions = Table(
     Column("retry_policies", JSON, nullable=False),
     Column("creation_id", String(255), nullable=True),
     Column("spec_hash", String(64), nullable=True),
-    Column("parent_session_id", ID, nullable=True, index=True),
+    # At most one child per session: two managers or a replayed event can never make two retries.
+    Column("parent_session_id", ID, nullable=True, index=True, unique=True),
     Column("root_session_id", ID, nullable=False, index=True),
     Column("retry_count", Integer, nullable=False, default=0),
     Column("chain_submitted_at", UTCDateTime, nullable=False),
     Column("retry_after", UTCDateTime, nullable=True),
     Column("phase_tries", Integer, nullable=False, default=0),
     Column("reschedule_count", Integer, nullable=False, default=0),
+    Column("attempt", Integer, nullable=False, default=1, server_default="1"),
+    Column("manual_retry", Boolean, nullable=False, default=False, server_default=false()),
+    # Budget-consuming retries of the whole chain (the global cap), free requeues so far, and
+    # each named rule's own count: carried from parent to child.
+    Column("total_retries", Integer, nullable=False, default=0, server_default="0"),
+    Column("free_requeues", Integer, nullable=False, default=0, server_default="0"),
+    Column("rule_counts", JSON, nullable=True),
+    Column("first_started_at", UTCDateTime, nullable=True),
+    Column("retry_cause", String(32), nullable=True),
+    Column("avoid_agent", String(128), nullable=True),
+    # The retry engine's decision on this attempt once it ended (NULL: not decided yet).
+    Column("retry_state", String(16), nullable=True),
+    Column("retry_reason", Text, nullable=True),
+    Column("next_attempt_id", ID, nullable=True),
     Column("termination_reason", String(32), nullable=True),
     Column("termination_message", Text, nullable=True),
     Column("termination_requested_at", UTCDateTime, nullable=True),
@@ -260,4 +275,43 @@ scheduler_leases = Table(
     Column("resource_group", String(64), primary_key=True),
     Column("holder", String(64), nullable=False),
     Column("expires_at", UTCDateTime, nullable=False),
+)
+
+# Runtime-changeable cluster settings shared by all managers (retry switch, caps, categories).
+cluster_config = Table(
+    "cluster_config",
+    metadata,
+    Column("key", String(64), primary_key=True),
+    Column("value", JSON, nullable=False),
+    Column("updated_at", UTCDateTime, nullable=False),
+)
+
+# Named retry policies (Armada's RetryPolicy resource): the validated spec as applied.
+retry_policies = Table(
+    "retry_policies",
+    metadata,
+    Column("name", String(128), primary_key=True),
+    Column("spec", JSON, nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("updated_at", UTCDateTime, nullable=False),
+)
+
+# How far a durable consumer of session_events has read (the retry engine is one).
+event_cursors = Table(
+    "event_cursors",
+    metadata,
+    Column("consumer", String(64), primary_key=True),
+    Column("position", BigInteger, nullable=False),
+    Column("updated_at", UTCDateTime, nullable=False),
+)
+
+audit_log = Table(
+    "audit_log",
+    metadata,
+    Column("id", BigId, primary_key=True, autoincrement=True),
+    Column("actor", String(128), nullable=False),
+    Column("action", String(64), nullable=False),
+    Column("target", String(255), nullable=False),
+    Column("reason", Text, nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
 )

@@ -7,24 +7,26 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Response
 
 from corral.api.schemas import HistoryOut, KernelOut, LogsOut, SessionCreate, SessionOut
-from corral.api.state import Caller, State
+from corral.api.state import AppState, Caller, State
 from corral.domain.status import SessionStatus
 from corral.protocol.types import INT64_MAX
 from corral.services import logs as log_service
 from corral.services import sessions as svc
 from corral.services.errors import InvalidInput
+from corral.store.records import SessionRecord
 
 router = APIRouter(prefix="/api/v1/sessions", tags=["sessions"])
 
 
 @router.post("", status_code=201, response_model=SessionOut)
 async def create_session(body: SessionCreate, who: Caller, state: State, response: Response) -> SessionOut:
-    record, created = await svc.create(state.engine, who, body.to_spec())
+    fields = body.retry_policy.model_dump(mode="json", exclude_unset=True) if body.retry_policy else None
+    record, created = await svc.create(state.engine, who, body.to_spec(), fields)
     if created:
         state.wakeup.scheduler()
     else:
         response.status_code = 200
-    return SessionOut.of(record)
+    return (await _out(state, [record]))[0]
 
 
 @router.get("", response_model=list[SessionOut])
@@ -38,7 +40,13 @@ async def list_sessions(
     for s in status or []:
         if s not in set(SessionStatus):
             raise InvalidInput("status", f"unknown status {s!r}")
-    return [SessionOut.of(s) for s in await svc.list_visible(state.engine, who, status, limit, offset)]
+    found = await svc.list_visible(state.engine, who, status, limit, offset)
+    return await _out(state, found)
+
+
+async def _out(state: AppState, records: list[SessionRecord]) -> list[SessionOut]:
+    chains = await svc.chain_rows(state.engine, records)
+    return [SessionOut.of(s, chain=chains.get(s.root_session_id)) for s in records]
 
 
 @router.get("/counts", response_model=dict[str, int], summary="Sessions per status")
@@ -49,7 +57,25 @@ async def session_counts(who: Caller, state: State) -> dict[str, int]:
 @router.get("/{session_id}", response_model=SessionOut)
 async def get_session(session_id: str, who: Caller, state: State) -> SessionOut:
     record = await svc.get(state.engine, who, session_id)
-    return SessionOut.of(record, waiting_reason=await svc.waiting_reason(state.engine, record))
+    chains = await svc.chain_rows(state.engine, [record])
+    return SessionOut.of(
+        record,
+        waiting_reason=await svc.waiting_reason(state.engine, record),
+        chain=chains.get(record.root_session_id),
+    )
+
+
+@router.get("/{session_id}/attempts", response_model=list[SessionOut], summary="Every attempt of its chain")
+async def get_attempts(session_id: str, who: Caller, state: State) -> list[SessionOut]:
+    return await _out(state, await svc.attempts(state.engine, who, session_id))
+
+
+@router.post("/{session_id}/retry", status_code=201, response_model=SessionOut, summary="Manual retry")
+async def retry_session(session_id: str, who: Caller, state: State) -> SessionOut:
+    """A new attempt after the chain's latest one (which must have ended), with a fresh budget."""
+    record = await svc.retry(state.engine, who, session_id)
+    state.wakeup.scheduler()
+    return (await _out(state, [record]))[0]
 
 
 @router.get("/{session_id}/kernels", response_model=list[KernelOut])
@@ -78,4 +104,4 @@ async def get_logs(
 async def cancel_session(session_id: str, who: Caller, state: State) -> SessionOut:
     record = await svc.cancel(state.engine, who, session_id)
     state.wakeup.scheduler()
-    return SessionOut.of(record)
+    return (await _out(state, [record]))[0]

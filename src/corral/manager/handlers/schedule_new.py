@@ -51,13 +51,21 @@ class ScheduleNewSessions(LifecycleHandler):
         for entry in ready:
             s = by_id[entry.session_id]
             needs = [s.resources] * s.cluster_size  # every kernel of a session asks for the same slots
-            placement = place_gang(needs, snapshot, s.spec.placement)
+            note = ""
+            placement = None
+            if s.avoid_agent:
+                # Soft anti-affinity: any other agent first; the avoided one rather than waiting.
+                placement = place_gang(needs, snapshot, s.spec.placement, avoid=frozenset({s.avoid_agent}))
+                if placement is None:
+                    note = f" (anti-affinity: no agent but {s.avoid_agent} had room)"
+            if placement is None:
+                placement = place_gang(needs, snapshot, s.spec.placement)
             if placement is None:
                 result.skipped.append(Skip(s.id, _why_waiting(s, registered, ctx.resource_group)))
                 continue
             snapshot = apply_placement(snapshot, needs, placement)
             result.placements[s.id] = placement
-            result.success(s.id, "placed on " + ", ".join(placement.agent_ids))
+            result.success(s.id, "placed on " + ", ".join(placement.agent_ids) + note)
         return result
 
 

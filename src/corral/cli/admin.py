@@ -1,0 +1,273 @@
+"""`corral policy|config|project|events|audit`: retry configuration and what happened."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+import yaml
+
+from corral.cli.client import Api, fail
+from corral.cli.output import Format, OutputOpt, emit
+
+policy_app = typer.Typer(
+    help="Named retry policies (admin): apply YAML, get, list, delete.", no_args_is_help=True
+)
+config_app = typer.Typer(
+    help="Cluster settings (admin), e.g. `corral config set retry.enabled false`.", no_args_is_help=True
+)
+project_app = typer.Typer(help="Projects and their retry defaults (admin).", no_args_is_help=True)
+audit_app = typer.Typer(help="The audit log (admin): retries and admin changes.", no_args_is_help=True)
+
+
+@policy_app.command("apply")
+def policy_apply(
+    file: Annotated[Path, typer.Option("-f", "--file", help="policy YAML (kind: RetryPolicy); - for stdin")],
+    output: Format = OutputOpt,
+) -> None:
+    """Create or replace the policies in FILE (several documents may be separated by ---)."""
+    try:
+        text = sys.stdin.read() if str(file) == "-" else file.read_text()
+        docs = [d for d in yaml.safe_load_all(text) if d is not None]
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise fail(f"cannot read {file}: {exc}", 2) from None
+    if not docs:
+        raise fail(f"{file} holds no policy", 2)
+    api = Api()
+    for doc in docs:
+        found = api.call("POST", "/retry-policies", json=doc)
+        if output is Format.table:
+            typer.echo(f"retry policy {found['metadata']['name']} applied")
+        else:
+            emit(found, output)
+
+
+@policy_app.command("get")
+def policy_get(
+    name: str,
+    output: Annotated[Format, typer.Option("-o", "--output", help="table, json or yaml")] = Format.yaml,
+) -> None:
+    """Show a policy (YAML by default, ready for `apply -f`)."""
+    emit(Api().call("GET", f"/retry-policies/{name}"), output, [("NAME", "metadata.name"), ("SPEC", "spec")])
+
+
+@policy_app.command("list")
+def policy_list(output: Format = OutputOpt) -> None:
+    """Every named policy."""
+    rows = Api().call("GET", "/retry-policies")
+    table = [
+        {
+            "name": p["metadata"]["name"],
+            "rules": len(p["spec"].get("rules") or []),
+            "retry_limit": p["spec"].get("retry_limit"),
+            "default_action": p["spec"].get("default_action"),
+            "updated": p["metadata"].get("updated_at"),
+        }
+        for p in rows
+    ]
+    emit(
+        rows if output is not Format.table else table,
+        output,
+        [
+            ("NAME", "name"),
+            ("RULES", "rules"),
+            ("LIMIT", "retry_limit"),
+            ("DEFAULT", "default_action"),
+            ("UPDATED", "updated"),
+        ],
+    )
+
+
+@policy_app.command("delete")
+def policy_delete(name: str) -> None:
+    """Delete a policy (refused while a project binds it)."""
+    Api().call("DELETE", f"/retry-policies/{name}")
+    typer.echo(f"retry policy {name} deleted")
+
+
+def _value(raw: str) -> Any:
+    """A setting's value: JSON when it parses (true, 5, null, {...}), else the string."""
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return raw
+
+
+@config_app.command("get")
+def config_get(
+    key: Annotated[str | None, typer.Argument(help="e.g. retry.enabled; all when omitted")] = None,
+    output: Annotated[Format, typer.Option("-o", "--output", help="table, json or yaml")] = Format.yaml,
+) -> None:
+    """Show the cluster settings (or one of them)."""
+    data: Any = Api().call("GET", "/cluster-config")
+    for part in key.split(".") if key else []:
+        if not isinstance(data, dict) or part not in data:
+            raise fail(f"no setting {key!r} (try `corral config get`)", 2)
+        data = data[part]
+    if isinstance(data, dict | list):
+        emit(data, Format.json if output is Format.table else output)
+    else:
+        typer.echo(json.dumps(data))
+
+
+@config_app.command("set")
+def config_set(
+    key: Annotated[
+        str,
+        typer.Argument(
+            help="retry.enabled, retry.global_max_retries, retry.dispatch_rate, retry.defaults,"
+            " failure_categories"
+        ),
+    ],
+    value: Annotated[str, typer.Argument(help="a JSON value (true, 20, null, {...}) or a string")],
+) -> None:
+    """Change one cluster setting; every manager uses it from its next cycle, no restart."""
+    body: dict[str, Any] = {}
+    node = body
+    *parents, last = key.split(".")
+    for part in parents:
+        node = node.setdefault(part, {})
+    node[last] = _value(value)
+    Api().call("PATCH", "/cluster-config", json=body)
+    typer.echo(f"{key} = {json.dumps(_value(value))}")
+
+
+PROJECT_COLUMNS = [
+    ("NAME", "name"),
+    ("POLICIES", "retry_policies"),
+    ("RETRY DEFAULTS", "retry_defaults"),
+    ("CREATED", "created_at"),
+]
+
+
+def _defaults(raw: str | None) -> dict[str, Any] | None:
+    if raw is None:
+        return None
+    value = _value(raw)
+    if not isinstance(value, dict):
+        raise fail("--retry-defaults expects a JSON object, e.g. '{\"max_retries\": 2}'", 2)
+    return value
+
+
+@project_app.command("create")
+def project_create(
+    name: str,
+    retry_defaults: Annotated[str | None, typer.Option(help="inline policy defaults as JSON")] = None,
+    policy: Annotated[list[str] | None, typer.Option("--policy", help="bind a named policy (repeat)")] = None,
+    output: Format = OutputOpt,
+) -> None:
+    """Create a project."""
+    body: dict[str, Any] = {"name": name, "retry_policies": policy or []}
+    if (d := _defaults(retry_defaults)) is not None:
+        body["retry_defaults"] = d
+    emit(Api().call("POST", "/projects", json=body), output, PROJECT_COLUMNS)
+
+
+@project_app.command("update")
+def project_update(
+    name: str,
+    retry_defaults: Annotated[
+        str | None, typer.Option(help="inline policy defaults as JSON ({} clears)")
+    ] = None,
+    policy: Annotated[
+        list[str] | None, typer.Option("--policy", help="the bound policies (repeat; replaces)")
+    ] = None,
+    no_policies: Annotated[bool, typer.Option("--no-policies", help="unbind every policy")] = False,
+    output: Format = OutputOpt,
+) -> None:
+    """Change a project's retry defaults or bound policies."""
+    body: dict[str, Any] = {}
+    if (d := _defaults(retry_defaults)) is not None:
+        body["retry_defaults"] = d
+    if policy or no_policies:
+        body["retry_policies"] = policy or []
+    emit(Api().call("PATCH", f"/projects/{name}", json=body), output, PROJECT_COLUMNS)
+
+
+@project_app.command("get")
+def project_get(name: str, output: Format = OutputOpt) -> None:
+    """Show a project."""
+    emit(Api().call("GET", f"/projects/{name}"), output, PROJECT_COLUMNS)
+
+
+@project_app.command("list")
+def project_list(output: Format = OutputOpt) -> None:
+    """Every project."""
+    emit(Api().call("GET", "/projects"), output, PROJECT_COLUMNS)
+
+
+EVENT_COLUMNS = [
+    ("ID", "id"),
+    ("TIME", "created_at"),
+    ("TYPE", "type"),
+    ("SESSION", "session_id"),
+    ("FROM", "from_status"),
+    ("TO", "to_status"),
+    ("DETAIL", "payload"),
+]
+
+
+def events(
+    type_: Annotated[
+        list[str] | None,
+        typer.Option("--type", "-t", help="only this type (repeat), e.g. session.retry_scheduled"),
+    ] = None,
+    session: Annotated[str | None, typer.Option(help="only this session's events")] = None,
+    after: Annotated[int, typer.Option(help="start after this event id")] = 0,
+    limit: Annotated[int, typer.Option(help="at most this many (without --follow)")] = 100,
+    follow_: Annotated[
+        bool, typer.Option("--follow", "-f", help="keep printing new events (Ctrl-C stops)")
+    ] = False,
+    output: Format = OutputOpt,
+) -> None:
+    """Session events (status changes, retries) of your projects, oldest first."""
+    api = Api()
+    params: dict[str, Any] = {"type": type_ or [], "limit": limit}
+    if session:
+        params["session"] = session
+    try:
+        while True:
+            rows = api.call("GET", "/events", params={**params, "after": after, "wait": 10 if follow_ else 0})
+            if rows:
+                after = rows[-1]["id"]
+                if output is Format.table and follow_:
+                    for r in rows:
+                        line = f"{r['id']} {r['created_at'][:23]} {r['type']} {r['session_id']}"
+                        typer.echo(f"{line} {json.dumps(r['payload'])}")
+                else:
+                    emit(rows, output, EVENT_COLUMNS)
+            if not follow_:
+                return
+            if not rows:
+                time.sleep(0.1)
+    except KeyboardInterrupt:
+        raise typer.Exit(0) from None
+
+
+@audit_app.command("list")
+def audit_list(
+    action: Annotated[str | None, typer.Option(help="only this action, e.g. retry.auto")] = None,
+    after: Annotated[int, typer.Option(help="start after this row id")] = 0,
+    limit: Annotated[int, typer.Option(help="at most this many")] = 100,
+    output: Format = OutputOpt,
+) -> None:
+    """Who did what, when, and why: automatic and manual retries, admin changes."""
+    params: dict[str, Any] = {"after": after, "limit": limit}
+    if action:
+        params["action"] = action
+    emit(
+        Api().call("GET", "/audit", params=params),
+        output,
+        [
+            ("ID", "id"),
+            ("TIME", "created_at"),
+            ("ACTOR", "actor"),
+            ("ACTION", "action"),
+            ("TARGET", "target"),
+            ("REASON", "reason"),
+        ],
+    )

@@ -1,0 +1,133 @@
+"""What a failed attempt looks like to retry rules: conditions, message, categories (DESIGN §4)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from corral.domain.cause import Cause, KernelOutcome
+from corral.domain.policy import (
+    CodeOperator,
+    Condition,
+    FailureFacts,
+    PolicyError,
+    compile_regex,
+)
+
+LOG_TAIL_LINES = 80
+LOG_TAIL_BYTES = 2048
+
+# The conditions a cause implies for the attempt as a whole (each is set by one event).
+_CAUSE_CONDITIONS = {
+    Cause.OOM_KILLED: Condition.OOM_KILLED,
+    Cause.AGENT_TRANSIENT: Condition.EVICTED,
+    Cause.PREEMPTED: Condition.PREEMPTED,
+    Cause.DEADLINE_EXCEEDED: Condition.DEADLINE_EXCEEDED,
+}
+
+
+def kernel_conditions(k: KernelOutcome) -> frozenset[Condition]:
+    found = set()
+    if k.oom_killed:
+        found.add(Condition.OOM_KILLED)
+    if k.agent_lost:
+        found.add(Condition.EVICTED)
+    return frozenset(found)
+
+
+def attempt_conditions(cause: Cause, root: KernelOutcome | None, never_placed: bool) -> frozenset[Condition]:
+    found = set(kernel_conditions(root)) if root else set()
+    if cause in _CAUSE_CONDITIONS:
+        found.add(_CAUSE_CONDITIONS[cause])
+    if cause is Cause.SCHEDULER_TIMEOUT and never_placed:
+        found.add(Condition.UNSCHEDULABLE)
+    return frozenset(found)
+
+
+def log_tail(text: str) -> str:
+    """The last 80 lines / 2 KiB of a kernel's output."""
+    tail = "\n".join(text.splitlines()[-LOG_TAIL_LINES:])
+    return tail[-LOG_TAIL_BYTES:]
+
+
+@dataclass(frozen=True)
+class CategoryRule:
+    """An operator's failure category (Armada's categorizer): every matcher given must hold."""
+
+    name: str
+    """The category a match adds."""
+    on_exit_codes: tuple[CodeOperator, frozenset[int]] | None = None
+    """Exit codes In/NotIn (0 and a missing code never match)."""
+    on_conditions: frozenset[Condition] = frozenset()
+    """Any of these conditions."""
+    on_termination_message: str | None = None
+    """Regex searched in the termination message."""
+    on_log_tail: str | None = None
+    """Regex searched in the log tail."""
+    kernel_role: str | None = None
+    """Only this role's failures."""
+
+    def matches(self, f: FailureFacts) -> bool:
+        if self.kernel_role is not None and f.kernel_role != self.kernel_role:
+            return False
+        if self.on_exit_codes is not None:
+            op, values = self.on_exit_codes
+            if f.exit_code is None or f.exit_code == 0 or (f.exit_code in values) != (op is CodeOperator.IN):
+                return False
+        if self.on_conditions and not (self.on_conditions & f.conditions):
+            return False
+        if self.on_termination_message is not None and not re.search(self.on_termination_message, f.message):
+            return False
+        return self.on_log_tail is None or bool(re.search(self.on_log_tail, f.log_tail))
+
+
+# Shipped defaults (the operator may replace them through the cluster config).
+DEFAULT_CATEGORIES: tuple[dict[str, Any], ...] = (
+    {"name": "cuda_oom", "on_log_tail": {"pattern": r"CUDA out of memory|CUDA_ERROR_OUT_OF_MEMORY"}},
+    {"name": "cuda_error", "on_log_tail": {"pattern": r"CUDA error|CUDA_ERROR_|cudaError"}},
+    {"name": "nccl_error", "on_log_tail": {"pattern": r"NCCL error|ncclSystemError|ncclInternalError"}},
+    {"name": "infiniband_error", "on_log_tail": {"pattern": r"ibv_|InfiniBand|mlx5|IBV_WC_"}},
+    {"name": "host_oom", "on_conditions": ["oom_killed"]},
+)
+
+
+def category_from(raw: Mapping[str, Any], field: str) -> CategoryRule:
+    codes = raw.get("on_exit_codes")
+    message = raw.get("on_termination_message")
+    tail = raw.get("on_log_tail")
+    try:
+        return CategoryRule(
+            name=str(raw["name"]),
+            on_exit_codes=(CodeOperator(codes["operator"]), frozenset(codes["values"])) if codes else None,
+            on_conditions=frozenset(Condition(c) for c in raw.get("on_conditions") or ()),
+            on_termination_message=(
+                compile_regex(message["pattern"], f"{field}.on_termination_message.pattern")
+                if message
+                else None
+            ),
+            on_log_tail=compile_regex(tail["pattern"], f"{field}.on_log_tail.pattern") if tail else None,
+            kernel_role=raw.get("kernel_role"),
+        )
+    except PolicyError:
+        raise
+    except (KeyError, TypeError, ValueError) as exc:
+        raise PolicyError(field, f"not a failure category rule: {exc}") from None
+
+
+def categories_from(raw: Sequence[Mapping[str, Any]]) -> tuple[CategoryRule, ...]:
+    return tuple(category_from(r, f"failure_categories.{i}") for i, r in enumerate(raw))
+
+
+def categorise(rules: Sequence[CategoryRule], facts: FailureFacts) -> frozenset[str]:
+    """First match wins: at most one category per failure."""
+    for rule in rules:
+        if rule.matches(facts):
+            return frozenset({rule.name})
+    return frozenset()
+
+
+def termination_message(termination_log: str | None, record_message: str | None, tail: str) -> str:
+    """The termination log, else the root-cause record's message, else the log tail."""
+    return (termination_log or "").strip() or (record_message or "").strip() or tail

@@ -1,0 +1,229 @@
+"""Named retry policies (Armada's RetryPolicy resource) as values, and which rule a failure matches."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from corral.domain.spec import AntiAffinity
+
+
+class Condition(StrEnum):
+    """Kernel conditions, each set by one event (DESIGN §4)."""
+
+    OOM_KILLED = "oom_killed"
+    EVICTED = "evicted"
+    PREEMPTED = "preempted"
+    DEADLINE_EXCEEDED = "deadline_exceeded"
+    UNSCHEDULABLE = "unschedulable"
+
+
+class RuleAction(StrEnum):
+    RETRY = "retry"
+    FAIL = "fail"
+    IGNORE = "ignore"
+
+
+class DefaultAction(StrEnum):
+    RETRY = "retry"
+    FAIL = "fail"
+
+
+class CodeOperator(StrEnum):
+    IN = "In"
+    NOT_IN = "NotIn"
+
+
+@dataclass(frozen=True)
+class FailureFacts:
+    """What a matcher may look at: the failed attempt as classified, root-cause kernel first."""
+
+    cause: str
+    """The session's cause (DESIGN §4)."""
+    exit_code: int | None = None
+    """The root-cause kernel's exit code (None: no process exited)."""
+    conditions: frozenset[Condition] = frozenset()
+    """Conditions of the failed attempt."""
+    message: str = ""
+    """Termination log, else the root-cause record's message, else the log tail."""
+    log_tail: str = ""
+    """The last lines of the root-cause kernel's output."""
+    categories: frozenset[str] = frozenset()
+    """Failure categories the operator rules gave it."""
+    kernel_role: str | None = None
+    """Role of the root-cause kernel (main, sub)."""
+    recoverable: bool | None = None
+    """The root-cause record's own word, when it said."""
+    agent_id: str | None = None
+    """Where the root-cause kernel ran (anti-affinity avoids it)."""
+
+
+@dataclass(frozen=True)
+class RuleBackoff:
+    """Armada's backoff: min(initial_delay * multiplier ** (k-1), max_delay)."""
+
+    initial_delay: float = 0.0
+    """Seconds before the first retry of a rule."""
+    max_delay: float = 600.0
+    """Upper bound of the delay."""
+    multiplier: float = 2.0
+    """Growth per retry of that rule."""
+
+    def delay(self, k: int) -> float:
+        """The delay before the k-th retry counted by one rule (k >= 1)."""
+        try:
+            grown = self.initial_delay * self.multiplier ** max(0, k - 1)
+        except OverflowError:
+            grown = float("inf")
+        return min(grown, self.max_delay)
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One rule: every matcher given must hold (AND); none given matches everything."""
+
+    action: RuleAction
+    """What a match decides."""
+    on_exit_codes: tuple[CodeOperator, frozenset[int]] | None = None
+    """Exit codes In/NotIn; never matches exit 0 or a missing code."""
+    on_conditions: frozenset[Condition] = frozenset()
+    """Any of these conditions."""
+    on_termination_message: str | None = None
+    """A regex searched in the termination message."""
+    on_failure_category: frozenset[str] = frozenset()
+    """Any of these categories."""
+    on_recoverable: bool | None = None
+    """The root-cause record's `recoverable` equals this."""
+    kernel_role: str | None = None
+    """Only failures of a kernel with this role."""
+    retry_limit: int | None = None
+    """This rule's own limit (else the policy's, else the global one)."""
+    backoff: RuleBackoff | None = None
+    """Overrides the policy's backoff."""
+    anti_affinity: AntiAffinity | None = None
+    """Overrides the policy's anti-affinity."""
+
+    def matches(self, f: FailureFacts) -> bool:
+        if self.kernel_role is not None and f.kernel_role != self.kernel_role:
+            return False
+        if self.on_exit_codes is not None:
+            op, values = self.on_exit_codes
+            if f.exit_code is None or f.exit_code == 0:
+                return False
+            if (f.exit_code in values) != (op is CodeOperator.IN):
+                return False
+        if self.on_conditions and not (self.on_conditions & f.conditions):
+            return False
+        if self.on_termination_message is not None and not re.search(self.on_termination_message, f.message):
+            return False
+        if self.on_failure_category and not (self.on_failure_category & f.categories):
+            return False
+        return self.on_recoverable is None or f.recoverable is self.on_recoverable
+
+
+@dataclass(frozen=True)
+class NamedPolicy:
+    """A stored, named policy; its rules are tried in order."""
+
+    name: str
+    """Unique name (the YAML's metadata.name)."""
+    rules: tuple[Rule, ...] = ()
+    """In order; the first match wins."""
+    retry_limit: int | None = None
+    """Default limit of its rules (else the global one)."""
+    default_action: DefaultAction = DefaultAction.FAIL
+    """When none of its rules matched."""
+    backoff: RuleBackoff = RuleBackoff()
+    """Default backoff of its rules."""
+    anti_affinity: AntiAffinity = AntiAffinity.NONE
+    """Default anti-affinity of its rules."""
+
+
+@dataclass(frozen=True)
+class RuleMatch:
+    """The first rule that matched, and where it sits."""
+
+    policy: NamedPolicy
+    """The policy holding it."""
+    index: int
+    """Its position in the policy (0-based)."""
+    rule: Rule
+    """The rule."""
+
+    @property
+    def key(self) -> str:
+        """Its own retry counter's name."""
+        return f"{self.policy.name}#{self.index}"
+
+
+def first_match(policies: Sequence[NamedPolicy], facts: FailureFacts) -> RuleMatch | None:
+    for policy in policies:
+        for i, rule in enumerate(policy.rules):
+            if rule.matches(facts):
+                return RuleMatch(policy, i, rule)
+    return None
+
+
+# ---- reading a policy from its JSON/YAML shape (the API validates types first; this checks sense)
+
+
+class PolicyError(ValueError):
+    """A policy document that cannot be used; `field` names the offending path."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+def compile_regex(pattern: str, field: str) -> str:
+    try:
+        re.compile(pattern)
+    except (re.error, RecursionError, OverflowError) as exc:
+        raise PolicyError(field, f"not a valid regular expression: {exc}") from None
+    return pattern
+
+
+def backoff_from(raw: Mapping[str, Any] | None, default: RuleBackoff) -> RuleBackoff:
+    if not raw:
+        return default
+    return RuleBackoff(
+        initial_delay=float(raw.get("initial_delay", default.initial_delay)),
+        max_delay=float(raw.get("max_delay", default.max_delay)),
+        multiplier=float(raw.get("multiplier", default.multiplier)),
+    )
+
+
+def rule_from(raw: Mapping[str, Any], field: str) -> Rule:
+    codes = raw.get("on_exit_codes")
+    message = raw.get("on_termination_message")
+    backoff = raw.get("backoff")
+    anti = raw.get("anti_affinity")
+    return Rule(
+        action=RuleAction(raw["action"]),
+        on_exit_codes=(CodeOperator(codes["operator"]), frozenset(codes["values"])) if codes else None,
+        on_conditions=frozenset(Condition(c) for c in raw.get("on_conditions") or ()),
+        on_termination_message=(
+            compile_regex(message["pattern"], f"{field}.on_termination_message.pattern") if message else None
+        ),
+        on_failure_category=frozenset(raw.get("on_failure_category") or ()),
+        on_recoverable=raw.get("on_recoverable"),
+        kernel_role=raw.get("kernel_role"),
+        retry_limit=raw.get("retry_limit"),
+        backoff=backoff_from(backoff, RuleBackoff()) if backoff else None,
+        anti_affinity=AntiAffinity(anti) if anti else None,
+    )
+
+
+def policy_from(name: str, spec: Mapping[str, Any]) -> NamedPolicy:
+    """A policy from its stored `spec` (already type-checked by the API schema)."""
+    return NamedPolicy(
+        name=name,
+        rules=tuple(rule_from(r, f"spec.rules.{i}") for i, r in enumerate(spec.get("rules") or ())),
+        retry_limit=spec.get("retry_limit"),
+        default_action=DefaultAction(spec.get("default_action", DefaultAction.FAIL)),
+        backoff=backoff_from(spec.get("backoff"), RuleBackoff()),
+        anti_affinity=AntiAffinity(spec.get("anti_affinity") or AntiAffinity.NONE),
+    )

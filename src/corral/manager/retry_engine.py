@@ -1,0 +1,283 @@
+"""The retry engine: decides every ended attempt once, from the durable events table (DESIGN §5)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import structlog
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from corral import metrics
+from corral.domain.cause import Cause
+from corral.domain.failure import attempt_conditions, categorise, log_tail, termination_message
+from corral.domain.policy import FailureFacts, NamedPolicy, PolicyError, policy_from
+from corral.domain.retry import Chain, Decision, Verdict, attempt_creation_id, attempt_name, decide
+from corral.domain.status import SessionResult, SessionStatus
+from corral.services import cluster
+from corral.services.cluster import ClusterSettings
+from corral.store import config, journal, retries
+from corral.store import sessions as session_store
+from corral.store.db import transaction
+from corral.store.records import NewSession, SessionRecord
+from corral.store.retries import Claim
+from corral.wakeup import Wakeup
+
+log = structlog.get_logger("corral.retry")
+
+CONSUMER = "retry-engine"
+HANDLER = "RetryEngine"
+# Test hook (never set in production): die between inserting a child and committing it.
+CRASH_HOOK = "CORRAL_TEST_CRASH_BEFORE_RETRY_COMMIT"
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass(frozen=True)
+class Wait:
+    """The storm guard holds further dispatches until then."""
+
+    until: datetime
+
+
+Outcome = Claim | Wait | bool  # True: decided now
+
+
+def _recoverable(record: dict[str, Any] | None) -> bool | None:
+    value = (record or {}).get("recoverable")
+    return value if isinstance(value, bool) else None
+
+
+def _record_message(record: dict[str, Any] | None) -> str | None:
+    message = (record or {}).get("message")
+    if isinstance(message, dict):  # torch elastic nests it
+        message = message.get("message")
+    return message if isinstance(message, str) else None
+
+
+class RetryEngine:
+    """Reads terminal-status events after its stored cursor and decides each attempt exactly once."""
+
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        wakeup: Wakeup,
+        clock: Callable[[], datetime] = utcnow,
+        batch: int = 200,
+        poll: float = 1.0,
+    ) -> None:
+        self._engine = engine
+        self._wakeup = wakeup
+        self._clock = clock
+        self._batch = batch
+        self._poll = poll
+        self._hold_until: datetime | None = None
+
+    async def run(self) -> None:
+        while True:
+            try:
+                busy = await self.run_once()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("retry cycle failed")
+                busy = False
+            if self._hold_until is not None:
+                await asyncio.sleep(max(0.0, (self._hold_until - self._clock()).total_seconds()))
+                self._hold_until = None
+            elif not busy:
+                await self._wakeup.wait_retries(self._poll)
+
+    async def run_once(self) -> bool:
+        """One batch of events; True when something was decided or the cursor moved."""
+        async with self._engine.connect() as conn:
+            position = await retries.cursor(conn, CONSUMER)
+            events = await retries.ended_after(conn, position, self._batch)
+            try:
+                settings = await cluster.load(conn)
+            except PolicyError as exc:
+                log.error("cluster config unusable; retries wait", field=exc.field, error=str(exc))
+                return False
+        frontier, holding, decided = position, False, 0
+        for event_id, session_id in events:
+            outcome = await self._decide_one(session_id, settings)
+            if isinstance(outcome, Wait):
+                self._hold_until = outcome.until
+                break
+            if outcome is Claim.BUSY:
+                holding = True  # another manager is deciding it: the cursor waits for it
+            decided += outcome is True
+            if not holding:
+                frontier = event_id
+        if frontier > position:
+            async with transaction(self._engine) as conn:
+                await retries.advance(conn, CONSUMER, frontier, self._clock())
+        if decided:
+            self._wakeup.scheduler()
+        return bool(decided) or frontier > position
+
+    async def _decide_one(self, session_id: str, settings: ClusterSettings) -> Outcome:
+        async with transaction(self._engine) as conn:
+            got = await retries.claim(conn, session_id)
+            if isinstance(got, Claim):
+                return got
+            s = got
+            now = self._clock()
+            if s.status is SessionStatus.TERMINATED and s.result is SessionResult.SUCCESS:
+                await self._succeeded(conn, s, now)
+                return True
+            named = await self._named(conn, s)
+            facts = await self._facts(conn, s, settings)
+            d = decide(
+                session_type=s.spec.type,
+                facts=facts,
+                inline=s.spec.retry_policy,
+                named=named,
+                cluster=settings.retry,
+                chain=Chain(
+                    s.root_session_id,
+                    s.retry_count,
+                    s.total_retries,
+                    s.rule_counts,
+                    s.first_started_at or s.started_at,
+                ),
+                now=now,
+            )
+            if d.verdict is Verdict.RETRY and settings.retry.dispatch_rate:
+                until = await retries.take_dispatch_slot(conn, settings.retry.dispatch_rate, now)
+                if until is not None:
+                    return Wait(until)
+            metrics.RETRY_DECISIONS.labels(policy=d.policy, decision=str(d.verdict)).inc()
+            cause = str(s.cause or Cause.UNKNOWN)
+            if d.verdict is Verdict.RETRY:
+                await self._retry(conn, s, d, cause, now)
+            elif d.verdict is Verdict.EXHAUSTED:
+                await retries.decide(conn, s.id, "exhausted", d.reason)
+                await self._say(conn, s, "session.retry_exhausted", {"cause": cause, "reason": d.reason}, now)
+                await journal.add_history(conn, [(s.id, HANDLER, "EXHAUSTED", s.status, None, d.reason)], now)
+                metrics.RETRY_EXHAUSTED.labels(cause=cause).inc()
+            else:
+                asked = s.spec.max_retries > 0 or bool(named)
+                await retries.decide(conn, s.id, "failed" if asked else "none", d.reason)
+                if asked:
+                    await journal.add_history(conn, [(s.id, HANDLER, "FAIL", s.status, None, d.reason)], now)
+            return True
+
+    async def _retry(
+        self, conn: AsyncConnection, s: SessionRecord, d: Decision, cause: str, now: datetime
+    ) -> None:
+        counts = dict(s.rule_counts)
+        if d.counter is not None:
+            counts[d.counter] = counts.get(d.counter, 0) + 1
+        inline_counted = d.counted and d.counter is None
+        attempt = s.attempt + 1
+        child_id = str(uuid.uuid4())
+        spec = replace(
+            s.spec, creation_id=attempt_creation_id(s.spec.creation_id, s.root_session_id, attempt)
+        )
+        child = NewSession(
+            id=child_id,
+            name=attempt_name(s.name, attempt),
+            owner=s.owner,
+            spec=spec,
+            parent_session_id=s.id,
+            root_session_id=s.root_session_id,
+            retry_count=s.retry_count + (1 if inline_counted else 0),
+            chain_submitted_at=s.chain_submitted_at,
+            retry_after=now + timedelta(seconds=d.delay) if d.delay > 0 else None,
+            attempt=attempt,
+            total_retries=s.total_retries + (1 if d.counted else 0),
+            free_requeues=s.free_requeues + (0 if d.counted else 1),
+            rule_counts=counts,
+            first_started_at=s.first_started_at or s.started_at,
+            retry_cause=cause,
+            avoid_agent=d.avoid_agent,
+        )
+        await session_store.insert_session(conn, child, now)
+        if os.environ.get(CRASH_HOOK) == "1":
+            os.kill(os.getpid(), signal.SIGKILL)  # the transaction dies uncommitted with us
+        await retries.decide(conn, s.id, "scheduled", d.reason, child_id)
+        of = s.max_attempts + (0 if d.counted else 1)
+        payload = {
+            "cause": cause,
+            "attempt": attempt,
+            "max_attempts": of,
+            "child_id": child_id,
+            "delay": round(d.delay, 3),
+            "reason": d.reason,
+            "exit_code": s.exit_code,
+        }
+        await self._say(conn, s, "session.retry_scheduled", payload, now)
+        await journal.add_history(
+            conn, [(s.id, HANDLER, "RETRY", s.status, None, f"{d.reason}; next attempt {child_id}")], now
+        )
+        await config.audit(
+            conn, "retry-engine", "retry.auto", child_id, f"auto, {cause}, attempt {attempt} of {of}", now
+        )
+        metrics.RETRY_SCHEDULED.labels(cause=cause).inc()
+
+    async def _succeeded(self, conn: AsyncConnection, s: SessionRecord, now: datetime) -> None:
+        retried = s.attempt > 1
+        await retries.decide(conn, s.id, "succeeded" if retried else "none", "succeeded")
+        if retried:
+            await self._say(conn, s, "session.retry_succeeded", {"attempt": s.attempt}, now)
+            metrics.RETRY_SUCCEEDED.inc()
+
+    async def _say(
+        self, conn: AsyncConnection, s: SessionRecord, kind: str, payload: dict[str, Any], now: datetime
+    ) -> None:
+        if s.spec.retry_policy is not None and not s.spec.retry_policy.emit_retry_events:
+            return  # the user asked for quiet; the counters still count
+        await journal.add_events(conn, [(s.id, kind, None, None, payload)], now)
+
+    async def _named(self, conn: AsyncConnection, s: SessionRecord) -> Sequence[NamedPolicy]:
+        """The project's policies first (always), then those the session named (additive)."""
+        project = await config.project_config(conn, s.spec.project) or {}
+        names = list(dict.fromkeys([*(project.get("retry_policies") or []), *s.spec.retry_policies]))
+        if not names:
+            return ()
+        stored = await config.policies(conn, names)
+        found = []
+        for name in names:
+            if name in stored:
+                try:
+                    found.append(policy_from(name, stored[name]))
+                except PolicyError as exc:  # validated on apply; a bad stored one is skipped, loudly
+                    log.error("retry policy unusable", policy=name, field=exc.field, error=str(exc))
+        return found
+
+    async def _facts(
+        self, conn: AsyncConnection, s: SessionRecord, settings: ClusterSettings
+    ) -> FailureFacts:
+        cause = s.cause or Cause.UNKNOWN
+        root = (
+            next((k for k in s.kernels if k.rank == s.root_rank), None) if s.root_rank is not None else None
+        )
+        tail = log_tail(await retries.log_tail(conn, root.id)) if root else ""
+        facts = FailureFacts(
+            cause=str(cause),
+            exit_code=s.exit_code if root else None,
+            conditions=attempt_conditions(
+                cause,
+                root.outcome() if root else None,
+                never_placed=all(k.agent_id is None for k in s.kernels),
+            ),
+            message=termination_message(
+                root.termination_message if root else s.termination_message,
+                _record_message(root.error_record) if root else None,
+                tail,
+            ),
+            log_tail=tail,
+            kernel_role=root.role if root else None,
+            recoverable=_recoverable(root.error_record) if root else None,
+            agent_id=root.agent_id if root else None,
+        )
+        return replace(facts, categories=categorise(settings.categories, facts))

@@ -1,0 +1,14 @@
+"""Prometheus counters (DESIGN §5 "Visibility"); per process, scraped at /metrics."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter
+
+RETRY_SCHEDULED = Counter("corral_session_retry_scheduled", "Retries the engine created, by cause", ["cause"])
+RETRY_EXHAUSTED = Counter(
+    "corral_session_retry_exhausted", "Chains whose retries were used up, by cause", ["cause"]
+)
+RETRY_SUCCEEDED = Counter("corral_session_retry_succeeded", "Retried chains that ended in success")
+RETRY_DECISIONS = Counter(
+    "corral_retry_decisions", "Decisions the retry engine took, by policy and verdict", ["policy", "decision"]
+)

@@ -1,0 +1,34 @@
+"""Reading the outbox: a caller sees only events of sessions in their projects."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from corral.store import retries
+from corral.store.auth import Principal
+from corral.store.records import EventRecord
+
+_POLL = 0.25
+
+
+async def read(
+    engine: AsyncEngine,
+    who: Principal,
+    after: int,
+    limit: int,
+    kinds: list[str] | None,
+    session_id: str | None,
+    wait: float = 0.0,
+) -> list[EventRecord]:
+    """Events after `after`; with `wait`, polls until one arrives or the wait ends."""
+    projects = None if who.is_admin else sorted(who.projects)
+    deadline = time.monotonic() + wait
+    while True:
+        async with engine.connect() as conn:
+            found = await retries.events_after(conn, after, limit, kinds, projects, session_id)
+        if found or time.monotonic() >= deadline:
+            return found
+        await asyncio.sleep(_POLL)

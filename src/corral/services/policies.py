@@ -1,0 +1,128 @@
+"""Named retry policies and projects' retry configuration (admin), every change audited."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from corral.domain.policy import PolicyError, policy_from
+from corral.services.errors import Conflict, InvalidInput, NotFound
+from corral.store import config
+from corral.store.auth import Principal
+from corral.store.db import transaction
+from corral.store.records import ProjectRecord
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+async def apply(engine: AsyncEngine, who: Principal, name: str, spec: dict[str, Any]) -> bool:
+    """Create or replace a policy (its rules checked first); True when created."""
+    try:
+        policy_from(name, spec)
+    except PolicyError as exc:
+        raise InvalidInput(exc.field, str(exc)) from None
+    now = _now()
+    async with transaction(engine) as conn:
+        created = await config.put_policy(conn, name, spec, now)
+        await config.audit(
+            conn, who.name, "policy.create" if created else "policy.update", name, "applied", now
+        )
+    return created
+
+
+async def get(engine: AsyncEngine, name: str) -> dict[str, Any]:
+    async with engine.connect() as conn:
+        found = await config.policies(conn, [name])
+        times = await config.policy_times(conn, name)
+    if name not in found or times is None:
+        raise NotFound(f"no retry policy {name[:80]!r}", {"field": "name"})
+    return _doc(name, found[name], times)
+
+
+async def list_all(engine: AsyncEngine) -> list[dict[str, Any]]:
+    async with engine.connect() as conn:
+        found = await config.policies(conn)
+        return [_doc(n, s, await config.policy_times(conn, n)) for n, s in found.items()]
+
+
+def _doc(name: str, spec: dict[str, Any], times: tuple[datetime, datetime] | None) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name}
+    if times:
+        meta.update(created_at=times[0].isoformat(), updated_at=times[1].isoformat())
+    return {"metadata": meta, "spec": spec}
+
+
+async def delete(engine: AsyncEngine, who: Principal, name: str) -> None:
+    now = _now()
+    async with transaction(engine) as conn:
+        bound = await config.projects_binding(conn, name)
+        if bound:
+            raise Conflict(
+                f"retry policy {name!r} is bound to project(s) {', '.join(bound)}; unbind it first",
+                {"field": "name", "projects": bound},
+            )
+        if not await config.delete_policy(conn, name):
+            raise NotFound(f"no retry policy {name[:80]!r}", {"field": "name"})
+        await config.audit(conn, who.name, "policy.delete", name, "deleted", now)
+
+
+async def check_names(conn: AsyncConnection, names: list[str], field: str) -> None:
+    """Every named policy exists (a typo would silently retry nothing)."""
+    if not names:
+        return
+    known = await config.policies(conn, names)
+    for i, name in enumerate(names):
+        if name not in known:
+            raise InvalidInput(f"{field}.{i}", f"no retry policy {name[:80]!r} (see `corral policy list`)")
+
+
+async def create_project(
+    engine: AsyncEngine, who: Principal, name: str, cfg: Mapping[str, Any]
+) -> ProjectRecord:
+    now = _now()
+    try:
+        async with transaction(engine) as conn:
+            await check_names(conn, list(cfg.get("retry_policies") or []), "retry_policies")
+            await config.create_project(conn, name, dict(cfg), now)
+            await config.audit(conn, who.name, "project.create", name, _describe(cfg), now)
+    except IntegrityError:
+        raise Conflict(f"project {name!r} already exists", {"field": "name"}) from None
+    return await get_project(engine, name)
+
+
+async def update_project(
+    engine: AsyncEngine, who: Principal, name: str, changes: Mapping[str, Any]
+) -> ProjectRecord:
+    now = _now()
+    async with transaction(engine) as conn:
+        found = await config.project_rows(conn, name)
+        if not found:
+            raise NotFound(f"no project {name[:80]!r}", {"field": "name"})
+        cfg = {**found[0].config, **changes}
+        await check_names(conn, list(cfg.get("retry_policies") or []), "retry_policies")
+        await config.set_project_config(conn, name, cfg)
+        await config.audit(conn, who.name, "project.update", name, _describe(changes), now)
+    return await get_project(engine, name)
+
+
+def _describe(cfg: Mapping[str, Any]) -> str:
+    return "; ".join(f"{k}={v!r}"[:200] for k, v in sorted(cfg.items())) or "no change"
+
+
+async def get_project(engine: AsyncEngine, name: str) -> ProjectRecord:
+    async with engine.connect() as conn:
+        found = await config.project_rows(conn, name)
+    if not found:
+        raise NotFound(f"no project {name[:80]!r}", {"field": "name"})
+    return found[0]
+
+
+async def list_projects(engine: AsyncEngine) -> list[ProjectRecord]:
+    async with engine.connect() as conn:
+        return await config.project_rows(conn)

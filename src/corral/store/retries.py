@@ -1,0 +1,185 @@
+"""The retry engine's storage seam: terminal events after a cursor, a claimed attempt, its chain."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from sqlalchemy import and_, insert, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from corral.domain.status import TERMINAL_SESSION
+from corral.store import sessions as session_store
+from corral.store.records import EventRecord, SessionRecord
+from corral.store.tables import cluster_config, event_cursors, kernel_logs, session_events, sessions
+
+_TERMINAL = [str(s) for s in TERMINAL_SESSION]
+DISPATCH_KEY = "retry.next_dispatch_at"
+
+
+class Claim(StrEnum):
+    DECIDED = "decided"
+    BUSY = "busy"
+
+
+async def cursor(conn: AsyncConnection, consumer: str) -> int:
+    row = await conn.execute(select(event_cursors.c.position).where(event_cursors.c.consumer == consumer))
+    return int(row.scalar() or 0)
+
+
+async def advance(conn: AsyncConnection, consumer: str, position: int, now: datetime) -> None:
+    """Move the cursor forward (never back: another manager may be ahead)."""
+    moved = await conn.execute(
+        update(event_cursors)
+        .where(event_cursors.c.consumer == consumer)
+        .where(event_cursors.c.position < position)
+        .values(position=position, updated_at=now)
+    )
+    if moved.rowcount:
+        return
+    exists = await conn.execute(select(event_cursors.c.position).where(event_cursors.c.consumer == consumer))
+    if exists.first() is None:
+        await conn.execute(insert(event_cursors).values(consumer=consumer, position=position, updated_at=now))
+
+
+async def reset(conn: AsyncConnection, consumer: str, position: int, now: datetime) -> None:
+    await conn.execute(
+        update(event_cursors)
+        .where(event_cursors.c.consumer == consumer)
+        .values(position=position, updated_at=now)
+    )
+
+
+async def ended_after(conn: AsyncConnection, position: int, limit: int) -> list[tuple[int, str]]:
+    """(event id, session id) of sessions that reached a terminal status, after `position`."""
+    rows = await conn.execute(
+        select(session_events.c.id, session_events.c.session_id)
+        .where(
+            session_events.c.id > position,
+            session_events.c.kind == "session.status_changed",
+            session_events.c.to_status.in_(_TERMINAL),
+        )
+        .order_by(session_events.c.id)
+        .limit(limit)
+    )
+    return [(int(i), str(s)) for i, s in rows]
+
+
+async def claim(conn: AsyncConnection, session_id: str) -> SessionRecord | Claim:
+    """The ended, undecided attempt, row-locked for this transaction; or why not."""
+    query = select(sessions.c.id).where(
+        sessions.c.id == session_id, sessions.c.retry_state.is_(None), sessions.c.status.in_(_TERMINAL)
+    )
+    if conn.dialect.name == "postgresql":
+        # Another manager deciding it holds the lock: leave it to them instead of queueing behind.
+        query = query.with_for_update(skip_locked=True)
+    if (await conn.execute(query)).first() is None:
+        state = await conn.execute(select(sessions.c.retry_state).where(sessions.c.id == session_id))
+        found = state.first()
+        return Claim.DECIDED if found is None or found.retry_state is not None else Claim.BUSY
+    record = await session_store.get(conn, session_id)
+    return record if record is not None else Claim.DECIDED
+
+
+async def decide(
+    conn: AsyncConnection, session_id: str, state: str, reason: str, next_attempt_id: str | None = None
+) -> None:
+    await conn.execute(
+        update(sessions)
+        .where(sessions.c.id == session_id)
+        .values(retry_state=state, retry_reason=reason, next_attempt_id=next_attempt_id)
+    )
+
+
+async def chain(conn: AsyncConnection, root_session_id: str) -> list[SessionRecord]:
+    """Every attempt of a chain, first to last."""
+    query = select(sessions).where(sessions.c.root_session_id == root_session_id).order_by(sessions.c.attempt)
+    return await session_store.select_with_kernels(conn, query)
+
+
+async def chains(conn: AsyncConnection, root_ids: Sequence[str]) -> dict[str, list[dict[str, Any]]]:
+    """Light rows (id, attempt, status, result, retry_state) of the chains, by root id."""
+    out: dict[str, list[dict[str, Any]]] = {r: [] for r in root_ids}
+    ids = list(root_ids)
+    for chunk in range(0, len(ids), 500):
+        rows = await conn.execute(
+            select(
+                sessions.c.id,
+                sessions.c.root_session_id,
+                sessions.c.attempt,
+                sessions.c.status,
+                sessions.c.result,
+                sessions.c.retry_state,
+            )
+            .where(sessions.c.root_session_id.in_(ids[chunk : chunk + 500]))
+            .order_by(sessions.c.attempt)
+        )
+        for r in rows:
+            out[r.root_session_id].append(dict(r._mapping))
+    return out
+
+
+async def log_tail(conn: AsyncConnection, kernel_id: str, max_bytes: int = 2048) -> str:
+    rows = await conn.execute(
+        select(kernel_logs.c.data)
+        .where(kernel_logs.c.kernel_id == kernel_id)
+        .order_by(kernel_logs.c.id.desc())
+        .limit(16)
+    )
+    parts: list[bytes] = []
+    size = 0
+    for (data,) in rows:
+        parts.append(bytes(data))
+        size += len(data)
+        if size >= max_bytes:
+            break
+    return b"".join(reversed(parts))[-max_bytes:].decode("utf-8", "replace")
+
+
+async def take_dispatch_slot(conn: AsyncConnection, rate: float, now: datetime) -> datetime | None:
+    """The storm guard's token: None when a retry may be dispatched now (the slot is taken), else
+    the time the next slot opens.  One row shared by every manager (locked on PostgreSQL)."""
+    query = select(cluster_config.c.value).where(cluster_config.c.key == DISPATCH_KEY)
+    if conn.dialect.name == "postgresql":
+        query = query.with_for_update()
+    row = (await conn.execute(query)).first()
+    stamp = now.timestamp()
+    next_at = float(row.value) if row is not None else 0.0
+    if next_at > stamp:
+        return datetime.fromtimestamp(next_at, now.tzinfo)
+    value = max(next_at, stamp - 1.0 / rate) + 1.0 / rate
+    if row is None:
+        await conn.execute(insert(cluster_config).values(key=DISPATCH_KEY, value=value, updated_at=now))
+    else:
+        await conn.execute(
+            update(cluster_config)
+            .where(cluster_config.c.key == DISPATCH_KEY)
+            .values(value=value, updated_at=now)
+        )
+    return None
+
+
+async def events_after(
+    conn: AsyncConnection,
+    after: int,
+    limit: int,
+    kinds: Sequence[str] | None,
+    projects: Sequence[str] | None,
+    session_id: str | None = None,
+) -> list[EventRecord]:
+    """The outbox as a caller may read it: only sessions of their projects (None: all)."""
+    query = (
+        select(session_events).where(session_events.c.id > after).order_by(session_events.c.id).limit(limit)
+    )
+    if kinds:
+        query = query.where(session_events.c.kind.in_(list(kinds)))
+    if session_id is not None:
+        query = query.where(session_events.c.session_id == session_id)
+    if projects is not None:
+        visible = select(sessions.c.id).where(
+            and_(sessions.c.id == session_events.c.session_id, sessions.c.project.in_(list(projects)))
+        )
+        query = query.where(visible.exists())
+    return [EventRecord(**dict(r._mapping)) for r in await conn.execute(query)]
