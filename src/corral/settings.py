@@ -65,6 +65,9 @@ class SchedulerSettings(BaseSettings):
     # Contacts are written at most this often per agent; replies say which were (see agent_protocol).
     contact_resolution: float = 0.5
     loop_interval: float = 1.0
+    # The retry engine is woken by its own manager's cycles; this bounds how late it sees attempts
+    # ended through another manager.
+    retry_poll: Annotated[float, Field(gt=0)] = 1.0
     max_tries: int = 3
     max_reschedules: int = 3
     pending_timeout: float = 0.0

@@ -70,7 +70,9 @@ def create_app(
         tasks = (
             [
                 asyncio.create_task(Scheduler(engine, scheduler, wakeup).run(), name="scheduler"),
-                asyncio.create_task(RetryEngine(engine, wakeup).run(), name="retry-engine"),
+                asyncio.create_task(
+                    RetryEngine(engine, wakeup, poll=scheduler.retry_poll).run(), name="retry-engine"
+                ),
             ]
             if run_scheduler
             else []

@@ -62,14 +62,14 @@ class RetryPolicyIn(BaseModel):
 
     max_retries: int = Field(0, ge=0, le=1000)
     retry_delay: Duration = Field(60.0, ge=0, le=MAX_RETRY_DELAY_CEILING)
-    backoff: Backoff = Backoff.FIXED
+    backoff: Annotated[Backoff, Strict(False)] = Backoff.FIXED
     backoff_multiplier: float = Field(2.0, ge=1.0, le=100.0, allow_inf_nan=False)
     max_retry_delay: Duration = Field(3600.0, ge=0, le=MAX_RETRY_DELAY_CEILING)
-    jitter: Jitter = Jitter.NONE
+    jitter: Annotated[Jitter, Strict(False)] = Jitter.NONE
     jitter_ratio: float = Field(0.25, ge=0.0, le=1.0, allow_inf_nan=False)
     eligible_causes: list[Annotated[Cause, Strict(False)]] | None = Field(None, max_length=len(Cause))
     emit_retry_events: bool = True
-    anti_affinity: AntiAffinity = AntiAffinity.NONE
+    anti_affinity: Annotated[AntiAffinity, Strict(False)] = AntiAffinity.NONE
     max_retry_duration: Duration | None = Field(None, ge=0, le=MAX_TIMEOUT)
 
     @field_validator("eligible_causes")

@@ -1,0 +1,421 @@
+"""The retry engine as a user and an operator meet it (DESIGN §5), on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+import uuid
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.support.cluster import TERMINAL, Cluster, poll
+from tests.support.tenants import add_user_in_own_project
+
+FLAKY = 'echo attempt $CORRAL_ATTEMPT of $CORRAL_MAX_ATTEMPTS; [ "$CORRAL_ATTEMPT" -ge 3 ] || exit 75'
+
+
+def attempts(c: Cluster, session_id: str) -> list[dict[str, Any]]:
+    return list(c.http.get(f"/api/v1/sessions/{session_id}/attempts").json())
+
+
+def settled_chain(c: Cluster, session_id: str, n: int, timeout: float = 90) -> list[dict[str, Any]]:
+    """The chain once it has `n` attempts, the last ended and decided on."""
+
+    def done() -> list[dict[str, Any]] | None:
+        chain = attempts(c, session_id)
+        last = chain[-1]
+        if len(chain) == n and last["status"] in TERMINAL and last["retry_reason"] is not None:
+            return chain
+        assert len(chain) <= n, [(a["attempt"], a["status"], a["retry_reason"]) for a in chain]
+        return None
+
+    return list(poll(done, timeout, f"{n} decided attempts of {session_id}"))
+
+
+def metric(c: Cluster, name: str, **labels: str) -> float:
+    """A counter's value on this manager (0 when it has not been touched)."""
+    text = c.http.get("/metrics").text
+    want = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+    total = 0.0
+    for line in text.splitlines():
+        m = re.match(rf"^{name}(?:{{(.*)}})? (\S+)$", line)
+        if m and (not want or all(part in (m.group(1) or "") for part in want.split(","))):
+            total += float(m.group(2))
+    return total
+
+
+def stamp(value: str) -> float:
+    return datetime.fromisoformat(value).timestamp()
+
+
+def agents_of(chain: list[dict[str, Any]]) -> list[str]:
+    return [a["kernels"][0]["agent"] for a in chain]
+
+
+def test_a_flaky_command_comes_back_with_backoff(cluster: Cluster) -> None:
+    name = "flaky-" + uuid.uuid4().hex[:6]
+    done = cluster.corral(
+        "run", "--name", name, "--max-retries", "3", "--retry-delay", "1", "--", "sh", "-c", FLAKY
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["attempt 1 of 4", "attempt 2 of 4", "attempt 3 of 4"]
+    assert "attempt 2 of 4 after kernel_nonzero_exit (exit 75), retrying in 1.0 s" in done.stderr
+    assert "attempt 3 of 4 after kernel_nonzero_exit (exit 75), retrying in 1.0 s" in done.stderr
+
+    first = next(s for s in cluster.http.get("/api/v1/sessions").json() if s["name"] == name)
+    chain = settled_chain(cluster, first["id"], 3)
+    assert [(a["attempt"], a["status"], a["cause"]) for a in chain] == [
+        (1, "ERROR", "kernel_nonzero_exit"),
+        (2, "ERROR", "kernel_nonzero_exit"),
+        (3, "TERMINATED", None),
+    ]
+    assert [a["name"] for a in chain] == [name, f"{name}-retry-1", f"{name}-retry-2"]
+    assert [a["retry_state"] for a in chain] == ["succeeded"] * 3
+    for parent, child in itertools.pairwise(chain):
+        assert parent["next_attempt_id"] == child["id"] and child["parent_session_id"] == parent["id"]
+        assert child["root_session_id"] == first["id"] and child["retry_cause"] == "kernel_nonzero_exit"
+        assert stamp(child["started_at"]) >= stamp(child["retry_after"]), "started before retry_after"
+        assert stamp(child["retry_after"]) - stamp(child["created_at"]) == pytest.approx(1.0, abs=0.01)
+
+    info = cluster.corral("session", "info", first["id"])
+    assert "attempt 1 of 4" in info.stdout and f"next attempt: {chain[1]['id']}" in info.stdout
+    listed = cluster.corral("session", "attempts", first["id"])
+    assert listed.returncode == 0 and all(a["id"] in listed.stdout for a in chain)
+
+
+def test_retries_are_exhausted_and_counted(cluster: Cluster) -> None:
+    scheduled = metric(cluster, "corral_session_retry_scheduled_total", cause="kernel_nonzero_exit")
+    exhausted = metric(cluster, "corral_session_retry_exhausted_total", cause="kernel_nonzero_exit")
+    name = "doomed-" + uuid.uuid4().hex[:6]
+    done = cluster.corral(
+        "run", "--name", name, "--max-retries", "2", "--retry-delay", "0", "--", "sh", "-c", "exit 7"
+    )
+    assert done.returncode == 7, done.stderr
+    assert "no more retries" in done.stderr
+    first = next(s for s in cluster.http.get("/api/v1/sessions").json() if s["name"] == name)
+    chain = settled_chain(cluster, first["id"], 3)
+    assert [a["retry_state"] for a in chain] == ["exhausted"] * 3
+    events = cluster.http.get(
+        "/api/v1/events", params={"type": "session.retry_exhausted", "session": chain[-1]["id"]}
+    )
+    assert len(events.json()) == 1 and events.json()[0]["payload"]["cause"] == "kernel_nonzero_exit"
+    scheduled_events = cluster.http.get("/api/v1/events", params={"type": "session.retry_scheduled"}).json()
+    assert {e["session_id"] for e in scheduled_events} >= {chain[0]["id"], chain[1]["id"]}
+    assert (
+        metric(cluster, "corral_session_retry_scheduled_total", cause="kernel_nonzero_exit") == scheduled + 2
+    )
+    assert (
+        metric(cluster, "corral_session_retry_exhausted_total", cause="kernel_nonzero_exit") == exhausted + 1
+    )
+    audit = cluster.http.get("/api/v1/audit", params={"action": "retry.auto", "limit": 1000}).json()
+    mine = [a for a in audit if a["target"] in {chain[1]["id"], chain[2]["id"]}]
+    assert [a["reason"] for a in mine] == [
+        "auto, kernel_nonzero_exit, attempt 2 of 3",
+        "auto, kernel_nonzero_exit, attempt 3 of 3",
+    ]
+
+    # A manual retry of the exhausted chain: attempt 4, marked manual, a fresh budget.
+    retried = cluster.corral("session", "retry", first["id"], "-o", "json")
+    assert retried.returncode == 0, retried.stderr
+    manual = json.loads(retried.stdout)
+    assert (manual["attempt"], manual["manual_retry"], manual["parent_session_id"]) == (
+        4,
+        True,
+        chain[-1]["id"],
+    )
+    assert manual["max_attempts"] == 4 + 2  # the attempts so far, then its own budget
+    settled_chain(cluster, first["id"], 6)  # the fresh budget: two more automatic retries
+    assert any(a["action"] == "retry.manual" for a in cluster.http.get("/api/v1/audit").json())
+
+
+def test_a_live_chain_cannot_be_retried_by_hand(cluster: Cluster) -> None:
+    s = cluster.submit(command=["sleep", "30"], resources={"cpu": 0.1})
+    try:
+        resp = cluster.http.post(f"/api/v1/sessions/{s['id']}/retry")
+        assert resp.status_code == 409, resp.text
+    finally:
+        cluster.http.post(f"/api/v1/sessions/{s['id']}/cancel")
+    cluster.wait(s["id"])
+
+
+POLICY = """
+apiVersion: corral/v1
+kind: RetryPolicy
+metadata:
+  name: {name}
+spec:
+  default_action: fail
+  rules:
+    - action: Retry
+      on_conditions: [OOMKilled]
+      retry_limit: 1
+    - action: retry
+      on_exit_codes: {{operator: In, values: [137, 75]}}
+      retry_limit: 2
+    - action: fail
+      on_exit_codes: {{operator: In, values: [1]}}
+"""
+
+
+def test_a_named_policy_decides_rule_by_rule(cluster: Cluster, tmp_path: Path) -> None:
+    policy = "acceptance-" + uuid.uuid4().hex[:6]
+    project = "proj-" + policy
+    (tmp_path / "p.yaml").write_text(POLICY.format(name=policy))
+    applied = cluster.corral("policy", "apply", "-f", str(tmp_path / "p.yaml"))
+    assert applied.returncode == 0, applied.stderr
+    assert cluster.corral("project", "create", project, "--policy", policy).returncode == 0
+    assert policy in cluster.corral("policy", "list").stdout
+
+    s75 = cluster.submit(command=["sh", "-c", "exit 75"], project=project)
+    chain = settled_chain(cluster, s75["id"], 3)  # the project's policy applies to a session naming none
+    assert [a["retry_reason"].split(";")[0] for a in chain] == [
+        f"policy {policy} rule 2 retries (1 of 2), retrying at once",
+        f"policy {policy} rule 2 retries (2 of 2), retrying at once",
+        f"policy {policy} rule 2: its 2 retries are used",
+    ]
+    s1 = cluster.submit(command=["sh", "-c", "exit 1"], project=project, retry_policy={"max_retries": 5})
+    [only] = settled_chain(cluster, s1["id"], 1)
+    assert only["retry_reason"] == f"policy {policy} rule 3 says fail" and only["retry_state"] == "failed"
+    s3 = cluster.submit(command=["sh", "-c", "exit 3"], project=project)
+    [only] = settled_chain(cluster, s3["id"], 1)
+    assert only["retry_reason"] == "no retries asked for (max_retries 0)"
+
+    # user_cancelled never retries, whatever a policy says.
+    s = cluster.submit(command=["sleep", "60"], project=project, retry_policy={"max_retries": 3})
+    cluster.wait(s["id"], {"RUNNING"})
+    cluster.http.post(f"/api/v1/sessions/{s['id']}/cancel")
+    [only] = settled_chain(cluster, s["id"], 1)
+    assert only["cause"] == "user_cancelled" and only["retry_reason"] == "user_cancelled is never retried"
+
+    # A real cgroup OOM kill is retried by the OOM rule, once (its own limit).
+    hog = "python3 -c 'x = bytearray(400 << 20); print(len(x))'"
+    s = cluster.submit(command=["sh", "-c", hog], project=project, resources={"cpu": 1, "mem": "64M"})
+    chain = settled_chain(cluster, s["id"], 2)
+    assert [a["cause"] for a in chain] == ["oom_killed", "oom_killed"]
+    assert chain[0]["retry_reason"].startswith(f"policy {policy} rule 1 retries (1 of 1)")
+    assert chain[1]["retry_reason"] == f"policy {policy} rule 1: its 1 retries are used"
+
+    # A bound policy cannot be deleted; unbound, it can.
+    assert cluster.http.delete(f"/api/v1/retry-policies/{policy}").status_code == 409
+    assert cluster.corral("project", "update", project, "--no-policies").returncode == 0
+    assert cluster.corral("policy", "delete", policy).returncode == 0
+    assert cluster.http.get(f"/api/v1/retry-policies/{policy}").status_code == 404
+
+
+def test_anti_affinity_avoids_only_the_last_node_and_the_checkpoint_follows(cluster: Cluster) -> None:
+    count = (
+        'echo $CORRAL_ATTEMPT >> "$CORRAL_CHECKPOINT_DIR/seen"; wc -l < "$CORRAL_CHECKPOINT_DIR/seen"; exit 3'
+    )
+    policy = {"max_retries": 3, "retry_delay": 0}
+    away = cluster.submit(command=["sh", "-c", count], retry_policy={**policy, "anti_affinity": "node"})
+    chain = settled_chain(cluster, away["id"], 4)
+    assert agents_of(chain) == ["agent-a", "agent-b", "agent-a", "agent-b"]
+    assert cluster.output(chain[-1]["id"]).strip() == "4", "every attempt saw one checkpoint directory"
+
+    stay = cluster.submit(command=["sh", "-c", "exit 3"], retry_policy=policy)
+    assert agents_of(settled_chain(cluster, stay["id"], 4)) == ["agent-a"] * 4
+
+
+def test_anti_affinity_is_soft_with_one_agent(cluster: Cluster) -> None:
+    group = "solo-" + uuid.uuid4().hex[:6]
+    cluster.start_agent(group + "-agent", cpu=1, resource_group=group)
+    s = cluster.submit(
+        command=["sh", "-c", "exit 3"],
+        resource_group=group,
+        retry_policy={"max_retries": 2, "retry_delay": 0, "anti_affinity": "node"},
+    )
+    chain = settled_chain(cluster, s["id"], 3)
+    assert agents_of(chain) == [group + "-agent"] * 3
+    said = [h["message"] for h in cluster.history(chain[1]["id"]) if h["handler"] == "ScheduleNewSessions"]
+    assert any(f"no agent but {group}-agent had room" in m for m in said), said
+
+
+def test_storm_guard_delays_and_never_drops(cluster: Cluster) -> None:
+    assert (
+        cluster.http.patch("/api/v1/cluster-config", json={"retry": {"dispatch_rate": 5}}).status_code == 200
+    )
+    try:
+        body = {
+            "command": ["sh", "-c", "exit 3"],
+            "resources": {"cpu": 0.1},
+            "retry_policy": {"max_retries": 1, "retry_delay": 0},
+        }
+        firsts = [cluster.submit(**body)["id"] for _ in range(20)]
+        chains = [settled_chain(cluster, sid, 2, timeout=120) for sid in firsts]
+        created = sorted(stamp(ch[1]["created_at"]) for ch in chains)
+        assert len(created) == 20
+        assert created[-1] - created[0] >= 3.5, (
+            f"20 retries at 5/s spread over {created[-1] - created[0]:.2f}s"
+        )
+    finally:
+        assert (
+            cluster.http.patch("/api/v1/cluster-config", json={"retry": {"dispatch_rate": None}}).status_code
+            == 200
+        )
+
+
+def test_kill_switch_at_runtime(cluster: Cluster) -> None:
+    failing = {"command": ["sh", "-c", "exit 3"], "retry_policy": {"max_retries": 2, "retry_delay": 0}}
+    assert cluster.corral("config", "set", "retry.global_max_retries", "0").returncode == 0
+    try:
+        [only] = settled_chain(cluster, cluster.submit(**failing)["id"], 1)
+        assert only["retry_reason"] == "retries are disabled on this cluster"
+        assert cluster.corral("config", "get", "retry.global_max_retries").stdout.strip() == "0"
+    finally:
+        assert cluster.corral("config", "set", "retry.global_max_retries", "20").returncode == 0
+    assert len(settled_chain(cluster, cluster.submit(**failing)["id"], 3)) == 3
+    # The global cap counts the chain's retries, whatever policy spends them.
+    assert cluster.corral("config", "set", "retry.global_max_retries", "1").returncode == 0
+    try:
+        chain = settled_chain(cluster, cluster.submit(**failing)["id"], 2)
+        assert "cluster's 1 retries" in chain[-1]["retry_reason"]
+    finally:
+        assert cluster.corral("config", "set", "retry.global_max_retries", "20").returncode == 0
+    changes = [
+        a["target"]
+        for a in cluster.http.get("/api/v1/audit", params={"action": "config.set", "limit": 1000}).json()
+    ]
+    assert changes.count("retry.global_max_retries") >= 4
+
+
+def test_only_batch_sessions_retry_and_quiet_sessions_emit_no_events(cluster: Cluster) -> None:
+    s = cluster.submit(command=["sh", "-c", "exit 3"], type="interactive", retry_policy={"max_retries": 2})
+    [only] = settled_chain(cluster, s["id"], 1)
+    assert only["retry_reason"] == "interactive sessions are not retried"
+
+    quiet = {"max_retries": 1, "retry_delay": 0, "emit_retry_events": False}
+    s = cluster.submit(command=["sh", "-c", "exit 3"], retry_policy=quiet)
+    chain = settled_chain(cluster, s["id"], 2)
+    for a in chain:
+        kinds = {e["type"] for e in cluster.http.get("/api/v1/events", params={"session": a["id"]}).json()}
+        assert not {k for k in kinds if k.startswith("session.retry_")}, kinds
+
+
+def test_defaults_merge_session_over_project_over_cluster(cluster: Cluster) -> None:
+    project = "defaults-" + uuid.uuid4().hex[:6]
+    cluster.http.patch(
+        "/api/v1/cluster-config", json={"retry": {"defaults": {"max_retries": 1, "retry_delay": 7}}}
+    )
+    try:
+        made = cluster.http.post(
+            "/api/v1/projects",
+            json={"name": project, "retry_defaults": {"retry_delay": 0, "jitter": "deterministic"}},
+        )
+        assert made.status_code == 201, made.text
+        s = cluster.submit(command=["true"], project=project, retry_policy={"max_retries": 4})
+        assert s["retry_policy"]["max_retries"] == 4  # session
+        assert (
+            s["retry_policy"]["retry_delay"] == 0 and s["retry_policy"]["jitter"] == "deterministic"
+        )  # project
+        plain = cluster.submit(command=["true"])
+        assert (plain["retry_policy"]["max_retries"], plain["retry_policy"]["retry_delay"]) == (
+            1,
+            7,
+        )  # cluster
+    finally:
+        cluster.http.patch("/api/v1/cluster-config", json={"retry": {"defaults": {}}})
+    assert cluster.submit(command=["true"])["retry_policy"] is None
+
+
+def test_configuration_routes_are_admin_only(cluster: Cluster) -> None:
+    name = "eve-" + uuid.uuid4().hex[:6]
+    key = add_user_in_own_project(cluster.database_url, name, "proj-" + name)
+    eve = httpx.Client(base_url=cluster.url, headers={"Authorization": f"Bearer {key}"}, timeout=30)
+    doc = {"metadata": {"name": "eve-policy"}, "spec": {"rules": []}}
+    calls = [
+        ("GET", "/api/v1/cluster-config", None),
+        ("PATCH", "/api/v1/cluster-config", {"retry": {"enabled": False}}),
+        ("GET", "/api/v1/retry-policies", None),
+        ("POST", "/api/v1/retry-policies", doc),
+        ("DELETE", "/api/v1/retry-policies/anything", None),
+        ("GET", "/api/v1/projects", None),
+        ("POST", "/api/v1/projects", {"name": "eve-project"}),
+        ("GET", "/api/v1/audit", None),
+        ("GET", "/metrics", None),
+    ]
+    for method, path, body in calls:
+        resp = eve.request(method, path, json=body)
+        assert resp.status_code == 403, (method, path, resp.text)
+    assert cluster.http.get("/api/v1/cluster-config").json()["retry"]["enabled"] is True
+    # Events are scoped: eve sees none of the admin's sessions' events.
+    assert all(e["session_id"] for e in eve.get("/api/v1/events", params={"limit": 1000}).json()) is True
+    assert eve.get("/api/v1/events", params={"limit": 1000}).json() == []
+    eve.close()
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"retry_policy": {"eligible_causes": ["nope"]}}, "retry_policy.eligible_causes.0"),
+        ({"retry_policy": {"eligible_causes": ["user_cancelled"]}}, "retry_policy.eligible_causes"),
+        ({"retry_policy": {"retry_delay": -1}}, "retry_policy.retry_delay"),
+        ({"retry_policy": {"retry_delay": "-5s"}}, "retry_policy.retry_delay"),
+        ({"retry_policy": {"max_retry_delay": 90000}}, "retry_policy.max_retry_delay"),
+        ({"retry_policy": {"max_retry_delay": "25h"}}, "retry_policy.max_retry_delay"),
+        ({"retry_policy": {"backoff": "linear"}}, "retry_policy.backoff"),
+        ({"retry_policies": ["no-such-policy"]}, "retry_policies.0"),
+    ],
+)
+def test_bad_retry_requests_are_refused_naming_the_field(
+    cluster: Cluster, body: dict[str, Any], field: str
+) -> None:
+    before = sum(cluster.http.get("/api/v1/sessions/counts").json().values())
+    resp = cluster.http.post("/api/v1/sessions", json={"command": ["true"], **body})
+    assert resp.status_code == 422, resp.text
+    assert resp.json()["error"]["details"]["field"] == field, resp.text
+    assert sum(cluster.http.get("/api/v1/sessions/counts").json().values()) == before
+
+
+@pytest.mark.parametrize(
+    ("spec", "field"),
+    [
+        (
+            {"rules": [{"action": "retry", "on_termination_message": {"pattern": "(("}}]},
+            "spec.rules.0.on_termination_message.pattern",
+        ),
+        ({"rules": [{"action": "retry", "on_foo": [1]}]}, "spec.rules.0.on_foo"),
+        ({"rules": [{"action": "maybe"}]}, "spec.rules.0.action"),
+        ({"rules": [{"action": "retry", "on_conditions": ["Sunburnt"]}]}, "spec.rules.0.on_conditions.0"),
+        (
+            {"rules": [{"action": "retry", "on_exit_codes": {"operator": "Near", "values": [1]}}]},
+            "spec.rules.0.on_exit_codes.operator",
+        ),
+        ({"backoff": {"initial_delay": -1}}, "spec.backoff.initial_delay"),
+        ({"retry_limit": -1}, "spec.retry_limit"),
+    ],
+)
+def test_bad_policies_are_refused_and_nothing_is_stored(
+    cluster: Cluster, spec: dict[str, Any], field: str
+) -> None:
+    before = cluster.http.get("/api/v1/retry-policies").json()
+    resp = cluster.http.post("/api/v1/retry-policies", json={"metadata": {"name": "bad-one"}, "spec": spec})
+    assert resp.status_code == 422, resp.text
+    assert resp.json()["error"]["details"]["field"] == field, resp.text
+    assert cluster.http.get("/api/v1/retry-policies").json() == before
+
+
+def test_bad_cluster_config_is_refused_naming_the_rule(cluster: Cluster) -> None:
+    before = cluster.http.get("/api/v1/cluster-config").json()
+    bad = {
+        "failure_categories": [
+            {"name": "ok", "on_log_tail": {"pattern": "x"}},
+            {"name": "bad", "on_log_tail": {"pattern": "[z-a]"}},
+        ]
+    }
+    resp = cluster.http.patch("/api/v1/cluster-config", json=bad)
+    assert (
+        resp.status_code == 422
+        and resp.json()["error"]["details"]["field"] == "failure_categories.1.on_log_tail.pattern"
+    )
+    for body in (
+        {"retry": {"global_max_retries": -1}},
+        {"retry": {"dispatch_rate": 0}},
+        {"retry": {"nope": 1}},
+    ):
+        assert cluster.http.patch("/api/v1/cluster-config", json=body).status_code == 422
+    assert cluster.http.get("/api/v1/cluster-config").json() == before
