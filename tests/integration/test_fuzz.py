@@ -1,5 +1,6 @@
 """schemathesis over /openapi.json on a real manager: no input gets a 5xx, every 4xx has the error
-format.  User routes with a (non-admin) user's key, agent routes with the agent token."""
+format.  User routes with a (non-admin) user's key, agent routes with the agent token, and the
+admin-only routes a second time with the admin's key (so their validation is fuzzed, not only 403)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from tests.support.cluster import Cluster
 from tests.support.tenants import add_user_in_own_project
 
 EXAMPLES = 100
+ADMIN_ROUTES = ("/api/v1/cluster-config", "/api/v1/retry-policies", "/api/v1/projects", "/api/v1/audit")
 
 
 def error_format(ctx: Any, response: Any, case: Any) -> None:
@@ -59,6 +61,8 @@ def test_no_input_gets_a_server_error(own_cluster: Callable[..., Cluster]) -> No
     for op in operations:
         key = c.token if op.path.startswith("/api/v1/agent/") else user_key
         fuzz(op, http, {"Authorization": f"Bearer {key}"})
+        if op.path.startswith(ADMIN_ROUTES):
+            fuzz(op, http, {"Authorization": f"Bearer {c.key}"})
     # And after all of it, the cluster still serves: listing, and a real session end to end.
     assert c.http.get("/api/v1/sessions").status_code == 200
     c.start_agent("after", resource_group="after-the-fuzz")

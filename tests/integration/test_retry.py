@@ -32,6 +32,8 @@ def settled_chain(c: Cluster, session_id: str, n: int, timeout: float = 90) -> l
         if len(chain) == n and last["status"] in TERMINAL and last["retry_reason"] is not None:
             return chain
         assert len(chain) <= n, [(a["attempt"], a["status"], a["retry_reason"]) for a in chain]
+        if len(chain) < n and last["status"] in TERMINAL and last["retry_state"] in ("failed", "exhausted"):
+            raise AssertionError(f"the chain stopped at {len(chain)}: {last['retry_reason']}")
         return None
 
     return list(poll(done, timeout, f"{n} decided attempts of {session_id}"))
@@ -419,3 +421,34 @@ def test_bad_cluster_config_is_refused_naming_the_rule(cluster: Cluster) -> None
     ):
         assert cluster.http.patch("/api/v1/cluster-config", json=body).status_code == 422
     assert cluster.http.get("/api/v1/cluster-config").json() == before
+
+
+MESSAGES = {
+    "rules": [
+        {"action": "retry", "on_termination_message": {"pattern": "TRANSIENT"}, "retry_limit": 1},
+        {"action": "retry", "on_failure_category": ["cuda_oom"], "retry_limit": 1},
+    ]
+}
+
+
+def test_termination_log_categories_and_error_records_reach_the_decision(cluster: Cluster) -> None:
+    policy = "messages-" + uuid.uuid4().hex[:6]
+    resp = cluster.http.post("/api/v1/retry-policies", json={"metadata": {"name": policy}, "spec": MESSAGES})
+    assert resp.status_code == 201, resp.text
+
+    def chain_of(script: str, **extra: Any) -> list[dict[str, Any]]:
+        s = cluster.submit(command=["sh", "-c", script], **extra)
+        first = settled_chain(cluster, s["id"], 2)
+        return first
+
+    named = {"retry_policies": [policy]}
+    by_log = chain_of('echo "step 3: TRANSIENT network error" > "$CORRAL_TERMINATION_LOG"; exit 2', **named)
+    assert by_log[0]["retry_reason"].startswith(f"policy {policy} rule 1 retries")
+    assert by_log[0]["kernels"][0]["termination_message"] == "step 3: TRANSIENT network error"
+    by_tail = chain_of('echo "RuntimeError: CUDA out of memory. Tried to allocate" >&2; exit 1', **named)
+    assert by_tail[0]["retry_reason"].startswith(f"policy {policy} rule 2 retries")
+    # The root-cause record's own word: recoverable, so retried although its cause is not listed.
+    record = '{"schema": "corral.error/v1", "message": "flaky disk", "recoverable": true}'
+    inline = {"max_retries": 1, "retry_delay": 0, "eligible_causes": ["oom_killed"]}
+    by_record = chain_of(f"echo '{record}' > \"$CORRAL_ERROR_FILE\"; exit 9", retry_policy=inline)
+    assert by_record[0]["retry_reason"].startswith("recoverable error: retry 1 of 1")

@@ -25,6 +25,7 @@ from corral.domain.policy import (
     policy_from,
 )
 from corral.domain.retry import (
+    FREE_CEILING,
     AttemptBrief,
     Chain,
     ClusterRetry,
@@ -208,6 +209,13 @@ def test_default_action_retry_and_ignore_rules() -> None:
     assert run(facts(code=9), named=(pol,), c=chain(**{"d#default": 1}))[0] is Verdict.EXHAUSTED
     ignore = NamedPolicy("i", (Rule(RuleAction.IGNORE, on_exit_codes=(CodeOperator.IN, frozenset({9}))),))
     assert run(facts(code=9), named=(ignore,), c=chain(50))[:2] == (Verdict.RETRY, False)
+
+
+def test_free_retries_are_bounded() -> None:
+    ignore = NamedPolicy("i", (Rule(RuleAction.IGNORE),))
+    looped = Chain(ROOT, 0, 0, {}, None, FREE_CEILING)
+    assert run(facts(), named=(ignore,), c=looped)[0] is Verdict.EXHAUSTED
+    assert run(facts(Cause.PREEMPTED, None), c=looped)[0] is Verdict.EXHAUSTED
 
 
 def test_preempted_is_free_unless_a_rule_matches_it() -> None:

@@ -208,9 +208,13 @@ class KernelRunner:
         ok = info is not None and info.exit_code == 0 and not oom and not self.fenced
         exit_code = 137 if oom and info is not None else (info.exit_code if info else None)
         message = _tail_text(self.files["termination"], TERMINATION_LOG_MAX).strip()
-        if not message and not ok:
+        tail = ""
+        if not ok:
+            # Read here, not from the shipped logs: the retry decision must not wait for them.
             tail = _tail_text(self.files["stderr"], 2048) or _tail_text(self.files["stdout"], 2048)
-            message = "\n".join(tail.splitlines()[-80:])
+            tail = "\n".join(tail.splitlines()[-80:])
+        if not message:
+            message = tail
         record = _error_record(self.files["error"])
         self._end(
             KernelStatus.TERMINATED if ok else KernelStatus.ERROR,
@@ -224,9 +228,12 @@ class KernelRunner:
             error_record=scrub(record) if record is not None else None,
             detail=scrub(
                 {
-                    k: result[k]
-                    for k in ("oom_kill_counter", "memory_mode", "cgroup", "start_error")
-                    if result.get(k) is not None
+                    **{
+                        k: result[k]
+                        for k in ("oom_kill_counter", "memory_mode", "cgroup", "start_error")
+                        if result.get(k) is not None
+                    },
+                    **({"log_tail": tail} if tail else {}),
                 }
             ),
         )

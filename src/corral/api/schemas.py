@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated, Any
 
 from pydantic import (
@@ -19,6 +19,7 @@ from pydantic import (
 )
 
 from corral.domain.cause import NEVER_RETRIABLE, Cause
+from corral.domain.failure import kernel_conditions
 from corral.domain.placement import PlacementStrategy
 from corral.domain.resources import ResourceError, ResourceSlots
 from corral.domain.retry import AttemptBrief, shown_retry_state
@@ -183,6 +184,7 @@ class KernelOut(BaseModel):
     killed_by_corral: bool
     conditions: list[str]
     termination_message: str | None
+    exited_at: datetime | None = Field(description="when its main process ended, as its agent saw it")
     detail: dict[str, Any]
     output_complete: bool = Field(description="the agent has shipped all of this kernel's output")
     output_dropped: int = Field(description="bytes of its output dropped by the log cap")
@@ -199,8 +201,9 @@ class KernelOut(BaseModel):
             signal=k.signal,
             oom_killed=k.oom_killed,
             killed_by_corral=k.killed_by_corral,
-            conditions=k.conditions + (["agent_lost"] if k.agent_lost else []),
+            conditions=sorted({*k.conditions, *kernel_conditions(k.outcome())}),
             termination_message=k.termination_message,
+            exited_at=datetime.fromtimestamp(k.exited_at_ns / 1e9, UTC) if k.exited_at_ns else None,
             detail=k.detail,
             output_complete=k.logs_done,
             output_dropped=k.log_dropped,

@@ -78,8 +78,13 @@ def up(
         what = "new admin API key (older ones revoked)" if rotate_key else "admin API key"
         typer.echo(f"{what}: {key}  (saved for the CLI in {cfg})", err=True)
     typer.echo("From another shell:  .venv/bin/corral run -- python3 -c 'print(42)'", err=True)
-    with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(serve_embedded(settings, SchedulerSettings(), agents, data))
+    from corral.services.cluster import StartupError
+
+    try:
+        with contextlib.suppress(KeyboardInterrupt):
+            asyncio.run(serve_embedded(settings, SchedulerSettings(), agents, data))
+    except StartupError as exc:
+        raise fail(str(exc)) from None
 
 
 @app.command()
@@ -90,6 +95,7 @@ def manager(
 ) -> None:
     """Run a manager (API + scheduling loops); settings from CORRAL_* variables."""
     from corral.cli.serve import serve_manager
+    from corral.services.cluster import StartupError
     from corral.settings import ManagerSettings
 
     settings = ManagerSettings()
@@ -102,7 +108,10 @@ def manager(
 
     os.umask(0o077)
     add_secret(settings.agent_token, settings.bootstrap_admin_key)
-    serve_manager(settings)
+    try:
+        serve_manager(settings)
+    except StartupError as exc:
+        raise fail(str(exc)) from None
 
 
 @agent_app.callback(invoke_without_command=True)

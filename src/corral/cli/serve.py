@@ -15,8 +15,9 @@ from pathlib import Path
 
 import uvicorn
 
-from corral.api.app import create_app
+from corral.api.app import create_app, prepare_database
 from corral.settings import ManagerSettings, SchedulerSettings
+from corral.store.db import make_engine
 
 PR_SET_PDEATHSIG = 1
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
@@ -51,8 +52,18 @@ def _stoppable(settings: ManagerSettings, scheduler: SchedulerSettings | None) -
     return server
 
 
+async def preflight(settings: ManagerSettings) -> None:
+    """Migrate and check the stored settings before serving: a problem is one line, not a traceback."""
+    engine = make_engine(settings.resolved_database_url())
+    try:
+        await prepare_database(engine, settings)
+    finally:
+        await engine.dispose()
+
+
 def serve_manager(settings: ManagerSettings, scheduler: SchedulerSettings | None = None) -> None:
     async def serve() -> None:
+        await preflight(settings)
         await _stoppable(settings, scheduler).serve()
 
     asyncio.run(serve())
@@ -118,6 +129,7 @@ async def serve_embedded(
     settings: ManagerSettings, scheduler: SchedulerSettings, agents: int, data: Path
 ) -> None:
     """Until SIGTERM, SIGINT or SIGHUP: then the agents stop (killing their kernels), then the manager."""
+    await preflight(settings)
     server = _stoppable(settings, scheduler)
     url = f"http://{settings.host}:{settings.port}"
     serving = asyncio.create_task(server.serve())

@@ -14,6 +14,9 @@ from corral.domain.cause import NEVER_RETRIABLE, Cause
 from corral.domain.policy import DefaultAction, FailureFacts, NamedPolicy, RuleAction, first_match
 from corral.domain.spec import AntiAffinity, Backoff, Jitter, RetryPolicy, SessionType
 
+# Free retries (ignore rules, preemption) spend no budget; this bounds a chain that loops on one.
+FREE_CEILING = 1000
+
 
 class Verdict(StrEnum):
     RETRY = "retry"
@@ -47,6 +50,8 @@ class Chain:
     """Retries counted per named rule (and per policy default) so far."""
     first_started_at: datetime | None = None
     """When the chain's first attempt started (the time budget counts from it)."""
+    free_requeues: int = 0
+    """Retries so far that spent no budget."""
 
 
 @dataclass(frozen=True)
@@ -126,6 +131,13 @@ def decide(
     decision = _by_rules(facts, named, cluster, chain, inline, rng)
     if decision is None:
         decision = _by_inline(cause, facts, inline, chain, rng)
+    if decision.verdict is Verdict.RETRY and not decision.counted and chain.free_requeues >= FREE_CEILING:
+        return Decision(
+            Verdict.EXHAUSTED,
+            f"{decision.reason}; but the chain has had {FREE_CEILING} free retries",
+            decision.policy,
+            counted=False,
+        )
     if (
         decision.verdict is Verdict.RETRY
         and decision.counted

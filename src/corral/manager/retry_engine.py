@@ -148,6 +148,7 @@ class RetryEngine:
                     s.total_retries,
                     s.rule_counts,
                     s.first_started_at or s.started_at,
+                    s.free_requeues,
                 ),
                 now=now,
             )
@@ -261,7 +262,11 @@ class RetryEngine:
         root = (
             next((k for k in s.kernels if k.rank == s.root_rank), None) if s.root_rank is not None else None
         )
-        tail = log_tail(await retries.log_tail(conn, root.id)) if root else ""
+        tail = ""
+        if root is not None:
+            # The agent's own tail comes with the kernel's end; shipped output may still be on its way.
+            given = root.detail.get("log_tail")
+            tail = log_tail(given if isinstance(given, str) else await retries.log_tail(conn, root.id))
         facts = FailureFacts(
             cause=str(cause),
             exit_code=s.exit_code if root else None,

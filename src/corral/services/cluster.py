@@ -74,13 +74,17 @@ async def load(conn: AsyncConnection) -> ClusterSettings:
     return settings_of(values_of(await config.cluster_values(conn)))
 
 
+class StartupError(Exception):
+    """The stored settings cannot be used: the manager does not start (the message names why)."""
+
+
 async def check_at_start(engine: AsyncEngine) -> None:
     """Refuse to start on settings that cannot be used, naming the rule (never a silent default)."""
     async with engine.connect() as conn:
         try:
             await load(conn)
         except PolicyError as exc:
-            raise SystemExit(f"corral: cluster config: {exc.field}: {exc}") from None
+            raise StartupError(f"cluster config {exc.field}: {exc}") from None
 
 
 async def current(engine: AsyncEngine) -> dict[str, Any]:

@@ -135,6 +135,15 @@ async def apply_report(conn: AsyncConnection, agent_id: str, report: KernelRepor
     )
     if result.rowcount and report.status in TERMINAL_KERNEL:
         await release(conn, [report.kernel_id], now)
+    if result.rowcount and values.get("started") and report.status is not KernelStatus.CREATING:
+        # A session has started when its first process has, even one that ended before a cycle
+        # promoted the session to RUNNING (its time budget and its history count from then).
+        of_kernel = select(kernels.c.session_id).where(kernels.c.id == report.kernel_id).scalar_subquery()
+        await conn.execute(
+            update(sessions)
+            .where(sessions.c.id == of_kernel, sessions.c.started_at.is_(None))
+            .values(started_at=now)
+        )
     return bool(result.rowcount)
 
 

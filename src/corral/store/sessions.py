@@ -221,7 +221,7 @@ async def apply_moves(conn: AsyncConnection, moves: Sequence[Move], now: datetim
         if dst in TERMINAL_SESSION:
             extra.setdefault("terminated_at", now)
         if dst is SessionStatus.RUNNING:
-            extra.setdefault("started_at", now)
+            extra.setdefault("started_at", func.coalesce(sessions.c.started_at, now))
         for chunk in range(0, len(ids), 500):
             part = ids[chunk : chunk + 500]
             result = await conn.execute(

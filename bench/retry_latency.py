@@ -1,0 +1,81 @@
+"""Kernel exit -> its child RUNNING, with retry_delay 0: p50/p95 over N failures (DESIGN §5).
+
+Starts its own manager and agent (SQLite by default, or --database-url), submits N sessions
+that fail at once with `--max-retries 1 --retry-delay 0`, one at a time on an idle cluster,
+and reads the times from the server: the parent kernel's agent-observed exit time and the
+child's started_at.
+
+    .venv/bin/python bench/retry_latency.py --n 200 [--database-url postgresql+asyncpg://...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from datetime import datetime
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from tests.support.cluster import Cluster, poll
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=200, help="failures to measure")
+    parser.add_argument("--database-url", default="", help="default: a new SQLite file")
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="corral-bench-retry-"))
+    url = args.database_url or f"sqlite+aiosqlite:///{work}/corral.db"
+    c = Cluster(url, work, env={"CORRAL_LOOP_INTERVAL": os.environ.get("BENCH_LOOP", "1.0")})
+    try:
+        c.start_manager()
+        c.start_agent("bench-agent", cpu=4)
+        latencies = []
+        parts: dict[str, list[float]] = {"exit->ended": [], "ended->child made": [], "made->RUNNING": []}
+        body = {"command": ["sh", "-c", "exit 3"], "retry_policy": {"max_retries": 1, "retry_delay": 0}}
+        for _ in range(args.n):
+            first = c.submit(**body)["id"]
+
+            def child_running(first: str = first) -> dict | None:
+                parent = c.session(first)
+                child_id = parent.get("next_attempt_id")
+                if not child_id:
+                    return None
+                child = c.session(child_id)
+                return child if child.get("started_at") else None
+
+            child = poll(child_running, 60, "the child to start", interval=0.02)
+            parent = c.session(first)
+            exited = parent["kernels"][0]["exited_at"] or parent["terminated_at"]
+            ended = datetime.fromisoformat(exited).timestamp()
+            started = datetime.fromisoformat(child["started_at"]).timestamp()
+            latencies.append(started - ended)
+            terminated = datetime.fromisoformat(parent["terminated_at"]).timestamp()
+            made = datetime.fromisoformat(child["created_at"]).timestamp()
+            parts["exit->ended"].append(terminated - ended)
+            parts["ended->child made"].append(made - terminated)
+            parts["made->RUNNING"].append(started - made)
+            c.wait(child["id"])
+        latencies.sort()
+        p50 = statistics.median(latencies)
+        p95 = latencies[int(0.95 * (len(latencies) - 1))]
+        backend = "postgresql" if url.startswith("postgresql") else "sqlite"
+        print(f"cores: {os.cpu_count()}  backend: {backend}  failures: {len(latencies)}")
+        print(f"kernel exit -> child RUNNING: p50 {p50 * 1000:.0f} ms  p95 {p95 * 1000:.0f} ms")
+        print(
+            "  median of each step: "
+            + ", ".join(f"{k} {statistics.median(v) * 1000:.0f} ms" for k, v in parts.items())
+        )
+    finally:
+        c.close()
+
+
+if __name__ == "__main__":
+    t0 = time.monotonic()
+    main()
+    print(f"took {time.monotonic() - t0:.0f} s")
