@@ -9,11 +9,13 @@ from typing import Any
 
 from corral.domain.cause import Cause, KernelOutcome
 from corral.domain.policy import (
-    CodeOperator,
     Condition,
+    ExitCodes,
     FailureFacts,
     PolicyError,
-    compile_regex,
+    common_match,
+    exit_codes_from,
+    pattern_from,
 )
 
 LOG_TAIL_LINES = 80
@@ -58,7 +60,7 @@ class CategoryRule:
 
     name: str
     """The category a match adds."""
-    on_exit_codes: tuple[CodeOperator, frozenset[int]] | None = None
+    on_exit_codes: ExitCodes | None = None
     """Exit codes In/NotIn (0 and a missing code never match)."""
     on_conditions: frozenset[Condition] = frozenset()
     """Any of these conditions."""
@@ -70,17 +72,9 @@ class CategoryRule:
     """Only this role's failures."""
 
     def matches(self, f: FailureFacts) -> bool:
-        if self.kernel_role is not None and f.kernel_role != self.kernel_role:
-            return False
-        if self.on_exit_codes is not None:
-            op, values = self.on_exit_codes
-            if f.exit_code is None or f.exit_code == 0 or (f.exit_code in values) != (op is CodeOperator.IN):
-                return False
-        if self.on_conditions and not (self.on_conditions & f.conditions):
-            return False
-        if self.on_termination_message is not None and not re.search(self.on_termination_message, f.message):
-            return False
-        return self.on_log_tail is None or bool(re.search(self.on_log_tail, f.log_tail))
+        return common_match(
+            f, self.kernel_role, self.on_exit_codes, self.on_conditions, self.on_termination_message
+        ) and (self.on_log_tail is None or bool(re.search(self.on_log_tail, f.log_tail)))
 
 
 # Shipped defaults (the operator may replace them through the cluster config).
@@ -94,20 +88,15 @@ DEFAULT_CATEGORIES: tuple[dict[str, Any], ...] = (
 
 
 def category_from(raw: Mapping[str, Any], field: str) -> CategoryRule:
-    codes = raw.get("on_exit_codes")
-    message = raw.get("on_termination_message")
-    tail = raw.get("on_log_tail")
     try:
         return CategoryRule(
             name=str(raw["name"]),
-            on_exit_codes=(CodeOperator(codes["operator"]), frozenset(codes["values"])) if codes else None,
+            on_exit_codes=exit_codes_from(raw.get("on_exit_codes")),
             on_conditions=frozenset(Condition(c) for c in raw.get("on_conditions") or ()),
-            on_termination_message=(
-                compile_regex(message["pattern"], f"{field}.on_termination_message.pattern")
-                if message
-                else None
+            on_termination_message=pattern_from(
+                raw.get("on_termination_message"), f"{field}.on_termination_message"
             ),
-            on_log_tail=compile_regex(tail["pattern"], f"{field}.on_log_tail.pattern") if tail else None,
+            on_log_tail=pattern_from(raw.get("on_log_tail"), f"{field}.on_log_tail"),
             kernel_role=raw.get("kernel_role"),
         )
     except PolicyError:

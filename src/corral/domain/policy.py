@@ -107,21 +107,44 @@ class Rule:
     """Overrides the policy's anti-affinity."""
 
     def matches(self, f: FailureFacts) -> bool:
-        if self.kernel_role is not None and f.kernel_role != self.kernel_role:
+        return (
+            common_match(
+                f, self.kernel_role, self.on_exit_codes, self.on_conditions, self.on_termination_message
+            )
+            and (not self.on_failure_category or bool(self.on_failure_category & f.categories))
+            and (self.on_recoverable is None or f.recoverable is self.on_recoverable)
+        )
+
+
+ExitCodes = tuple[CodeOperator, frozenset[int]]
+
+
+def common_match(
+    f: FailureFacts,
+    kernel_role: str | None,
+    on_exit_codes: ExitCodes | None,
+    on_conditions: frozenset[Condition],
+    on_termination_message: str | None,
+) -> bool:
+    """The matchers retry rules and failure categories share (each given one must hold)."""
+    if kernel_role is not None and f.kernel_role != kernel_role:
+        return False
+    if on_exit_codes is not None:
+        op, values = on_exit_codes
+        # Exit 0 and a missing code (agent lost, image failure) never match, NotIn included.
+        if f.exit_code is None or f.exit_code == 0 or (f.exit_code in values) != (op is CodeOperator.IN):
             return False
-        if self.on_exit_codes is not None:
-            op, values = self.on_exit_codes
-            if f.exit_code is None or f.exit_code == 0:
-                return False
-            if (f.exit_code in values) != (op is CodeOperator.IN):
-                return False
-        if self.on_conditions and not (self.on_conditions & f.conditions):
-            return False
-        if self.on_termination_message is not None and not re.search(self.on_termination_message, f.message):
-            return False
-        if self.on_failure_category and not (self.on_failure_category & f.categories):
-            return False
-        return self.on_recoverable is None or f.recoverable is self.on_recoverable
+    if on_conditions and not (on_conditions & f.conditions):
+        return False
+    return on_termination_message is None or bool(re.search(on_termination_message, f.message))
+
+
+def exit_codes_from(raw: Mapping[str, Any] | None) -> ExitCodes | None:
+    return (CodeOperator(raw["operator"]), frozenset(raw["values"])) if raw else None
+
+
+def pattern_from(raw: Mapping[str, Any] | None, field: str) -> str | None:
+    return compile_regex(raw["pattern"], f"{field}.pattern") if raw else None
 
 
 @dataclass(frozen=True)
@@ -197,16 +220,14 @@ def backoff_from(raw: Mapping[str, Any] | None, default: RuleBackoff) -> RuleBac
 
 
 def rule_from(raw: Mapping[str, Any], field: str) -> Rule:
-    codes = raw.get("on_exit_codes")
-    message = raw.get("on_termination_message")
     backoff = raw.get("backoff")
     anti = raw.get("anti_affinity")
     return Rule(
         action=RuleAction(raw["action"]),
-        on_exit_codes=(CodeOperator(codes["operator"]), frozenset(codes["values"])) if codes else None,
+        on_exit_codes=exit_codes_from(raw.get("on_exit_codes")),
         on_conditions=frozenset(Condition(c) for c in raw.get("on_conditions") or ()),
-        on_termination_message=(
-            compile_regex(message["pattern"], f"{field}.on_termination_message.pattern") if message else None
+        on_termination_message=pattern_from(
+            raw.get("on_termination_message"), f"{field}.on_termination_message"
         ),
         on_failure_category=frozenset(raw.get("on_failure_category") or ()),
         on_recoverable=raw.get("on_recoverable"),

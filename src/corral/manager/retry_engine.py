@@ -109,6 +109,8 @@ class RetryEngine:
         frontier, holding, decided = position, False, 0
         for event_id, session_id in events:
             outcome = await self._decide_one(session_id, settings)
+            if outcome is True:
+                self._wakeup.scheduler()  # a child may wait in the queue: place it now
             if isinstance(outcome, Wait):
                 self._hold_until = outcome.until
                 break
@@ -120,8 +122,6 @@ class RetryEngine:
         if frontier > position:
             async with transaction(self._engine) as conn:
                 await retries.advance(conn, CONSUMER, frontier, self._clock())
-        if decided:
-            self._wakeup.scheduler()
         return bool(decided) or frontier > position
 
     async def _decide_one(self, session_id: str, settings: ClusterSettings) -> Outcome:
