@@ -5,6 +5,9 @@ from __future__ import annotations
 import itertools
 import json
 import re
+import signal
+import subprocess
+import sys
 import uuid
 from datetime import datetime
 from pathlib import Path
@@ -319,9 +322,21 @@ def test_defaults_merge_session_over_project_over_cluster(cluster: Cluster) -> N
             1,
             7,
         )  # cluster
+        # A change merges into the defaults (as `corral config set retry.defaults.jitter` does).
+        assert cluster.corral("config", "set", "retry.defaults.jitter", "random").returncode == 0
+        merged = cluster.http.get("/api/v1/cluster-config").json()["retry"]["defaults"]
+        assert merged == {"max_retries": 1, "retry_delay": 7, "jitter": "random"}
     finally:
-        cluster.http.patch("/api/v1/cluster-config", json={"retry": {"defaults": {}}})
+        cluster.http.patch("/api/v1/cluster-config", json={"retry": {"defaults": None}})
+    assert cluster.http.get("/api/v1/cluster-config").json()["retry"]["defaults"] == {}
     assert cluster.submit(command=["true"])["retry_policy"] is None
+    # No cause listed means no cause retried (not the default set).
+    none = cluster.submit(
+        command=["sh", "-c", "exit 3"], retry_policy={"max_retries": 2, "eligible_causes": []}
+    )
+    assert none["retry_policy"]["eligible_causes"] == []
+    [only] = settled_chain(cluster, none["id"], 1)
+    assert only["retry_reason"] == "kernel_nonzero_exit is not in the policy's retry causes"
 
 
 def test_configuration_routes_are_admin_only(cluster: Cluster) -> None:
@@ -361,6 +376,7 @@ def test_configuration_routes_are_admin_only(cluster: Cluster) -> None:
         ({"retry_policy": {"max_retry_delay": "25h"}}, "retry_policy.max_retry_delay"),
         ({"retry_policy": {"backoff": "linear"}}, "retry_policy.backoff"),
         ({"retry_policies": ["no-such-policy"]}, "retry_policies.0"),
+        ({"creation_id": "nightly:retry:1"}, "creation_id"),
     ],
 )
 def test_bad_retry_requests_are_refused_naming_the_field(
@@ -452,3 +468,72 @@ def test_termination_log_categories_and_error_records_reach_the_decision(cluster
     inline = {"max_retries": 1, "retry_delay": 0, "eligible_causes": ["oom_killed"]}
     by_record = chain_of(f"echo '{record}' > \"$CORRAL_ERROR_FILE\"; exit 9", retry_policy=inline)
     assert by_record[0]["retry_reason"].startswith("recoverable error: retry 1 of 1")
+
+
+def test_a_slow_pattern_never_holds_the_manager(cluster: Cluster) -> None:
+    catastrophic = [{"name": "slow", "on_log_tail": {"pattern": "(x+x+)+y"}}]
+    before = cluster.http.get("/api/v1/cluster-config").json()["failure_categories"]
+    assert (
+        cluster.http.patch("/api/v1/cluster-config", json={"failure_categories": catastrophic}).status_code
+        == 200
+    )
+    try:
+        s = cluster.submit(command=["sh", "-c", "printf 'x%.0s' $(seq 60) >&2; exit 1"])
+        [only] = settled_chain(cluster, s["id"], 1, timeout=30)
+        assert only["kernels"][0]["detail"]["log_tail"] == "x" * 60
+        # Backtracking on 60 x's would take years: the match is cut short and counts as none.
+        assert httpx.get(cluster.url + "/healthz", timeout=2).status_code == 200
+    finally:
+        cluster.http.patch("/api/v1/cluster-config", json={"failure_categories": before})
+
+
+def test_a_deleted_policy_is_named_in_the_decision(cluster: Cluster) -> None:
+    policy = "fleeting-" + uuid.uuid4().hex[:6]
+    doc = {"metadata": {"name": policy}, "spec": {"rules": [{"action": "retry"}]}}
+    assert cluster.http.post("/api/v1/retry-policies", json=doc).status_code == 201
+    gate = f"/tmp/{policy}.go"
+    s = cluster.submit(
+        command=["sh", "-c", f"while [ ! -e {gate} ]; do sleep 0.05; done; exit 3"], retry_policies=[policy]
+    )
+    cluster.wait(s["id"], {"RUNNING"})
+    assert cluster.http.delete(f"/api/v1/retry-policies/{policy}").status_code == 204
+    Path(gate).touch()
+    try:
+        [only] = settled_chain(cluster, s["id"], 1)
+    finally:
+        Path(gate).unlink()
+    assert only["retry_reason"].endswith(f"(named policies not applied: {policy} (deleted))"), only[
+        "retry_reason"
+    ]
+
+
+def test_ctrl_c_stops_the_chain(cluster: Cluster) -> None:
+    name = "interrupted-" + uuid.uuid4().hex[:6]
+    env = {**cluster.env, "CORRAL_URL": cluster.url, "CORRAL_API_KEY": cluster.key}
+    args = ["run", "--name", name, "--max-retries", "3", "--retry-delay", "60", "--", "sh", "-c", "exit 3"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "corral", *args], env=env, stderr=subprocess.PIPE, text=True
+    )
+    try:
+
+        def waiting_child() -> dict[str, Any] | None:
+            found = [s for s in cluster.http.get("/api/v1/sessions").json() if s["name"] == f"{name}-retry-1"]
+            return found[0] if found else None
+
+        child = poll(waiting_child, 60, "the first retry to be scheduled")
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err
+    ended = cluster.wait(child["id"], timeout=30)
+    assert (ended["status"], ended["cause"]) == ("CANCELLED", "user_cancelled")
+    assert len(attempts(cluster, child["id"])) == 2
+
+
+def test_manual_retry_is_for_batch_sessions(cluster: Cluster) -> None:
+    s = cluster.submit(command=["sh", "-c", "exit 3"], type="interactive")
+    settled_chain(cluster, s["id"], 1)
+    resp = cluster.http.post(f"/api/v1/sessions/{s['id']}/retry")
+    assert resp.status_code == 409 and resp.json()["error"]["details"]["field"] == "type"

@@ -124,10 +124,12 @@ class RetryConfigIn(BaseModel):
 
     enabled: bool | None = None
     global_max_retries: Annotated[int, Field(ge=0, le=10_000)] | None = None
-    dispatch_rate: Annotated[float, Field(gt=0, le=100_000, allow_inf_nan=False)] | None = Field(
+    dispatch_rate: Annotated[float, Field(ge=0.01, le=100_000, allow_inf_nan=False)] | None = Field(
         None, description="retries dispatched per second, cluster-wide; null: no limit"
     )
-    defaults: RetryPolicyIn | None = Field(None, description="inline policy fields every session gets")
+    defaults: RetryPolicyIn | None = Field(
+        None, description="inline policy fields every session gets; merged into the stored ones, null clears"
+    )
 
 
 class ClusterConfigIn(BaseModel):
@@ -144,8 +146,8 @@ class ClusterConfigIn(BaseModel):
         if self.retry is not None:
             for key in self.retry.model_fields_set:
                 value = getattr(self.retry, key)
-                if key == "defaults":
-                    value = value.model_dump(mode="json", exclude_unset=True) if value is not None else {}
+                if key == "defaults":  # merged into the stored defaults; null clears them
+                    value = value.model_dump(mode="json", exclude_unset=True) if value is not None else None
                 elif value is None and key != "dispatch_rate":
                     continue
                 out[f"retry.{key}"] = value

@@ -22,7 +22,7 @@ from corral.domain.cause import NEVER_RETRIABLE, Cause
 from corral.domain.failure import kernel_conditions
 from corral.domain.placement import PlacementStrategy
 from corral.domain.resources import ResourceError, ResourceSlots
-from corral.domain.retry import AttemptBrief, shown_retry_state
+from corral.domain.retry import RETRY_KEY_MARK, AttemptBrief, shown_retry_state
 from corral.domain.spec import (
     MAX_RETRY_DELAY_CEILING,
     AntiAffinity,
@@ -123,6 +123,13 @@ class SessionCreate(BaseModel):
     creation_id: (
         Annotated[str, StringConstraints(min_length=1, max_length=200), AfterValidator(clean_text)] | None
     ) = None
+
+    @field_validator("creation_id")
+    @classmethod
+    def _creation_id(cls, value: str | None) -> str | None:
+        if value is not None and RETRY_KEY_MARK in value:
+            raise ValueError(f"{RETRY_KEY_MARK!r} is reserved for the keys of retries")
+        return value
 
     @field_validator("command")
     @classmethod

@@ -144,12 +144,16 @@ PROJECT_COLUMNS = [
 ]
 
 
-def _defaults(raw: str | None) -> dict[str, Any] | None:
+_UNSET: Any = object()
+
+
+def _defaults(raw: str | None) -> Any:
+    """The JSON object given (or None for null, which clears); _UNSET when the option was not given."""
     if raw is None:
-        return None
+        return _UNSET
     value = _value(raw)
-    if not isinstance(value, dict):
-        raise fail("--retry-defaults expects a JSON object, e.g. '{\"max_retries\": 2}'", 2)
+    if value is not None and not isinstance(value, dict):
+        raise fail("--retry-defaults expects a JSON object, e.g. '{\"max_retries\": 2}', or null", 2)
     return value
 
 
@@ -162,7 +166,7 @@ def project_create(
 ) -> None:
     """Create a project."""
     body: dict[str, Any] = {"name": name, "retry_policies": policy or []}
-    if (d := _defaults(retry_defaults)) is not None:
+    if (d := _defaults(retry_defaults)) is not _UNSET:
         body["retry_defaults"] = d
     emit(Api().call("POST", "/projects", json=body), output, PROJECT_COLUMNS)
 
@@ -181,7 +185,7 @@ def project_update(
 ) -> None:
     """Change a project's retry defaults or bound policies."""
     body: dict[str, Any] = {}
-    if (d := _defaults(retry_defaults)) is not None:
+    if (d := _defaults(retry_defaults)) is not _UNSET:
         body["retry_defaults"] = d
     if policy or no_policies:
         body["retry_policies"] = policy or []

@@ -67,6 +67,8 @@ class Api:
             resp = self._http.request(method, "/api/v1" + path, **kwargs)
         except httpx.HTTPError as exc:
             raise fail(f"cannot reach Corral at {self.url}: {exc}") from exc
+        except (ValueError, TypeError) as exc:  # e.g. NaN, a YAML date: not JSON
+            raise fail(f"cannot send that as JSON: {exc}", 2) from None
         if resp.status_code >= 400:
             try:
                 err = resp.json()["error"]

@@ -120,6 +120,12 @@ class Chain:
             if not said and not self.quiet and time.monotonic() - start > 2:
                 print("corral: waiting for the retry decision", file=sys.stderr, flush=True)
                 said = True
+        if session.get("retry_reason") is None and not self.quiet:
+            print(
+                f"corral: no retry decision after {DECISION_WAIT:.0f} s; a retry may still come:"
+                f" corral session attempts {self.current}",
+                file=sys.stderr,
+            )
         return session
 
 

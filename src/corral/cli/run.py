@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from typing import Annotated
 
@@ -140,7 +141,9 @@ def run(
     try:
         final = chain.follow()
     except KeyboardInterrupt:
-        print(f"\ncorral: cancelling session {chain.current[:8]}", file=sys.stderr)
-        api.call("POST", f"/sessions/{chain.current}/cancel")
+        # Cancelling an ended attempt stops its chain: no retry of it is made after we leave.
+        print(f"\ncorral: cancelling session {chain.current[:8]} and its retries", file=sys.stderr)
+        with contextlib.suppress(typer.Exit):  # nothing left to stop is fine: we stop anyway
+            api.call("POST", f"/sessions/{chain.current}/cancel")
         raise typer.Exit(130) from None
     raise typer.Exit(exit_code_of(final))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -13,6 +12,7 @@ from corral.domain.policy import (
     ExitCodes,
     FailureFacts,
     PolicyError,
+    bounded_search,
     common_match,
     exit_codes_from,
     pattern_from,
@@ -20,6 +20,7 @@ from corral.domain.policy import (
 
 LOG_TAIL_LINES = 80
 LOG_TAIL_BYTES = 2048
+MESSAGE_CHARS = 4096
 
 # The conditions a cause implies for the attempt as a whole (each is set by one event).
 _CAUSE_CONDITIONS = {
@@ -74,7 +75,7 @@ class CategoryRule:
     def matches(self, f: FailureFacts) -> bool:
         return common_match(
             f, self.kernel_role, self.on_exit_codes, self.on_conditions, self.on_termination_message
-        ) and (self.on_log_tail is None or bool(re.search(self.on_log_tail, f.log_tail)))
+        ) and (self.on_log_tail is None or bounded_search(self.on_log_tail, f.log_tail))
 
 
 # Shipped defaults (the operator may replace them through the cluster config).
@@ -118,5 +119,7 @@ def categorise(rules: Sequence[CategoryRule], facts: FailureFacts) -> frozenset[
 
 
 def termination_message(termination_log: str | None, record_message: str | None, tail: str) -> str:
-    """The termination log, else the root-cause record's message, else the log tail."""
-    return (termination_log or "").strip() or (record_message or "").strip() or tail
+    """The termination log, else the root-cause record's message, else the log tail (at most the
+    last 4096 characters: rules search it)."""
+    found = (termination_log or "").strip() or (record_message or "").strip() or tail
+    return found[-MESSAGE_CHARS:]

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
+
+import regex
 
 from corral.domain.spec import AntiAffinity
 
@@ -136,7 +137,20 @@ def common_match(
             return False
     if on_conditions and not (on_conditions & f.conditions):
         return False
-    return on_termination_message is None or bool(re.search(on_termination_message, f.message))
+    return on_termination_message is None or bounded_search(on_termination_message, f.message)
+
+
+# Patterns come from operators and texts from users' kernels: a pattern that backtracks without
+# end on some output must not hold the manager (which serves the API) for more than this.
+MATCH_SECONDS = 0.05
+
+
+def bounded_search(pattern: str, text: str) -> bool:
+    """Whether `pattern` occurs in `text`; a search that takes too long counts as no match."""
+    try:
+        return regex.search(pattern, text, timeout=MATCH_SECONDS) is not None
+    except TimeoutError:
+        return False
 
 
 def exit_codes_from(raw: Mapping[str, Any] | None) -> ExitCodes | None:
@@ -203,8 +217,8 @@ class PolicyError(ValueError):
 
 def compile_regex(pattern: str, field: str) -> str:
     try:
-        re.compile(pattern)
-    except (re.error, RecursionError, OverflowError) as exc:
+        regex.compile(pattern)
+    except (regex.error, RecursionError, OverflowError, ValueError) as exc:
         raise PolicyError(field, f"not a valid regular expression: {exc}") from None
     return pattern
 
@@ -239,7 +253,17 @@ def rule_from(raw: Mapping[str, Any], field: str) -> Rule:
 
 
 def policy_from(name: str, spec: Mapping[str, Any]) -> NamedPolicy:
-    """A policy from its stored `spec` (already type-checked by the API schema)."""
+    """A policy from its stored `spec` (type-checked by the API schema; anything else stored is
+    refused here with a PolicyError, never another exception)."""
+    try:
+        return _policy(name, spec)
+    except PolicyError:
+        raise
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise PolicyError("spec", f"policy {name!r} cannot be used: {exc!r}"[:300]) from None
+
+
+def _policy(name: str, spec: Mapping[str, Any]) -> NamedPolicy:
     return NamedPolicy(
         name=name,
         rules=tuple(rule_from(r, f"spec.rules.{i}") for i, r in enumerate(spec.get("rules") or ())),

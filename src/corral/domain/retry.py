@@ -79,9 +79,13 @@ def attempt_name(name: str, attempt: int) -> str:
     return f"{re.sub(r'-retry-[0-9]+$', '', name)}-retry-{attempt - 1}"
 
 
+RETRY_KEY_MARK = ":retry:"
+
+
 def attempt_creation_id(creation_id: str | None, root_session_id: str, attempt: int) -> str:
-    """The child's idempotency key: unique per chain position, so no position is filled twice."""
-    return f"{creation_id or root_session_id}:retry:{attempt - 1}"
+    """The child's idempotency key: unique per chain position, so no position is filled twice
+    (users cannot choose keys holding the mark, so theirs never collide with it)."""
+    return f"{creation_id or root_session_id}{RETRY_KEY_MARK}{attempt - 1}"
 
 
 def inline_delay(

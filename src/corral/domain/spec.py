@@ -127,7 +127,10 @@ class RetryPolicy:
             max_retry_delay=float(raw.get("max_retry_delay", 3600.0)),
             jitter=Jitter(raw.get("jitter", Jitter.NONE)),
             jitter_ratio=float(raw.get("jitter_ratio", 0.25)),
-            eligible_causes=frozenset(Cause(c) for c in raw.get("eligible_causes") or DEFAULT_ELIGIBLE),
+            eligible_causes=frozenset(
+                Cause(c)
+                for c in (DEFAULT_ELIGIBLE if raw.get("eligible_causes") is None else raw["eligible_causes"])
+            ),
             emit_retry_events=bool(raw.get("emit_retry_events", True)),
             anti_affinity=AntiAffinity(raw.get("anti_affinity", AntiAffinity.NONE)),
             max_retry_duration=(

@@ -6,7 +6,7 @@ import asyncio
 import os
 import signal
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -32,6 +32,7 @@ from corral.wakeup import Wakeup
 log = structlog.get_logger("corral.retry")
 
 CONSUMER = "retry-engine"
+MAX_DECISION_ERRORS = 3
 HANDLER = "RetryEngine"
 # Test hook (never set in production): die between inserting a child and committing it.
 CRASH_HOOK = "CORRAL_TEST_CRASH_BEFORE_RETRY_COMMIT"
@@ -80,6 +81,7 @@ class RetryEngine:
         self._batch = batch
         self._poll = poll
         self._hold_until: datetime | None = None
+        self._errors: dict[str, int] = {}
 
     async def run(self) -> None:
         while True:
@@ -91,7 +93,9 @@ class RetryEngine:
                 log.exception("retry cycle failed")
                 busy = False
             if self._hold_until is not None:
-                await asyncio.sleep(max(0.0, (self._hold_until - self._clock()).total_seconds()))
+                # Re-read the settings at least every poll: a changed rate applies at once.
+                remaining = (self._hold_until - self._clock()).total_seconds()
+                await self._wakeup.wait_retries(min(max(0.0, remaining), self._poll))
                 self._hold_until = None
             elif not busy:
                 await self._wakeup.wait_retries(self._poll)
@@ -108,7 +112,12 @@ class RetryEngine:
                 return False
         frontier, holding, decided = position, False, 0
         for event_id, session_id in events:
-            outcome = await self._decide_one(session_id, settings)
+            try:
+                outcome = await self._decide_one(session_id, settings)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                outcome = await self._failed_to_decide(session_id, exc)
             if outcome is True:
                 self._wakeup.scheduler()  # a child may wait in the queue: place it now
             if isinstance(outcome, Wait):
@@ -124,6 +133,22 @@ class RetryEngine:
                 await retries.advance(conn, CONSUMER, frontier, self._clock())
         return bool(decided) or frontier > position
 
+    async def _failed_to_decide(self, session_id: str, exc: Exception) -> Outcome:
+        """One attempt that cannot be decided never stops the others: it is held (the cursor waits)
+        and tried again, and after a few failures it is decided "no retry", saying why."""
+        log.exception("retry decision failed", session_id=session_id)
+        tries = self._errors.get(session_id, 0) + 1
+        self._errors[session_id] = tries
+        if tries < MAX_DECISION_ERRORS:
+            return Claim.BUSY
+        self._errors.pop(session_id, None)
+        reason = f"the retry engine could not decide ({type(exc).__name__}; see the manager log)"
+        now = self._clock()
+        async with transaction(self._engine) as conn:
+            if await retries.stop_undecided(conn, session_id, reason):
+                await journal.add_history(conn, [(session_id, HANDLER, "FAIL", "ERROR", None, reason)], now)
+        return True
+
     async def _decide_one(self, session_id: str, settings: ClusterSettings) -> Outcome:
         async with transaction(self._engine) as conn:
             got = await retries.claim(conn, session_id)
@@ -134,7 +159,7 @@ class RetryEngine:
             if s.status is SessionStatus.TERMINATED and s.result is SessionResult.SUCCESS:
                 await self._succeeded(conn, s, now)
                 return True
-            named = await self._named(conn, s)
+            named, missing = await self._named(conn, s)
             facts = await self._facts(conn, s, settings)
             d = decide(
                 session_type=s.spec.type,
@@ -152,6 +177,8 @@ class RetryEngine:
                 ),
                 now=now,
             )
+            if missing:
+                d = replace(d, reason=f"{d.reason} (named policies not applied: {', '.join(missing)})")
             if d.verdict is Verdict.RETRY and settings.retry.dispatch_rate:
                 until = await retries.take_dispatch_slot(conn, settings.retry.dispatch_rate, now)
                 if until is not None:
@@ -239,21 +266,25 @@ class RetryEngine:
             return  # the user asked for quiet; the counters still count
         await journal.add_events(conn, [(s.id, kind, None, None, payload)], now)
 
-    async def _named(self, conn: AsyncConnection, s: SessionRecord) -> Sequence[NamedPolicy]:
-        """The project's policies first (always), then those the session named (additive)."""
+    async def _named(self, conn: AsyncConnection, s: SessionRecord) -> tuple[list[NamedPolicy], list[str]]:
+        """The project's policies first (always), then those the session named (additive); and the
+        names that could not be applied (deleted, or unusable), which the decision then mentions."""
         project = await config.project_config(conn, s.spec.project) or {}
         names = list(dict.fromkeys([*(project.get("retry_policies") or []), *s.spec.retry_policies]))
         if not names:
-            return ()
+            return [], []
         stored = await config.policies(conn, names)
-        found = []
+        found, missing = [], []
         for name in names:
-            if name in stored:
-                try:
-                    found.append(policy_from(name, stored[name]))
-                except PolicyError as exc:  # validated on apply; a bad stored one is skipped, loudly
-                    log.error("retry policy unusable", policy=name, field=exc.field, error=str(exc))
-        return found
+            if name not in stored:
+                missing.append(f"{name} (deleted)")
+                continue
+            try:
+                found.append(policy_from(name, stored[name]))
+            except PolicyError as exc:  # validated on apply: only a hand-edited row gets here
+                log.error("retry policy unusable", policy=name, field=exc.field, error=str(exc))
+                missing.append(f"{name} (unusable)")
+        return found, missing
 
     async def _facts(
         self, conn: AsyncConnection, s: SessionRecord, settings: ClusterSettings

@@ -12,6 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from corral.domain.failure import DEFAULT_CATEGORIES, CategoryRule, categories_from
 from corral.domain.policy import PolicyError
 from corral.domain.retry import ClusterRetry
+from corral.domain.spec import RetryPolicy
 from corral.services.errors import InvalidInput
 from corral.store import config
 from corral.store.auth import Principal
@@ -57,17 +58,30 @@ def nested(values: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def settings_of(values: Mapping[str, Any]) -> ClusterSettings:
-    """Typed settings; a failure-category rule that cannot be used raises PolicyError naming it."""
+    """Typed settings; a value that cannot be used raises PolicyError naming it (a database edited
+    by hand must stop the manager with one line, never make it guess)."""
     rate = values["retry.dispatch_rate"]
-    return ClusterSettings(
-        retry=ClusterRetry(
-            enabled=bool(values["retry.enabled"]),
-            global_max_retries=int(values["retry.global_max_retries"]),
-            dispatch_rate=float(rate) if rate else None,
-        ),
-        retry_defaults=dict(values["retry.defaults"] or {}),
-        categories=categories_from(values["failure_categories"] or []),
-    )
+    try:
+        retry = ClusterRetry(
+            enabled=_typed(values, "retry.enabled", bool),
+            global_max_retries=_typed(values, "retry.global_max_retries", int),
+            dispatch_rate=float(_typed(values, "retry.dispatch_rate", (int, float))) if rate else None,
+        )
+        defaults = _typed(values, "retry.defaults", dict)
+        RetryPolicy.from_json(defaults)
+    except (TypeError, ValueError) as exc:
+        raise PolicyError("retry.defaults", f"cannot be used: {exc}") from None
+    rules = _typed(values, "failure_categories", list)
+    return ClusterSettings(retry=retry, retry_defaults=defaults, categories=categories_from(rules))
+
+
+def _typed(values: Mapping[str, Any], key: str, kind: type | tuple[type, ...]) -> Any:
+    value = values[key]
+    if value is None and key == "retry.dispatch_rate":
+        return value
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise PolicyError(key, f"{value!r} is not a valid value"[:200])
+    return value
 
 
 async def load(conn: AsyncConnection) -> ClusterSettings:
@@ -97,6 +111,10 @@ async def change(engine: AsyncEngine, who: Principal, changes: Mapping[str, Any]
     now = datetime.now(UTC)
     async with transaction(engine) as conn:
         values = values_of(await config.cluster_values(conn))
+        changes = dict(changes)
+        if "retry.defaults" in changes:  # a merge (JSON merge-patch style): null clears
+            given = changes["retry.defaults"]
+            changes["retry.defaults"] = {} if given is None else {**values["retry.defaults"], **given}
         values.update(changes)
         try:
             settings_of(values)

@@ -105,6 +105,11 @@ async def update_project(
         if not found:
             raise NotFound(f"no project {name[:80]!r}", {"field": "name"})
         cfg = {**found[0].config, **changes}
+        if "retry_defaults" in changes:  # merged into the project's defaults; null clears them
+            given = changes["retry_defaults"]
+            cfg["retry_defaults"] = (
+                {} if given is None else {**found[0].config.get("retry_defaults", {}), **given}
+            )
         await check_names(conn, list(cfg.get("retry_policies") or []), "retry_policies")
         await config.set_project_config(conn, name, cfg)
         await config.audit(conn, who.name, "project.update", name, _describe(changes), now)

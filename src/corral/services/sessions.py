@@ -12,11 +12,11 @@ from typing import Any
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from corral.domain.cause import TerminationReason
+from corral.domain.cause import NEVER_RETRIABLE, TerminationReason
 from corral.domain.resources import BUILTIN_SLOTS, ResourceSlots
 from corral.domain.retry import attempt_creation_id, attempt_name
-from corral.domain.spec import RetryPolicy, SessionSpec
-from corral.domain.status import TERMINAL_SESSION, SessionStatus
+from corral.domain.spec import RetryPolicy, SessionSpec, SessionType
+from corral.domain.status import TERMINAL_SESSION, SessionResult, SessionStatus
 from corral.services import cluster, policies
 from corral.services.errors import Conflict, Forbidden, InvalidInput, NotFound
 from corral.store import agents, auth, config, journal, retries, sessions
@@ -209,16 +209,54 @@ async def counts(engine: AsyncEngine, who: Principal) -> dict[str, int]:
 
 
 async def cancel(engine: AsyncEngine, who: Principal, session_id: str) -> SessionRecord:
+    """Stop a session; for an attempt that has ended, stop its chain: the live attempt after it is
+    cancelled, or a retry not yet decided is not made.  Returns the attempt that was stopped."""
     found = await get(engine, who, session_id)
-    if found.status in TERMINAL_SESSION:
-        raise Conflict(f"session {session_id} has already ended ({found.status})", {"field": "status"})
-    async with transaction(engine) as conn:
-        ok = await sessions.request_termination(
-            conn, session_id, TerminationReason.USER_CANCELLED, f"cancelled by {who.name}", _now()
+    if found.status not in TERMINAL_SESSION:
+        async with transaction(engine) as conn:
+            ok = await sessions.request_termination(
+                conn, session_id, TerminationReason.USER_CANCELLED, f"cancelled by {who.name}", _now()
+            )
+        if ok:
+            return await get(engine, who, session_id)
+    stopped = await _stop_chain(engine, who, found.root_session_id)
+    if stopped is None:
+        raise Conflict(
+            f"session {session_id} and its retries have ended ({found.status})", {"field": "status"}
         )
-    if not ok:
-        raise Conflict(f"session {session_id} has already ended", {"field": "status"})
-    return await get(engine, who, session_id)
+    return await get(engine, who, stopped)
+
+
+def _may_retry(s: SessionRecord) -> bool:
+    """Whether the engine could still make a retry of this ended attempt."""
+    return (
+        s.result is not SessionResult.SUCCESS
+        and s.cause not in NEVER_RETRIABLE
+        and s.spec.type is SessionType.BATCH
+    )
+
+
+async def _stop_chain(engine: AsyncEngine, who: Principal, root_session_id: str) -> str | None:
+    for _ in range(3):  # the engine may decide between our read and our write: look again
+        now = _now()
+        async with transaction(engine) as conn:
+            latest = (await retries.chain(conn, root_session_id))[-1]
+            if latest.status not in TERMINAL_SESSION:
+                reason = f"cancelled by {who.name}"
+                if await sessions.request_termination(
+                    conn, latest.id, TerminationReason.USER_CANCELLED, reason, now
+                ):
+                    return latest.id
+            elif latest.retry_state is not None or not _may_retry(latest):
+                return None
+            elif await retries.stop_undecided(conn, latest.id, f"retries stopped by {who.name}"):
+                await journal.add_history(
+                    conn,
+                    [(latest.id, "Cancel", "FAIL", latest.status, None, f"retries stopped by {who.name}")],
+                    now,
+                )
+                return latest.id
+    return None
 
 
 async def attempts(engine: AsyncEngine, who: Principal, session_id: str) -> list[SessionRecord]:
@@ -247,6 +285,8 @@ async def retry(engine: AsyncEngine, who: Principal, session_id: str) -> Session
         chain = await retries.chain(conn, found.root_session_id)
         latest = chain[-1]
         await sessions.lock(conn, latest.id)
+        if latest.spec.type is not SessionType.BATCH:
+            raise Conflict(f"only batch sessions are retried ({latest.spec.type})", {"field": "type"})
         if latest.status not in TERMINAL_SESSION or latest.next_attempt_id is not None:
             raise Conflict(
                 f"the latest attempt {latest.id} of this chain has not ended ({latest.status})",

@@ -93,6 +93,16 @@ async def decide(
     )
 
 
+async def stop_undecided(conn: AsyncConnection, session_id: str, reason: str) -> bool:
+    """Decide an ended attempt "no retry" unless the engine has decided it already."""
+    result = await conn.execute(
+        update(sessions)
+        .where(sessions.c.id == session_id, sessions.c.retry_state.is_(None))
+        .values(retry_state="failed", retry_reason=reason)
+    )
+    return bool(result.rowcount)
+
+
 async def chain(conn: AsyncConnection, root_session_id: str) -> list[SessionRecord]:
     """Every attempt of a chain, first to last."""
     query = select(sessions).where(sessions.c.root_session_id == root_session_id).order_by(sessions.c.attempt)
@@ -145,11 +155,13 @@ async def take_dispatch_slot(conn: AsyncConnection, rate: float, now: datetime) 
     if conn.dialect.name == "postgresql":
         query = query.with_for_update()
     row = (await conn.execute(query)).first()
-    stamp = now.timestamp()
+    stamp, interval = now.timestamp(), 1.0 / rate
     next_at = float(row.value) if row is not None else 0.0
+    if next_at > stamp + interval:
+        next_at = stamp  # set under a slower rate (or by hand): the current rate decides
     if next_at > stamp:
         return datetime.fromtimestamp(next_at, now.tzinfo)
-    value = max(next_at, stamp - 1.0 / rate) + 1.0 / rate
+    value = stamp + interval  # this dispatch takes the slot; the next opens one interval later
     if row is None:
         await conn.execute(insert(cluster_config).values(key=DISPATCH_KEY, value=value, updated_at=now))
     else:

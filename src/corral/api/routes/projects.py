@@ -47,7 +47,7 @@ async def update_project(name: str, body: ProjectPatch, who: Admin, state: State
     changes: dict[str, object] = {}
     if "retry_defaults" in body.model_fields_set:
         d = body.retry_defaults
-        changes["retry_defaults"] = d.model_dump(mode="json", exclude_unset=True) if d else {}
+        changes["retry_defaults"] = d.model_dump(mode="json", exclude_unset=True) if d else None
     if body.retry_policies is not None:
         changes["retry_policies"] = body.retry_policies
     return _out(await svc.update_project(state.engine, who, name, changes))
