@@ -23,7 +23,7 @@ from corral.services import cluster
 from corral.services.agent_protocol import AgentProtocol
 from corral.settings import ManagerSettings, SchedulerSettings
 from corral.store import agents as agent_store
-from corral.store import auth
+from corral.store import auth, config
 from corral.store.db import is_sqlite, make_engine, transaction, upgrade
 from corral.wakeup import Wakeup
 
@@ -37,9 +37,15 @@ async def prepare_database(engine: AsyncEngine, settings: ManagerSettings) -> No
     async with transaction(engine) as conn:
         if settings.bootstrap_admin_key:
             user_id = await auth.ensure_user(conn, "admin", "admin", now)
-            await auth.add_key(conn, user_id, settings.bootstrap_admin_key, now)
+            key = settings.bootstrap_admin_key
+            if await auth.add_key(conn, user_id, key, now):
+                # The audit names the key by its public prefix only.
+                await config.audit(conn, "system", "key.create", "admin", f"bootstrap key {key[:8]}...", now)
             if settings.rotate_admin_key:
-                await auth.revoke_other_keys(conn, user_id, settings.bootstrap_admin_key)
+                revoked = await auth.revoke_other_keys(conn, user_id, key)
+                await config.audit(
+                    conn, "system", "key.revoke", "admin", f"{revoked} older key(s) revoked", now
+                )
         await agent_store.refresh_all_leases(conn, now)
     await cluster.check_at_start(engine)
 

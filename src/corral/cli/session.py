@@ -154,6 +154,10 @@ def retry(session_id: SessionId, output: Format = OutputOpt) -> None:
 
 @app.command()
 def cancel(session_id: SessionId, output: Format = OutputOpt) -> None:
-    """Ask a session to stop (a queued one is cancelled, a running one terminated)."""
+    """Ask a session to stop (a queued one is cancelled, a running one terminated).
+
+    On an attempt that has ended, stops its retry chain: the retry waiting or running after it is
+    cancelled, or a retry not yet made will not be.
+    """
     s = Api().call("POST", f"/sessions/{session_id}/cancel")
     emit(s, output, SESSION_COLUMNS)

@@ -47,7 +47,8 @@ async def ensure_user(conn: AsyncConnection, name: str, role: str, now: datetime
     return user_id
 
 
-async def add_key(conn: AsyncConnection, user_id: str, key: str, now: datetime) -> None:
+async def add_key(conn: AsyncConnection, user_id: str, key: str, now: datetime) -> bool:
+    """Store the key's hash; False when it was stored already."""
     exists = (await conn.execute(select(api_keys.c.id).where(api_keys.c.key_hash == hash_key(key)))).first()
     if exists is None:
         await conn.execute(
@@ -55,12 +56,15 @@ async def add_key(conn: AsyncConnection, user_id: str, key: str, now: datetime) 
                 id=str(uuid.uuid4()), user_id=user_id, key_hash=hash_key(key), prefix=key[:8], created_at=now
             )
         )
+        return True
+    return False
 
 
-async def revoke_other_keys(conn: AsyncConnection, user_id: str, keep: str) -> None:
-    await conn.execute(
+async def revoke_other_keys(conn: AsyncConnection, user_id: str, keep: str) -> int:
+    result = await conn.execute(
         delete(api_keys).where(api_keys.c.user_id == user_id, api_keys.c.key_hash != hash_key(keep))
     )
+    return int(result.rowcount)
 
 
 async def principal_for(conn: AsyncConnection, key: str) -> Principal | None:
