@@ -65,6 +65,8 @@ class SchedulerSettings(BaseSettings):
     # Contacts are written at most this often per agent; replies say which were (see agent_protocol).
     contact_resolution: float = 0.5
     loop_interval: float = 1.0
+    # Liveness, fences and deadlines are swept at most this often (every cycle when 0).
+    sweep_interval: Annotated[float, Field(ge=0, le=5)] = 0.25
     # The retry engine is woken by its own manager's cycles; this bounds how late it sees attempts
     # ended through another manager.
     retry_poll: Annotated[float, Field(gt=0)] = 1.0

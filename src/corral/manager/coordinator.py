@@ -12,8 +12,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from corral.domain.cause import TerminationReason
 from corral.domain.final import FinalVerdict
 from corral.domain.judge import PhaseLimits, gives_up, is_expired, reschedules_exhausted
-from corral.domain.scheduling import SchedulingResult, TransitionStatus
-from corral.domain.status import TERMINAL_SESSION, SessionResult, SessionStatus
+from corral.domain.scheduling import KernelMatchType, SchedulingResult, TransitionStatus
+from corral.domain.status import TERMINAL_SESSION, KernelStatus, SessionResult, SessionStatus
 from corral.manager.handlers.base import (
     HandlerContext,
     LifecycleHandler,
@@ -45,6 +45,20 @@ def _may_have_targets(handler: Handler, present: set[tuple[SessionStatus, bool]]
     return any((s, r) in present for s in handler.target_session_statuses for r in requested)
 
 
+def _present_kernels(handler: Handler) -> frozenset[KernelStatus] | None:
+    """A promotion on ANY kernel status: only sessions having such a kernel (filtered in SQL)."""
+    if isinstance(handler, SessionPromotionHandler) and handler.match_type is KernelMatchType.ANY:
+        return handler.check_kernel_statuses
+    return None
+
+
+def _absent_kernels(handler: Handler) -> frozenset[KernelStatus] | None:
+    """A promotion on NOT_ANY: only sessions with no such kernel (filtered in SQL)."""
+    if isinstance(handler, SessionPromotionHandler) and handler.match_type is KernelMatchType.NOT_ANY:
+        return handler.check_kernel_statuses
+    return None
+
+
 class Coordinator:
     """Applies handlers' declared transitions for one resource group."""
 
@@ -66,13 +80,15 @@ class Coordinator:
         self._on_change = on_change
         self._on_ended = on_ended
 
-    async def run_cycle(self) -> int:
-        """Every handler once; returns how many sessions changed status."""
+    async def run_cycle(self, timed: bool = True) -> int:
+        """Every handler once; returns how many sessions changed status.  Without `timed`, the
+        handlers that only bound a status's time are left for a cycle that has it (they judge in
+        seconds; a cycle woken by an agent's report has no need of them)."""
         async with self._engine.connect() as conn:
             present = await sessions.live_statuses(conn, self._rg)
         moved = 0
         for handler in self._handlers:
-            if not _may_have_targets(handler, present):
+            if not _may_have_targets(handler, present) or (handler.expiry_only and not timed):
                 continue  # a handler with nothing to look at costs no transaction
             won, acted = await self._run(handler)
             present |= {(m.dst, requested) for m in won for requested in (True, False)}
@@ -104,7 +120,8 @@ class Coordinator:
                 conn,
                 self._rg,
                 handler.target_session_statuses,
-                kernel_statuses=handler.target_kernel_statuses,
+                kernel_statuses=handler.target_kernel_statuses or _present_kernels(handler),
+                absent_kernel_statuses=_absent_kernels(handler),
                 terminating_requested=handler.termination_requested,
                 queue_window=handler.queue_window,
                 with_kernels=handler.with_kernels,

@@ -35,6 +35,7 @@ class SchedulerLoop:
         self._cfg = cfg
         self._wakeup = wakeup
         self._holder = holder
+        self._last_sweep: datetime | None = None
         self.coordinator = Coordinator(
             engine,
             resource_group,
@@ -51,8 +52,17 @@ class SchedulerLoop:
             ttl = timedelta(seconds=max(5.0, self._cfg.loop_interval * 5))
             if not await leases.acquire(conn, self._rg, self._holder, ttl, now):
                 return 0
-        changed = await sweep(self._engine, self._rg, self._cfg, now)
-        moved = await self.coordinator.run_cycle()
+        changed = 0
+        timed = (
+            self._last_sweep is None or (now - self._last_sweep).total_seconds() >= self._cfg.sweep_interval
+        )
+        if timed:
+            # Liveness, fences, deadlines and status time limits are judged in seconds: a cycle
+            # woken by a report (many a second when busy) need not pay for them again.  A later
+            # sweep only ever fences later, never earlier.
+            changed = await sweep(self._engine, self._rg, self._cfg, now)
+            self._last_sweep = now
+        moved = await self.coordinator.run_cycle(timed)
         if changed:
             await self._wakeup.orders_changed()  # fenced kernels leave their agents' orders
         return moved + changed

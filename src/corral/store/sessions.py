@@ -145,6 +145,7 @@ async def for_handler(
     statuses: Collection[SessionStatus],
     *,
     kernel_statuses: Collection[KernelStatus] | None = None,
+    absent_kernel_statuses: Collection[KernelStatus] | None = None,
     terminating_requested: bool | None = None,
     queue_window: int | None = None,
     with_kernels: bool = True,
@@ -180,6 +181,16 @@ async def for_handler(
             .exists()
         )
         query = query.where(has_kernel)
+    if absent_kernel_statuses is not None:
+        has_kernel = (
+            select(kernels.c.id)
+            .where(
+                kernels.c.session_id == sessions.c.id,
+                kernels.c.status.in_([str(s) for s in absent_kernel_statuses]),
+            )
+            .exists()
+        )
+        query = query.where(~has_kernel)
     if not with_kernels:
         return [convert.session(r) for r in await conn.execute(query)]
     return await select_with_kernels(conn, query)
