@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.support.cluster import Cluster, poll
+from tests.support.cluster import TERMINAL, Cluster, poll
 
 
 def main() -> None:
@@ -61,13 +61,16 @@ def main() -> None:
             parts["exit->ended"].append(terminated - ended)
             parts["ended->child made"].append(made - terminated)
             parts["made->RUNNING"].append(started - made)
-            c.wait(child["id"])
+            poll(lambda cid=child["id"]: c.session(cid)["status"] in TERMINAL, 60, "the child to end", 0.25)
+        third = max(1, len(latencies) // 3)
+        drift = statistics.median(latencies[-third:]) - statistics.median(latencies[:third])
         latencies.sort()
         p50 = statistics.median(latencies)
         p95 = latencies[int(0.95 * (len(latencies) - 1))]
         backend = "postgresql" if url.startswith("postgresql") else "sqlite"
         print(f"cores: {os.cpu_count()}  backend: {backend}  failures: {len(latencies)}")
         print(f"kernel exit -> child RUNNING: p50 {p50 * 1000:.0f} ms  p95 {p95 * 1000:.0f} ms")
+        print(f"  later third minus first third (medians): {drift * 1000:+.0f} ms")
         print(
             "  median of each step: "
             + ", ".join(f"{k} {statistics.median(v) * 1000:.0f} ms" for k, v in parts.items())

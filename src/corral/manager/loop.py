@@ -36,6 +36,7 @@ class SchedulerLoop:
         self._wakeup = wakeup
         self._holder = holder
         self._last_sweep: datetime | None = None
+        self._renewed: datetime | None = None
         self.coordinator = Coordinator(
             engine,
             resource_group,
@@ -48,10 +49,14 @@ class SchedulerLoop:
 
     async def run_once(self) -> int:
         now = utcnow()
-        async with transaction(self._engine) as conn:
-            ttl = timedelta(seconds=max(5.0, self._cfg.loop_interval * 5))
-            if not await leases.acquire(conn, self._rg, self._holder, ttl, now):
-                return 0
+        ttl = timedelta(seconds=max(5.0, self._cfg.loop_interval * 5))
+        if self._renewed is None or now - self._renewed >= ttl / 2:
+            # Renewed at half its life, not every cycle: the lease is ours until renewal + ttl.
+            async with transaction(self._engine) as conn:
+                if not await leases.acquire(conn, self._rg, self._holder, ttl, now):
+                    self._renewed = None
+                    return 0
+            self._renewed = now
         changed = 0
         timed = (
             self._last_sweep is None or (now - self._last_sweep).total_seconds() >= self._cfg.sweep_interval
@@ -78,6 +83,7 @@ class SchedulerLoop:
                 busy = 0
             if not busy:
                 await self._wakeup.wait_scheduler(self._cfg.loop_interval)
+
 
 
 class Scheduler:
