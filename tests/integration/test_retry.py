@@ -63,6 +63,7 @@ def agents_of(chain: list[dict[str, Any]]) -> list[str]:
 
 
 def test_a_flaky_command_comes_back_with_backoff(cluster: Cluster) -> None:
+    succeeded = metric(cluster, "corral_session_retry_succeeded_total")
     name = "flaky-" + uuid.uuid4().hex[:6]
     done = cluster.corral(
         "run", "--name", name, "--max-retries", "3", "--retry-delay", "1", "--", "sh", "-c", FLAKY
@@ -87,6 +88,7 @@ def test_a_flaky_command_comes_back_with_backoff(cluster: Cluster) -> None:
         assert stamp(child["started_at"]) >= stamp(child["retry_after"]), "started before retry_after"
         assert stamp(child["retry_after"]) - stamp(child["created_at"]) == pytest.approx(1.0, abs=0.01)
 
+    assert metric(cluster, "corral_session_retry_succeeded_total") == succeeded + 1
     info = cluster.corral("session", "info", first["id"])
     assert "attempt 1 of 4" in info.stdout and f"next attempt: {chain[1]['id']}" in info.stdout
     listed = cluster.corral("session", "attempts", first["id"])
@@ -537,3 +539,24 @@ def test_manual_retry_is_for_batch_sessions(cluster: Cluster) -> None:
     settled_chain(cluster, s["id"], 1)
     resp = cluster.http.post(f"/api/v1/sessions/{s['id']}/retry")
     assert resp.status_code == 409 and resp.json()["error"]["details"]["field"] == "type"
+
+
+def test_events_follow_prints_retries_as_they_happen(cluster: Cluster) -> None:
+    env = {**cluster.env, "CORRAL_URL": cluster.url, "CORRAL_API_KEY": cluster.key}
+    last = cluster.http.get("/api/v1/events", params={"limit": 1000}).json()
+    after = str(last[-1]["id"]) if last else "0"
+    args = ["events", "--follow", "-t", "session.retry_scheduled", "--after", after]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "corral", *args], env=env, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        s = cluster.submit(command=["sh", "-c", "exit 3"], retry_policy={"max_retries": 1, "retry_delay": 0})
+        assert proc.stdout is not None
+        line = proc.stdout.readline()  # blocks until the follow prints (the test timeout bounds it)
+        assert "session.retry_scheduled" in line and s["id"] in line, line
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate()  # closes its pipe
