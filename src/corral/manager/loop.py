@@ -85,7 +85,6 @@ class SchedulerLoop:
                 await self._wakeup.wait_scheduler(self._cfg.loop_interval)
 
 
-
 class Scheduler:
     """Starts a loop for every resource group (and for groups created later)."""
 
