@@ -70,6 +70,9 @@ class SchedulerSettings(BaseSettings):
     # The retry engine is woken by its own manager's cycles; this bounds how late it sees attempts
     # ended through another manager.
     retry_poll: Annotated[float, Field(gt=0)] = 1.0
+    # The retry engine's stored cursor passes only events older than this (a transaction may
+    # commit an earlier event id later); an ended attempt undecided past it is looked for too.
+    retry_event_grace: Annotated[float, Field(gt=0)] = 10.0
     max_tries: int = 3
     max_reschedules: int = 3
     pending_timeout: float = 0.0

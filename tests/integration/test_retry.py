@@ -254,11 +254,15 @@ def test_storm_guard_delays_and_never_drops(cluster: Cluster) -> None:
         }
         firsts = [cluster.submit(**body)["id"] for _ in range(20)]
         chains = [settled_chain(cluster, sid, 2, timeout=120) for sid in firsts]
-        created = sorted(stamp(ch[1]["created_at"]) for ch in chains)
-        assert len(created) == 20
-        assert created[-1] - created[0] >= 3.5, (
-            f"20 retries at 5/s spread over {created[-1] - created[0]:.2f}s"
-        )
+        # Each retry is dispatched at its slot (retry_after; the first one at once, when made).
+        slots = sorted(stamp(child["retry_after"] or child["created_at"]) for _, child in chains)
+        assert len(slots) == 20  # every failure got its retry: delayed, none dropped
+        spread = slots[-1] - slots[0]
+        assert spread >= 3.5, f"20 retries at 5/s dispatched over {spread:.2f}s"
+        for parent, child in chains:  # each made at once, and started no earlier than its slot
+            assert stamp(child["created_at"]) - stamp(parent["terminated_at"]) < 5
+            if child["retry_after"]:
+                assert stamp(child["started_at"]) >= stamp(child["retry_after"])
     finally:
         assert (
             cluster.http.patch("/api/v1/cluster-config", json={"retry": {"dispatch_rate": None}}).status_code

@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 
 from tests.integration.test_fencing import FENCE, KERNEL, DeathWatch
@@ -84,7 +85,7 @@ def test_a_crash_between_decision_and_commit_and_a_replay_make_one_child(
     own_cluster: Callable[..., Cluster],
 ) -> None:
     hook = "CORRAL_TEST_CRASH_BEFORE_RETRY_COMMIT"
-    c = own_cluster(env={hook: "1"})
+    c = own_cluster(env={hook: "1", "CORRAL_RETRY_EVENT_GRACE": "1"})
     c.start_agent("agent-a")
     s = c.submit(**FAILING)
     assert c.manager is not None
@@ -96,14 +97,33 @@ def test_a_crash_between_decision_and_commit_and_a_replay_make_one_child(
     assert chain[1]["parent_session_id"] == s["id"]
     assert sum(c.http.get("/api/v1/sessions/counts").json().values()) == 2
 
-    # Replaying the whole events table decides nothing again.
-    reached = cursor(c)
-    assert reached > 0
+    # Replaying the whole events table (a restart with the cursor at 0) decides nothing again.
+    last = int(sql(c.database_url, "SELECT max(id) FROM session_events")[0][0])
+    poll(lambda: cursor(c) >= last, 30, "the cursor to pass every event")
+    c.kill_manager()
     sql(c.database_url, "UPDATE event_cursors SET position = 0 WHERE consumer = 'retry-engine'")
-    c.submit(command=["true"], resources={"cpu": 0.1})  # a new terminal event wakes the engine
-    poll(lambda: cursor(c) > reached, 30, "the engine to read the events table again")
-    assert sum(c.http.get("/api/v1/sessions/counts").json().values()) == 3
+    c.start_manager()
+    poll(lambda: cursor(c) >= last, 30, "the engine to read the events table again")
+    assert sum(c.http.get("/api/v1/sessions/counts").json().values()) == 2
     assert len(settled_chain(c, s["id"], 2)) == 2
+
+
+def test_an_attempt_whose_event_was_passed_over_is_still_decided(
+    own_cluster: Callable[..., Cluster],
+) -> None:
+    # As when a transaction commits an earlier event id after a later one was read (PostgreSQL).
+    c = own_cluster(env={"CORRAL_RETRY_EVENT_GRACE": "1"})
+    c.start_agent("agent-a")
+    c.kill_manager()
+    sql(
+        c.database_url,
+        "INSERT INTO event_cursors (consumer, position, updated_at) VALUES ('retry-engine', 1000000000, :t)",
+        t=datetime.now(UTC),
+    )
+    c.start_manager()
+    s = c.submit(**FAILING)
+    chain = settled_chain(c, s["id"], 2, timeout=60)
+    assert chain[0]["retry_state"] == "exhausted" or chain[1]["retry_reason"] is not None
 
 
 def test_a_stored_category_that_cannot_be_used_stops_the_manager_naming_it(

@@ -11,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from corral.domain.cause import Cause
+from corral.domain.cluster import settings_of, values_of
 from corral.domain.failure import DEFAULT_CATEGORIES, categories_from, categorise, termination_message
 from corral.domain.policy import (
     CodeOperator,
@@ -275,3 +276,44 @@ def test_shown_retry_state_follows_the_latest_attempt() -> None:
     alone = AttemptBrief(1, "TERMINATED", "success", "none")
     assert shown_retry_state(alone, [alone]) == "none"
     assert shown_retry_state(AttemptBrief(1, "RUNNING", "undefined", None), []) == "none"
+
+
+def test_remaining_counts_the_deciding_limit_and_the_global_cap() -> None:
+    def remaining(**kw: object) -> int | None:
+        return decide(
+            session_type=SessionType.BATCH,
+            facts=facts(code=75),
+            inline=kw.get("inline"),  # type: ignore[arg-type]
+            named=kw.get("named", ()),  # type: ignore[arg-type]
+            cluster=kw.get("cluster", ClusterRetry()),  # type: ignore[arg-type]
+            chain=kw.get("chain", chain()),  # type: ignore[arg-type]
+            now=NOW,
+        ).remaining
+
+    assert remaining(inline=RetryPolicy(max_retries=3)) == 2
+    assert remaining(named=(ACCEPTANCE,)) == 1  # rule 1: limit 2, this is the first
+    assert remaining(inline=RetryPolicy(max_retries=9), cluster=ClusterRetry(global_max_retries=3)) == 2
+    assert remaining(inline=RetryPolicy(max_retries=9), chain=chain(1, total=18)) == 1
+
+
+def test_a_catch_all_rule_leaves_preemption_free() -> None:
+    catch_all = NamedPolicy("all", (Rule(RuleAction.FAIL),))
+    assert run(facts(Cause.PREEMPTED, None), named=(catch_all,))[:2] == (Verdict.RETRY, False)
+    assert run(facts(code=3), named=(catch_all,))[0] is Verdict.FAIL
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("retry.enabled", "yes"),
+        ("retry.global_max_retries", "twenty"),
+        ("retry.global_max_retries", True),
+        ("retry.dispatch_rate", "fast"),
+        ("retry.defaults", {"max_retries": "many"}),
+        ("failure_categories", [{"name": "x", "on_log_tail": {"pattern": "("}}]),
+    ],
+)
+def test_stored_settings_that_cannot_be_used_name_themselves(key: str, value: object) -> None:
+    with pytest.raises(PolicyError) as err:
+        settings_of({**values_of({}), key: value})
+    assert err.value.field.startswith(key.split(".")[0])

@@ -77,7 +77,10 @@ def create_app(
             [
                 asyncio.create_task(Scheduler(engine, scheduler, wakeup).run(), name="scheduler"),
                 asyncio.create_task(
-                    RetryEngine(engine, wakeup, poll=scheduler.retry_poll).run(), name="retry-engine"
+                    RetryEngine(
+                        engine, wakeup, poll=scheduler.retry_poll, grace=scheduler.retry_event_grace
+                    ).run(),
+                    name="retry-engine",
                 ),
             ]
             if run_scheduler

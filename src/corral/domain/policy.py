@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -196,10 +196,13 @@ class RuleMatch:
         return f"{self.policy.name}#{self.index}"
 
 
-def first_match(policies: Sequence[NamedPolicy], facts: FailureFacts) -> RuleMatch | None:
+def first_match(
+    policies: Sequence[NamedPolicy], facts: FailureFacts, only: Callable[[Rule], bool] | None = None
+) -> RuleMatch | None:
+    """The first rule (of those `only` admits) that matches, in policy order then rule order."""
     for policy in policies:
         for i, rule in enumerate(policy.rules):
-            if rule.matches(facts):
+            if (only is None or only(rule)) and rule.matches(facts):
                 return RuleMatch(policy, i, rule)
     return None
 

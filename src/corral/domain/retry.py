@@ -6,12 +6,12 @@ import hashlib
 import random
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
 
 from corral.domain.cause import NEVER_RETRIABLE, Cause
-from corral.domain.policy import DefaultAction, FailureFacts, NamedPolicy, RuleAction, first_match
+from corral.domain.policy import Condition, DefaultAction, FailureFacts, NamedPolicy, RuleAction, first_match
 from corral.domain.spec import AntiAffinity, Backoff, Jitter, RetryPolicy, SessionType
 
 # Free retries (ignore rules, preemption) spend no budget; this bounds a chain that loops on one.
@@ -72,6 +72,8 @@ class Decision:
     """Seconds before the child may start."""
     avoid_agent: str | None = None
     """The agent the child should avoid (soft anti-affinity)."""
+    remaining: int | None = None
+    """Counted retries left after this one under the limit that decided it (None: free)."""
 
 
 def attempt_name(name: str, attempt: int) -> str:
@@ -153,6 +155,10 @@ def decide(
             "cluster",
             counted=False,
         )
+    if decision.remaining is not None:
+        decision = replace(
+            decision, remaining=min(decision.remaining, cluster.global_max_retries - chain.total_retries - 1)
+        )
     if decision.verdict is Verdict.RETRY and inline.max_retry_duration is not None:
         if chain.first_started_at is not None:
             budget_end = chain.first_started_at + timedelta(seconds=inline.max_retry_duration)
@@ -171,14 +177,11 @@ def _with_delay(
     decision: Decision, seconds: float, ceiling: float, avoid: AntiAffinity, facts: FailureFacts
 ) -> Decision:
     delay = max(0.0, min(seconds, ceiling))
-    return Decision(
-        decision.verdict,
-        decision.reason + (f", retrying in {delay:.1f} s" if delay else ", retrying at once"),
-        decision.policy,
-        decision.counted,
-        decision.counter,
-        delay,
-        facts.agent_id if avoid is AntiAffinity.NODE else None,
+    return replace(
+        decision,
+        reason=decision.reason + (f", retrying in {delay:.1f} s" if delay else ", retrying at once"),
+        delay=delay,
+        avoid_agent=facts.agent_id if avoid is AntiAffinity.NODE else None,
     )
 
 
@@ -190,7 +193,9 @@ def _by_rules(
     inline: RetryPolicy,
     rng: random.Random | None,
 ) -> Decision | None:
-    hit = first_match(named, facts)
+    preempted = Cause(facts.cause) is Cause.PREEMPTED
+    # A preemption is free unless a rule names it: a catch-all rule is not a word about it.
+    hit = first_match(named, facts, (lambda r: Condition.PREEMPTED in r.on_conditions) if preempted else None)
     if hit is not None:
         where = f"policy {hit.policy.name} rule {hit.index + 1}"
         rule = hit.rule
@@ -211,10 +216,14 @@ def _by_rules(
             )
         backoff = rule.backoff or hit.policy.backoff
         d = Decision(
-            Verdict.RETRY, f"{where} retries ({used + 1} of {limit})", hit.policy.name, counter=hit.key
+            Verdict.RETRY,
+            f"{where} retries ({used + 1} of {limit})",
+            hit.policy.name,
+            counter=hit.key,
+            remaining=limit - used - 1,
         )
         return _with_delay(d, backoff.delay(used + 1), inline.max_retry_delay, avoid, facts)
-    if Cause(facts.cause) is Cause.PREEMPTED:
+    if preempted:
         # Preemption is not the job's fault: a free requeue unless a rule says otherwise.
         d = Decision(Verdict.RETRY, "preempted: requeued without counting", "cluster", counted=False)
         return _with_delay(d, 0.0, inline.max_retry_delay, AntiAffinity.NONE, facts)
@@ -228,7 +237,13 @@ def _by_rules(
                 return Decision(
                     Verdict.EXHAUSTED, f"{where}: its {limit} retries are used", policy.name, counted=False
                 )
-            d = Decision(Verdict.RETRY, f"{where} ({used + 1} of {limit})", policy.name, counter=key)
+            d = Decision(
+                Verdict.RETRY,
+                f"{where} ({used + 1} of {limit})",
+                policy.name,
+                counter=key,
+                remaining=limit - used - 1,
+            )
             return _with_delay(
                 d, policy.backoff.delay(used + 1), inline.max_retry_delay, policy.anti_affinity, facts
             )
@@ -250,7 +265,7 @@ def _by_inline(
         )
     n = chain.retry_count + 1
     why = "recoverable error" if facts.recoverable is True and cause not in inline.eligible_causes else cause
-    d = Decision(Verdict.RETRY, f"{why}: retry {n} of {inline.max_retries}")
+    d = Decision(Verdict.RETRY, f"{why}: retry {n} of {inline.max_retries}", remaining=inline.max_retries - n)
     return _with_delay(
         d,
         inline_delay(inline, n, chain.root_session_id, rng),

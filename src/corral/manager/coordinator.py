@@ -124,6 +124,7 @@ class Coordinator:
                 absent_kernel_statuses=_absent_kernels(handler),
                 terminating_requested=handler.termination_requested,
                 queue_window=handler.queue_window,
+                ready_at=now if handler.queue_window is not None else None,
                 with_kernels=handler.with_kernels,
                 changed_before=changed_before,
             )
@@ -253,7 +254,9 @@ class Coordinator:
                     )
         attempted = set(result.successes) | {f.session_id for f in result.failures}
         for s in (*targets, *overdue):
-            if s.id not in attempted and is_expired(s.status, s.status_changed_at, ctx.now, self._limits):
+            # A retry waiting for its time is not late for it: its status counts from then.
+            since = max(s.status_changed_at, s.retry_after) if s.retry_after else s.status_changed_at
+            if s.id not in attempted and is_expired(s.status, since, ctx.now, self._limits):
                 limit = self._limits.timeouts.get(s.status)
                 outcome(
                     s, SchedulingResult.EXPIRED, transitions.expired, f"in {s.status} longer than {limit}"

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 import signal
+import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -15,13 +17,12 @@ import structlog
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from corral import metrics
-from corral.domain.cause import Cause
+from corral.domain.cause import Cause, TerminationReason
+from corral.domain.cluster import ClusterSettings
 from corral.domain.failure import attempt_conditions, categorise, log_tail, termination_message
 from corral.domain.policy import FailureFacts, NamedPolicy, PolicyError, policy_from
 from corral.domain.retry import Chain, Decision, Verdict, attempt_creation_id, attempt_name, decide
 from corral.domain.status import SessionResult, SessionStatus
-from corral.services import cluster
-from corral.services.cluster import ClusterSettings
 from corral.store import config, journal, retries
 from corral.store import sessions as session_store
 from corral.store.db import transaction
@@ -32,6 +33,8 @@ from corral.wakeup import Wakeup
 log = structlog.get_logger("corral.retry")
 
 CONSUMER = "retry-engine"
+# Ended attempts the events missed are looked for every this many graces (see run_once).
+BACKSTOP_GRACES = 3
 MAX_DECISION_ERRORS = 3
 HANDLER = "RetryEngine"
 # Test hook (never set in production): die between inserting a child and committing it.
@@ -42,14 +45,7 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
-@dataclass(frozen=True)
-class Wait:
-    """The storm guard holds further dispatches until then."""
-
-    until: datetime
-
-
-Outcome = Claim | Wait | bool  # True: decided now
+Outcome = Claim | bool  # True: decided now
 
 
 def _recoverable(record: dict[str, Any] | None) -> bool | None:
@@ -74,14 +70,19 @@ class RetryEngine:
         clock: Callable[[], datetime] = utcnow,
         batch: int = 200,
         poll: float = 1.0,
+        grace: float = 10.0,
     ) -> None:
         self._engine = engine
         self._wakeup = wakeup
         self._clock = clock
         self._batch = batch
         self._poll = poll
-        self._hold_until: datetime | None = None
+        self._rng = random.Random()
         self._errors: dict[str, int] = {}
+        self._grace = timedelta(seconds=grace)
+        self._position: int | None = None
+        self._backstop_at = 0.0
+        self._saved_at = 0.0
 
     async def run(self) -> None:
         while True:
@@ -92,26 +93,32 @@ class RetryEngine:
             except Exception:
                 log.exception("retry cycle failed")
                 busy = False
-            if self._hold_until is not None:
-                # Re-read the settings at least every poll: a changed rate applies at once.
-                remaining = (self._hold_until - self._clock()).total_seconds()
-                await self._wakeup.wait_retries(min(max(0.0, remaining), self._poll))
-                self._hold_until = None
-            elif not busy:
+            if not busy:
                 await self._wakeup.wait_retries(self._poll)
 
     async def run_once(self) -> bool:
-        """One batch of events; True when something was decided or the cursor moved."""
+        """One batch of events (and now and then the backstop); True when something was decided."""
         async with self._engine.connect() as conn:
-            position = await retries.cursor(conn, CONSUMER)
-            events = await retries.ended_after(conn, position, self._batch)
+            durable = await retries.cursor(conn, CONSUMER)
+            if self._position is None or self._position < durable:
+                self._position = durable
+            top = await retries.last_event_id(conn)
+            events = await retries.ended_after(conn, self._position, self._batch, top)
             try:
-                settings = await cluster.load(conn)
+                settings = await config.cluster_settings(conn)
             except PolicyError as exc:
                 log.error("cluster config unusable; retries wait", field=exc.field, error=str(exc))
                 return False
-        frontier, holding, decided = position, False, 0
-        for event_id, session_id in events:
+        now = self._clock()
+        ids = [sid for _, sid in events]
+        if time.monotonic() - self._backstop_at >= BACKSTOP_GRACES * self._grace.total_seconds():
+            # Events commit out of id order (several writers on PostgreSQL): one can appear behind
+            # the position read.  Ended attempts still undecided after the grace are taken here.
+            self._backstop_at = time.monotonic()
+            async with self._engine.connect() as conn:
+                ids += await retries.undecided(conn, now - self._grace, self._batch)
+        decided = 0
+        for session_id in dict.fromkeys(ids):
             try:
                 outcome = await self._decide_one(session_id, settings)
             except asyncio.CancelledError:
@@ -119,19 +126,19 @@ class RetryEngine:
             except Exception as exc:
                 outcome = await self._failed_to_decide(session_id, exc)
             if outcome is True:
+                decided += 1
                 self._wakeup.scheduler()  # a child may wait in the queue: place it now
-            if isinstance(outcome, Wait):
-                self._hold_until = outcome.until
-                break
-            if outcome is Claim.BUSY:
-                holding = True  # another manager is deciding it: the cursor waits for it
-            decided += outcome is True
-            if not holding:
-                frontier = event_id
-        if frontier > position:
+            # BUSY: another manager is deciding it now (or it failed); the backstop looks again.
+        # Past every event read up to `top` (other kinds included), unless the batch was full.
+        self._position = events[-1][0] if len(events) == self._batch else max(self._position, top)
+        if self._position > durable and time.monotonic() - self._saved_at >= 1.0:
+            # Stored only over events older than the grace: a restart re-reads the recent ones.
+            self._saved_at = time.monotonic()
             async with transaction(self._engine) as conn:
-                await retries.advance(conn, CONSUMER, frontier, self._clock())
-        return bool(decided) or frontier > position
+                settled = await retries.settled_position(conn, self._position, now - self._grace)
+                if settled > durable:
+                    await retries.advance(conn, CONSUMER, settled, now)
+        return bool(decided) or len(events) == self._batch
 
     async def _failed_to_decide(self, session_id: str, exc: Exception) -> Outcome:
         """One attempt that cannot be decided never stops the others: it is held (the cursor waits)
@@ -161,6 +168,9 @@ class RetryEngine:
                 return True
             named, missing = await self._named(conn, s)
             facts = await self._facts(conn, s, settings)
+            if s.termination_reason == TerminationReason.USER_CANCELLED:
+                # Cancelled while it was failing: the user's word wins over the kernel's cause.
+                facts = replace(facts, cause=str(Cause.USER_CANCELLED))
             d = decide(
                 session_type=s.spec.type,
                 facts=facts,
@@ -172,21 +182,21 @@ class RetryEngine:
                     s.retry_count,
                     s.total_retries,
                     s.rule_counts,
-                    s.first_started_at or s.started_at,
+                    s.first_started_at or s.started_at or s.chain_submitted_at,
                     s.free_requeues,
                 ),
                 now=now,
+                rng=self._rng,
             )
             if missing:
                 d = replace(d, reason=f"{d.reason} (named policies not applied: {', '.join(missing)})")
-            if d.verdict is Verdict.RETRY and settings.retry.dispatch_rate:
-                until = await retries.take_dispatch_slot(conn, settings.retry.dispatch_rate, now)
-                if until is not None:
-                    return Wait(until)
             metrics.RETRY_DECISIONS.labels(policy=d.policy, decision=str(d.verdict)).inc()
             cause = str(s.cause or Cause.UNKNOWN)
             if d.verdict is Verdict.RETRY:
-                await self._retry(conn, s, d, cause, now)
+                start = now + timedelta(seconds=d.delay)
+                if settings.retry.dispatch_rate:
+                    start = await retries.take_dispatch_slot(conn, settings.retry.dispatch_rate, start, now)
+                await self._retry(conn, s, d, cause, now, start)
             elif d.verdict is Verdict.EXHAUSTED:
                 await retries.decide(conn, s.id, "exhausted", d.reason)
                 await self._say(conn, s, "session.retry_exhausted", {"cause": cause, "reason": d.reason}, now)
@@ -200,17 +210,18 @@ class RetryEngine:
             return True
 
     async def _retry(
-        self, conn: AsyncConnection, s: SessionRecord, d: Decision, cause: str, now: datetime
+        self, conn: AsyncConnection, s: SessionRecord, d: Decision, cause: str, now: datetime, start: datetime
     ) -> None:
         counts = dict(s.rule_counts)
         if d.counter is not None:
             counts[d.counter] = counts.get(d.counter, 0) + 1
-        inline_counted = d.counted and d.counter is None
         attempt = s.attempt + 1
         child_id = str(uuid.uuid4())
         spec = replace(
             s.spec, creation_id=attempt_creation_id(s.spec.creation_id, s.root_session_id, attempt)
         )
+        # "attempt N of M": what the deciding limit still allows, or one more for a free retry.
+        planned = attempt + d.remaining if d.counted and d.remaining is not None else s.max_attempts + 1
         child = NewSession(
             id=child_id,
             name=attempt_name(s.name, attempt),
@@ -218,9 +229,9 @@ class RetryEngine:
             spec=spec,
             parent_session_id=s.id,
             root_session_id=s.root_session_id,
-            retry_count=s.retry_count + (1 if inline_counted else 0),
+            retry_count=s.retry_count + (1 if d.counted else 0),
             chain_submitted_at=s.chain_submitted_at,
-            retry_after=now + timedelta(seconds=d.delay) if d.delay > 0 else None,
+            retry_after=start if start > now else None,
             attempt=attempt,
             total_retries=s.total_retries + (1 if d.counted else 0),
             free_requeues=s.free_requeues + (0 if d.counted else 1),
@@ -228,18 +239,19 @@ class RetryEngine:
             first_started_at=s.first_started_at or s.started_at,
             retry_cause=cause,
             avoid_agent=d.avoid_agent,
+            planned_attempts=planned,
         )
         await session_store.insert_session(conn, child, now)
         if os.environ.get(CRASH_HOOK) == "1":
             os.kill(os.getpid(), signal.SIGKILL)  # the transaction dies uncommitted with us
         await retries.decide(conn, s.id, "scheduled", d.reason, child_id)
-        of = s.max_attempts + (0 if d.counted else 1)
+        of = planned
         payload = {
             "cause": cause,
             "attempt": attempt,
             "max_attempts": of,
             "child_id": child_id,
-            "delay": round(d.delay, 3),
+            "delay": round((start - now).total_seconds(), 3),
             "reason": d.reason,
             "exit_code": s.exit_code,
         }

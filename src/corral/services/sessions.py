@@ -13,11 +13,12 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from corral.domain.cause import NEVER_RETRIABLE, TerminationReason
+from corral.domain.cluster import values_of
 from corral.domain.resources import BUILTIN_SLOTS, ResourceSlots
 from corral.domain.retry import attempt_creation_id, attempt_name
 from corral.domain.spec import RetryPolicy, SessionSpec, SessionType
 from corral.domain.status import TERMINAL_SESSION, SessionResult, SessionStatus
-from corral.services import cluster, policies
+from corral.services import policies
 from corral.services.errors import Conflict, Forbidden, InvalidInput, NotFound
 from corral.store import agents, auth, config, journal, retries, sessions
 from corral.store.auth import Principal
@@ -86,7 +87,7 @@ async def _earlier(conn: AsyncConnection, who: Principal, spec: SessionSpec) -> 
 async def _effective_policy(
     conn: AsyncConnection, spec: SessionSpec, retry_fields: Mapping[str, Any] | None
 ) -> RetryPolicy | None:
-    cluster_defaults = cluster.values_of(await config.cluster_values(conn))["retry.defaults"] or {}
+    cluster_defaults = values_of(await config.cluster_values(conn))["retry.defaults"] or {}
     project_defaults = (await config.project_config(conn, spec.project) or {}).get("retry_defaults") or {}
     if spec.retry_policy is None and not cluster_defaults and not project_defaults:
         return None
@@ -193,6 +194,8 @@ async def waiting_reason(engine: AsyncEngine, session: SessionRecord) -> str | N
     """Why a pending session waits (e.g. "unschedulable: ..."), from the scheduler's last word."""
     if session.status is not SessionStatus.PENDING:
         return None
+    if session.retry_after is not None and session.retry_after > _now():
+        return f"a retry: not before {session.retry_after.isoformat(timespec='seconds')}"
     async with engine.connect() as conn:
         return await journal.latest_skip(conn, session.id)
 
@@ -307,7 +310,9 @@ async def retry(engine: AsyncEngine, who: Principal, session_id: str) -> Session
             chain_submitted_at=latest.chain_submitted_at,
             attempt=attempt,
             manual_retry=True,
-            # A fresh budget: the attempts so far lie outside it ("attempt N of M" counts on).
+            # A fresh budget (retry_count and rule counters start again; the cluster's cap on the
+            # chain does not): the attempts so far lie outside it ("attempt N of M" counts on).
+            total_retries=latest.total_retries,
             free_requeues=latest.attempt,
             first_started_at=None,
             retry_cause=str(latest.cause) if latest.cause else None,

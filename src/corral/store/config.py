@@ -10,6 +10,7 @@ from typing import Any
 from sqlalchemy import delete, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from corral.domain.cluster import ClusterSettings, settings_of, values_of
 from corral.store.records import AuditRecord, ProjectRecord
 from corral.store.tables import audit_log, cluster_config, projects, retry_policies
 
@@ -17,6 +18,11 @@ from corral.store.tables import audit_log, cluster_config, projects, retry_polic
 async def cluster_values(conn: AsyncConnection) -> dict[str, Any]:
     rows = await conn.execute(select(cluster_config.c.key, cluster_config.c.value))
     return {key: value for key, value in rows}
+
+
+async def cluster_settings(conn: AsyncConnection) -> ClusterSettings:
+    """The typed settings (PolicyError, naming the setting, when a stored one cannot be used)."""
+    return settings_of(values_of(await cluster_values(conn)))
 
 
 async def set_cluster_values(conn: AsyncConnection, values: Mapping[str, Any], now: datetime) -> None:

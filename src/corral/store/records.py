@@ -86,6 +86,7 @@ class SessionRecord:
     rule_counts: dict[str, int]
     first_started_at: datetime | None
     retry_cause: Cause | None
+    planned_attempts: int | None
     avoid_agent: str | None
     retry_state: str | None
     retry_reason: str | None
@@ -112,8 +113,11 @@ class SessionRecord:
 
     @property
     def max_attempts(self) -> int:
-        """ "attempt N of M": M = max_retries + 1 + free requeues so far (DESIGN §5)."""
-        return self.spec.max_retries + 1 + self.free_requeues
+        """ "attempt N of M": M = max_retries + 1 + free requeues so far (DESIGN §5), or what the
+        named rule that made this attempt still allowed then; never below N."""
+        if self.planned_attempts is not None:
+            return max(self.planned_attempts, self.attempt)
+        return max(self.spec.max_retries + 1 + self.free_requeues, self.attempt)
 
 
 @dataclass(frozen=True)
@@ -179,6 +183,8 @@ class NewSession:
     """The cause that made this attempt."""
     avoid_agent: str | None = None
     """Soft anti-affinity: the agent of the previous root cause."""
+    planned_attempts: int | None = None
+    """"attempt N of M" as decided (None: from the inline policy)."""
     spec_hash: str | None = None
     """The request's digest, when the spec stored differs from the request (defaults merged in)."""
 

@@ -7,7 +7,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from sqlalchemy import and_, insert, select, update
+from sqlalchemy import and_, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.domain.status import TERMINAL_SESSION
@@ -52,8 +52,15 @@ async def reset(conn: AsyncConnection, consumer: str, position: int, now: dateti
     )
 
 
-async def ended_after(conn: AsyncConnection, position: int, limit: int) -> list[tuple[int, str]]:
-    """(event id, session id) of sessions that reached a terminal status, after `position`."""
+async def last_event_id(conn: AsyncConnection) -> int:
+    return int((await conn.execute(select(func.max(session_events.c.id)))).scalar() or 0)
+
+
+async def ended_after(
+    conn: AsyncConnection, position: int, limit: int, upto: int | None = None
+) -> list[tuple[int, str]]:
+    """(event id, session id) of sessions that reached a terminal status, after `position` (and
+    at most `upto`)."""
     rows = await conn.execute(
         select(session_events.c.id, session_events.c.session_id)
         .where(
@@ -64,7 +71,32 @@ async def ended_after(conn: AsyncConnection, position: int, limit: int) -> list[
         .order_by(session_events.c.id)
         .limit(limit)
     )
-    return [(int(i), str(s)) for i, s in rows]
+    return [(int(i), str(s)) for i, s in rows if upto is None or i <= upto]
+
+
+async def settled_position(conn: AsyncConnection, position: int, before: datetime) -> int:
+    """The highest event id up to `position` written before `before` (0 if none)."""
+    row = await conn.execute(
+        select(func.max(session_events.c.id)).where(
+            session_events.c.id <= position, session_events.c.created_at < before
+        )
+    )
+    return int(row.scalar() or 0)
+
+
+async def undecided(conn: AsyncConnection, ended_before: datetime, limit: int) -> list[str]:
+    """Attempts that ended before `ended_before` and were never decided on."""
+    rows = await conn.execute(
+        select(sessions.c.id)
+        .where(
+            sessions.c.retry_state.is_(None),
+            sessions.c.status.in_(_TERMINAL),
+            sessions.c.terminated_at < ended_before,
+        )
+        .order_by(sessions.c.terminated_at)
+        .limit(limit)
+    )
+    return [str(r) for r in rows.scalars()]
 
 
 async def claim(conn: AsyncConnection, session_id: str) -> SessionRecord | Claim:
@@ -148,20 +180,20 @@ async def log_tail(conn: AsyncConnection, kernel_id: str, max_bytes: int = 2048)
     return b"".join(reversed(parts))[-max_bytes:].decode("utf-8", "replace")
 
 
-async def take_dispatch_slot(conn: AsyncConnection, rate: float, now: datetime) -> datetime | None:
-    """The storm guard's token: None when a retry may be dispatched now (the slot is taken), else
-    the time the next slot opens.  One row shared by every manager (locked on PostgreSQL)."""
+async def take_dispatch_slot(
+    conn: AsyncConnection, rate: float, earliest: datetime, now: datetime
+) -> datetime:
+    """The storm guard: reserve the first start time at or after `earliest` that keeps retries
+    `1/rate` seconds apart cluster-wide, and return it (a retry is delayed, never dropped).  One row
+    shared by every manager (locked on PostgreSQL); a changed rate starts afresh."""
     query = select(cluster_config.c.value).where(cluster_config.c.key == DISPATCH_KEY)
     if conn.dialect.name == "postgresql":
         query = query.with_for_update()
     row = (await conn.execute(query)).first()
-    stamp, interval = now.timestamp(), 1.0 / rate
-    next_at = float(row.value) if row is not None else 0.0
-    if next_at > stamp + interval:
-        next_at = stamp  # set under a slower rate (or by hand): the current rate decides
-    if next_at > stamp:
-        return datetime.fromtimestamp(next_at, now.tzinfo)
-    value = stamp + interval  # this dispatch takes the slot; the next opens one interval later
+    stored = row.value if row is not None and isinstance(row.value, dict) else {}
+    next_at = float(stored.get("next_at", 0.0)) if stored.get("rate") == rate else now.timestamp()
+    slot = max(next_at, earliest.timestamp())
+    value = {"next_at": slot + 1.0 / rate, "rate": rate}
     if row is None:
         await conn.execute(insert(cluster_config).values(key=DISPATCH_KEY, value=value, updated_at=now))
     else:
@@ -170,7 +202,7 @@ async def take_dispatch_slot(conn: AsyncConnection, rate: float, now: datetime) 
             .where(cluster_config.c.key == DISPATCH_KEY)
             .values(value=value, updated_at=now)
         )
-    return None
+    return datetime.fromtimestamp(slot, now.tzinfo)
 
 
 async def events_after(

@@ -8,7 +8,7 @@ from collections.abc import Collection, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Select, and_, func, insert, select, update
+from sqlalchemy import Select, and_, func, insert, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.domain.status import TERMINAL_SESSION, KernelStatus, SessionStatus
@@ -47,6 +47,7 @@ async def insert_session(conn: AsyncConnection, new: NewSession, now: datetime) 
         rule_counts=new.rule_counts or None,
         first_started_at=new.first_started_at,
         retry_cause=new.retry_cause,
+        planned_attempts=new.planned_attempts,
         avoid_agent=new.avoid_agent,
         phase_tries=0,
         reschedule_count=0,
@@ -151,6 +152,7 @@ async def for_handler(
     with_kernels: bool = True,
     limit: int = 5000,
     changed_before: datetime | None = None,
+    ready_at: datetime | None = None,
 ) -> list[SessionRecord]:
     """A handler's targets: sessions in `statuses` (optionally with a kernel in `kernel_statuses`).
 
@@ -168,6 +170,9 @@ async def for_handler(
         query = query.order_by(sessions.c.created_at, sessions.c.id).limit(limit)
     if changed_before is not None:
         query = query.where(sessions.c.status_changed_at < changed_before)
+    if ready_at is not None:
+        # Before the window's limit: retries waiting for their time never fill the window.
+        query = query.where(or_(sessions.c.retry_after.is_(None), sessions.c.retry_after <= ready_at))
     if terminating_requested is True:
         query = query.where(sessions.c.termination_reason.is_not(None))
     elif terminating_requested is False:

@@ -163,6 +163,8 @@ sessions = Table(
     Column("rule_counts", JSON, nullable=True),
     Column("first_started_at", UTCDateTime, nullable=True),
     Column("retry_cause", String(32), nullable=True),
+    # "attempt N of M" as decided when the attempt was made (NULL: from the inline policy).
+    Column("planned_attempts", Integer, nullable=True),
     Column("avoid_agent", String(128), nullable=True),
     # The retry engine's decision on this attempt once it ended (NULL: not decided yet).
     Column("retry_state", String(16), nullable=True),

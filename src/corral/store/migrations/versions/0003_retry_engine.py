@@ -26,6 +26,7 @@ def _session_columns() -> tuple[sa.Column[object], ...]:
         sa.Column("rule_counts", sa.JSON(), nullable=True),
         sa.Column("first_started_at", UTCDateTime(), nullable=True),
         sa.Column("retry_cause", sa.String(length=32), nullable=True),
+        sa.Column("planned_attempts", sa.Integer(), nullable=True),
         sa.Column("avoid_agent", sa.String(length=128), nullable=True),
         sa.Column("retry_state", sa.String(length=16), nullable=True),
         sa.Column("retry_reason", sa.Text(), nullable=True),
