@@ -13,8 +13,8 @@ from corral.domain.policy import (
     FailureFacts,
     PolicyError,
     bounded_search,
+    common_fields,
     common_match,
-    exit_codes_from,
     pattern_from,
 )
 
@@ -92,13 +92,8 @@ def category_from(raw: Mapping[str, Any], field: str) -> CategoryRule:
     try:
         return CategoryRule(
             name=str(raw["name"]),
-            on_exit_codes=exit_codes_from(raw.get("on_exit_codes")),
-            on_conditions=frozenset(Condition(c) for c in raw.get("on_conditions") or ()),
-            on_termination_message=pattern_from(
-                raw.get("on_termination_message"), f"{field}.on_termination_message"
-            ),
+            **common_fields(raw, field),
             on_log_tail=pattern_from(raw.get("on_log_tail"), f"{field}.on_log_tail"),
-            kernel_role=raw.get("kernel_role"),
         )
     except PolicyError:
         raise

@@ -161,6 +161,18 @@ def pattern_from(raw: Mapping[str, Any] | None, field: str) -> str | None:
     return compile_regex(raw["pattern"], f"{field}.pattern") if raw else None
 
 
+def common_fields(raw: Mapping[str, Any], field: str) -> dict[str, Any]:
+    """The matchers rules and categories share, read from their stored shape."""
+    return {
+        "on_exit_codes": exit_codes_from(raw.get("on_exit_codes")),
+        "on_conditions": frozenset(Condition(c) for c in raw.get("on_conditions") or ()),
+        "on_termination_message": pattern_from(
+            raw.get("on_termination_message"), f"{field}.on_termination_message"
+        ),
+        "kernel_role": raw.get("kernel_role"),
+    }
+
+
 @dataclass(frozen=True)
 class NamedPolicy:
     """A stored, named policy; its rules are tried in order."""
@@ -241,14 +253,9 @@ def rule_from(raw: Mapping[str, Any], field: str) -> Rule:
     anti = raw.get("anti_affinity")
     return Rule(
         action=RuleAction(raw["action"]),
-        on_exit_codes=exit_codes_from(raw.get("on_exit_codes")),
-        on_conditions=frozenset(Condition(c) for c in raw.get("on_conditions") or ()),
-        on_termination_message=pattern_from(
-            raw.get("on_termination_message"), f"{field}.on_termination_message"
-        ),
+        **common_fields(raw, field),
         on_failure_category=frozenset(raw.get("on_failure_category") or ()),
         on_recoverable=raw.get("on_recoverable"),
-        kernel_role=raw.get("kernel_role"),
         retry_limit=raw.get("retry_limit"),
         backoff=backoff_from(backoff, RuleBackoff()) if backoff else None,
         anti_affinity=AntiAffinity(anti) if anti else None,
