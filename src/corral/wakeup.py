@@ -3,6 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import structlog
+
+log = structlog.get_logger("corral.loop")
 
 
 class Wakeup:
@@ -47,3 +53,19 @@ class Wakeup:
                 )
             except TimeoutError:
                 pass
+
+
+async def repeat(
+    step: Callable[[], Awaitable[object]], idle: Callable[[], Awaitable[None]], failed: str, **context: Any
+) -> None:
+    """Run `step` for ever; after a step that did nothing (or failed, logged) wait on `idle`."""
+    while True:
+        try:
+            busy = await step()
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception(failed, **context)
+            busy = False
+        if not busy:
+            await idle()

@@ -15,7 +15,7 @@ from corral.manager.sweep import sweep
 from corral.settings import SchedulerSettings
 from corral.store import agents, leases
 from corral.store.db import transaction
-from corral.wakeup import Wakeup
+from corral.wakeup import Wakeup, repeat
 
 log = structlog.get_logger("corral.loop")
 
@@ -73,16 +73,12 @@ class SchedulerLoop:
         return moved + changed
 
     async def run(self) -> None:
-        while True:
-            try:
-                busy = await self.run_once()
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("scheduling cycle failed", resource_group=self._rg)
-                busy = 0
-            if not busy:
-                await self._wakeup.wait_scheduler(self._cfg.loop_interval)
+        await repeat(
+            self.run_once,
+            lambda: self._wakeup.wait_scheduler(self._cfg.loop_interval),
+            "scheduling cycle failed",
+            resource_group=self._rg,
+        )
 
 
 class Scheduler:

@@ -28,7 +28,7 @@ from corral.store import sessions as session_store
 from corral.store.db import transaction
 from corral.store.records import NewSession, SessionRecord
 from corral.store.retries import Claim
-from corral.wakeup import Wakeup
+from corral.wakeup import Wakeup, repeat
 
 log = structlog.get_logger("corral.retry")
 
@@ -85,16 +85,7 @@ class RetryEngine:
         self._saved_at = 0.0
 
     async def run(self) -> None:
-        while True:
-            try:
-                busy = await self.run_once()
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("retry cycle failed")
-                busy = False
-            if not busy:
-                await self._wakeup.wait_retries(self._poll)
+        await repeat(self.run_once, lambda: self._wakeup.wait_retries(self._poll), "retry cycle failed")
 
     async def run_once(self) -> bool:
         """One batch of events (and now and then the backstop); True when something was decided."""
@@ -141,8 +132,8 @@ class RetryEngine:
         return bool(decided) or len(events) == self._batch
 
     async def _failed_to_decide(self, session_id: str, exc: Exception) -> Outcome:
-        """One attempt that cannot be decided never stops the others: it is held (the cursor waits)
-        and tried again, and after a few failures it is decided "no retry", saying why."""
+        """One attempt that cannot be decided never stops the others: it is left to the backstop to
+        try again, and after a few failures it is decided "no retry", saying why."""
         log.exception("retry decision failed", session_id=session_id)
         tries = self._errors.get(session_id, 0) + 1
         self._errors[session_id] = tries
