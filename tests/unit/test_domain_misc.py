@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from corral.domain.cause import Cause, KernelOutcome, TerminationReason, classify_failure
+from corral.domain.cause import Cause, KernelOutcome, TerminationReason
 from corral.domain.exits import normalise_exit
 from corral.domain.final import final_verdict
 from corral.domain.judge import PhaseLimits, gives_up, is_expired, reschedules_exhausted
@@ -68,8 +68,8 @@ def test_root_cause_is_the_earliest_own_failure_not_the_killed_peers() -> None:
 
 
 def test_tie_on_time_breaks_by_rank() -> None:
-    _, root = classify_failure([k(2, K.ERROR, 1, exited_at_ns=5), k(1, K.ERROR, 1, exited_at_ns=5)], None)
-    assert root is not None and root.rank == 1
+    v = final_verdict([k(2, K.ERROR, 1, exited_at_ns=5), k(1, K.ERROR, 1, exited_at_ns=5)], None)
+    assert v.root_rank == 1
 
 
 def test_oom_and_agent_loss_causes() -> None:

@@ -18,6 +18,7 @@ import structlog
 from corral.agent.cgroup import KernelCgroup
 from corral.agent.link import SupervisorLink
 from corral.agent.shipper import STREAMS, KernelLogs
+from corral.domain.error_record import FILE_MAX, FileRecord, parse_file
 from corral.domain.exits import normalise_exit
 from corral.domain.status import KernelStatus
 from corral.protocol.types import scrub
@@ -25,6 +26,7 @@ from corral.protocol.types import scrub
 log = structlog.get_logger("corral.agent.kernel")
 
 TERMINATION_LOG_MAX = 4096
+WORKER_LIB = Path(__file__).resolve().parent.parent / "workerlib"
 Report = dict[str, Any]
 
 
@@ -61,11 +63,10 @@ def kernel_env(
         CORRAL_TERMINATION_LOG=str(files["termination"]),
         CORRAL_CHECKPOINT_DIR=str(checkpoint_dir),
         PYTHONUNBUFFERED="1",
+        # `import corral_worker` works in any kernel's python3, with nothing installed.
+        PYTHONPATH=os.pathsep.join(p for p in (str(WORKER_LIB), env.get("PYTHONPATH", "")) if p),
     )
     return env
-
-
-ERROR_RECORD_MAX = 1 << 20
 
 
 def read_kernel_file(path: Path, max_bytes: int, tail: bool = True) -> bytes:
@@ -93,12 +94,18 @@ def _tail_text(path: Path, max_bytes: int) -> str:
 
 
 def _error_record(path: Path) -> dict[str, Any] | None:
-    raw = read_kernel_file(path, ERROR_RECORD_MAX, tail=False)
-    try:
-        record = json.loads(raw) if raw else None
-    except (ValueError, RecursionError):  # anything a kernel wrote: a bad record is no record
+    """The worker's error file, normalised (both formats, fields capped); {"note"} when it is unusable
+    (too big, binary, not JSON, unknown format): the manager then synthesizes the record."""
+    raw = read_kernel_file(path, FILE_MAX + 1, tail=False)
+    if not raw:
         return None
-    return record if isinstance(record, dict) else None
+    if len(raw) > FILE_MAX:
+        return {"note": f"the error file is over {FILE_MAX // 1024} KiB: not read"}
+    try:
+        parsed = parse_file(json.loads(raw))
+    except (ValueError, RecursionError):  # anything a kernel wrote: a bad record is no record
+        return {"note": "the error file is not valid UTF-8 JSON"}
+    return parsed.to_json() if isinstance(parsed, FileRecord) else {"note": parsed}
 
 
 class KernelRunner:
@@ -213,6 +220,7 @@ class KernelRunner:
             # Read here, not from the shipped logs: the retry decision must not wait for them.
             tail = _tail_text(self.files["stderr"], 2048) or _tail_text(self.files["stdout"], 2048)
             tail = "\n".join(tail.splitlines()[-80:])
+        source = "file" if message else "log_tail"
         if not message:
             message = tail
         record = _error_record(self.files["error"])
@@ -234,6 +242,7 @@ class KernelRunner:
                         if result.get(k) is not None
                     },
                     **({"log_tail": tail} if tail else {}),
+                    **({"termination_source": source} if message else {}),
                 }
             ),
         )

@@ -19,10 +19,13 @@ from pydantic import (
 )
 
 from corral.domain.cause import NEVER_RETRIABLE, Cause
+from corral.domain.error_record import ErrorRecord, error_record
 from corral.domain.failure import kernel_conditions
+from corral.domain.final import failure_records
 from corral.domain.placement import PlacementStrategy
 from corral.domain.resources import ResourceError, ResourceSlots
 from corral.domain.retry import RETRY_KEY_MARK, AttemptBrief, shown_retry_state
+from corral.domain.root_cause import default_strategy, is_side_effect, ordered
 from corral.domain.spec import (
     MAX_RETRY_DELAY_CEILING,
     AntiAffinity,
@@ -117,7 +120,11 @@ class SessionCreate(BaseModel):
     timeout: int | None = Field(
         None, gt=0, le=MAX_TIMEOUT, description="seconds from start; then deadline_exceeded"
     )
-    error_strategy: Annotated[ErrorStrategy, Strict(False)] = ErrorStrategy.EARLIEST
+    error_strategy: Annotated[ErrorStrategy, Strict(False)] | None = Field(
+        None,
+        description="how a failed gang's root cause is chosen: single, earliest or earliest_primary "
+        "(default: earliest_primary for cluster_size > 1, single for one kernel)",
+    )
     retry_policy: RetryPolicyIn | None = None
     retry_policies: list[Name] = Field(default_factory=list, max_length=32)
     creation_id: (
@@ -172,7 +179,7 @@ class SessionCreate(BaseModel):
             placement=self.placement,
             image=self.image,
             timeout=self.timeout,
-            error_strategy=self.error_strategy,
+            error_strategy=self.error_strategy or default_strategy(self.cluster_size),
             retry_policy=self.retry_policy.to_domain() if self.retry_policy else None,
             retry_policies=tuple(self.retry_policies),
             creation_id=self.creation_id,
@@ -217,6 +224,94 @@ class KernelOut(BaseModel):
         )
 
 
+def _at(ns: int | None) -> datetime | None:
+    return datetime.fromtimestamp(ns / 1e9, UTC) if ns is not None else None
+
+
+_RESOLUTIONS = ((1_000_000_000, "s"), (1_000_000, "ms"), (1_000, "us"))
+
+
+def _resolution(ns: int) -> str:
+    return next((name for size, name in _RESOLUTIONS if ns >= size), "ns")
+
+
+class ErrorRecordOut(BaseModel):
+    worker: str
+    rank: int
+    kernel_id: str
+    agent: str | None
+    source: str = Field(description="corral (corral_worker), torch (elastic @record) or synthesized")
+    kind: str = Field(description="exception, signal, exit, oom or lost")
+    type: str
+    message: str
+    traceback: str = Field(description="the traceback, or the log tail of a synthesized record")
+    timestamp: datetime | None
+    resolution: str = Field(description="precision of timestamp: s for torch's records, ns otherwise")
+    exited_at: datetime | None = Field(description="the kernel's exit as its agent saw it (tie-breaker)")
+    recoverable: bool | None
+    exit_code: int | None
+    signal: int | None
+    root_cause: bool = Field(description="this record is the session's root cause")
+    primary: bool = Field(description="not a side effect (peer gone, connection reset, stopped by Corral)")
+    note: str | None = Field(description="why the worker's error file was not used, when it was not")
+
+    @classmethod
+    def of(cls, r: ErrorRecord, root: bool = False) -> ErrorRecordOut:
+        return cls(
+            worker=r.worker,
+            rank=r.rank,
+            kernel_id=r.kernel_id,
+            agent=r.agent,
+            source=r.source,
+            kind=r.kind,
+            type=r.type,
+            message=r.message,
+            traceback=r.traceback,
+            timestamp=_at(r.timestamp_ns),
+            resolution=_resolution(r.resolution_ns),
+            exited_at=_at(r.exited_at_ns),
+            recoverable=r.recoverable,
+            exit_code=r.exit_code,
+            signal=r.signal,
+            root_cause=root,
+            primary=not is_side_effect(r),
+            note=r.note,
+        )
+
+
+def root_cause_of(s: SessionRecord) -> dict[str, Any] | None:
+    """The session's root-cause worker, as chosen when it ended (its kernel is `root_rank`)."""
+    root = next((k for k in s.kernels if k.rank == s.root_rank), None) if s.root_rank is not None else None
+    if root is None:
+        return None
+    r = error_record(root.outcome())
+    return {
+        "worker": r.worker,
+        "rank": r.rank,
+        "kernel_id": r.kernel_id,
+        "agent": r.agent,
+        "type": r.type,
+        "message": r.message,
+        "timestamp": _at(r.timestamp_ns),
+        "resolution": _resolution(r.resolution_ns),
+        "recoverable": r.recoverable,
+        "strategy": str(s.spec.error_strategy),
+        "source": str(r.source),
+        "exit_code": root.exit_code,
+        "signal": root.signal,
+    }
+
+
+def errors_of(s: SessionRecord) -> list[ErrorRecordOut]:
+    """Every failed worker's record, the root cause first."""
+    records = failure_records([k.outcome() for k in s.kernels])
+    root = next((r for r in records if r.rank == s.root_rank), None)
+    rest = ordered(records, None)
+    return [
+        ErrorRecordOut.of(r, r is root) for r in ([root] if root else []) + [r for r in rest if r is not root]
+    ]
+
+
 class SessionOut(BaseModel):
     id: str
     name: str
@@ -253,7 +348,11 @@ class SessionOut(BaseModel):
     creation_id: str | None
     termination_reason: str | None
     waiting_reason: str | None = Field(None, description="why a PENDING session waits (single GET only)")
-    root_cause: dict[str, Any] | None
+    error_strategy: str = Field(description="how the root cause is chosen")
+    root_cause: dict[str, Any] | None = Field(
+        description="the worker that failed first: worker, rank, kernel_id, agent, type, message, "
+        "timestamp, resolution, recoverable, strategy"
+    )
     kernels: list[KernelOut]
 
     @classmethod
@@ -267,9 +366,6 @@ class SessionOut(BaseModel):
             AttemptBrief(c["attempt"], c["status"], c["result"], c["retry_state"]) for c in (chain or [])
         ]
         me = AttemptBrief(s.attempt, s.status, s.result, s.retry_state)
-        root = (
-            next((k for k in s.kernels if k.rank == s.root_rank), None) if s.root_rank is not None else None
-        )
         spec = s.spec
         return cls(
             id=s.id,
@@ -305,20 +401,10 @@ class SessionOut(BaseModel):
             retry_chain=[c["id"] for c in chain] if chain else [s.id],
             manual_retry=s.manual_retry,
             creation_id=spec.creation_id,
+            error_strategy=str(spec.error_strategy),
             termination_reason=s.termination_reason,
             waiting_reason=waiting_reason,
-            root_cause=(
-                {
-                    "kernel_id": root.id,
-                    "rank": root.rank,
-                    "agent": root.agent_id,
-                    "exit_code": root.exit_code,
-                    "signal": root.signal,
-                    "message": root.termination_message,
-                }
-                if root
-                else None
-            ),
+            root_cause=root_cause_of(s),
             kernels=[KernelOut.of(k) for k in s.kernels],
         )
 

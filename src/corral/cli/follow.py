@@ -48,6 +48,13 @@ class _Printer:
             (sys.stdout if stream == "stdout" else sys.stderr).write(f"[{rank}] {rest}\n")
 
 
+def root_cause_line(rc: dict[str, Any]) -> str:
+    """'root cause: worker rank-2 on agent local-1: ValueError: bad batch'"""
+    what = f"{rc['type']}: {rc['message']}" if rc.get("type") else rc.get("message") or ""
+    first = what.strip().splitlines()[0] if what.strip() else "(no message)"
+    return f"root cause: worker {rc['worker']} on agent {rc.get('agent') or '-'}: {first[:500]}"
+
+
 def follow(api: Api, session_id: str, prefix: bool | None, quiet: bool = False) -> dict[str, Any]:
     """Stream logs and status until the session ends and every log chunk has been printed."""
     cursor = 0
@@ -75,6 +82,8 @@ def follow(api: Api, session_id: str, prefix: bool | None, quiet: bool = False) 
                 tail = f" cause={final['cause']}" if final.get("cause") else ""
                 code = f" exit_code={final['exit_code']}" if final.get("exit_code") is not None else ""
                 print(f"corral: session {session_id[:8]} {final['status']}{tail}{code}", file=sys.stderr)
+                if final.get("root_cause"):
+                    print(f"corral: {root_cause_line(final['root_cause'])}", file=sys.stderr)
             return dict(final)
         if logs["chunks"]:
             delay = 0.05

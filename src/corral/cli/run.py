@@ -31,6 +31,13 @@ def run(
     env: Annotated[list[str] | None, typer.Option("--env", "-e", help="KEY=VALUE for the kernels")] = None,
     timeout: Annotated[int | None, typer.Option(help="seconds from start before deadline_exceeded")] = None,
     dispersed: Annotated[bool, typer.Option(help="spread kernels over agents")] = False,
+    error_strategy: Annotated[
+        str | None,
+        typer.Option(
+            help="how a failed gang's root cause is chosen: single, earliest or earliest_primary "
+            "(default earliest_primary with --cluster-size > 1, else single)"
+        ),
+    ] = None,
     max_retries: Annotated[
         int | None, typer.Option(help="retries after the first attempt (default 0)", rich_help_panel=RETRY)
     ] = None,
@@ -109,7 +116,12 @@ def run(
     }
     if resources:
         body["resources"] = {"cpu": 1, **resources}
-    extras: dict[str, object] = {"priority": priority, "name": name, "timeout": timeout}
+    extras: dict[str, object] = {
+        "priority": priority,
+        "name": name,
+        "timeout": timeout,
+        "error_strategy": error_strategy,
+    }
     body.update({k: v for k, v in extras.items() if v is not None})
     if dispersed:
         body["placement"] = "dispersed"

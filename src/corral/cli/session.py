@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from corral.cli.client import Api
-from corral.cli.follow import follow
+from corral.cli.follow import follow, root_cause_line
 from corral.cli.output import Format, OutputOpt, emit
 
 app = typer.Typer(help="Inspect and control sessions.", no_args_is_help=True)
@@ -76,9 +76,12 @@ def info(session_id: SessionId, output: Format = OutputOpt) -> None:
         typer.echo(f"waiting: {s['waiting_reason']}")
     if s.get("root_cause"):
         rc = s["root_cause"]
-        typer.echo(f"root cause: rank {rc['rank']} on {rc['agent']}, exit {rc['exit_code']}")
-        if rc.get("message"):
-            typer.echo(rc["message"])
+        typer.echo(root_cause_line(rc))
+        recoverable = {True: "yes", False: "no", None: "not said"}[rc.get("recoverable")]
+        typer.echo(
+            f"  exit {rc['exit_code']}, at {rc.get('timestamp') or '-'} (resolution {rc['resolution']}), "
+            f"recoverable: {recoverable}, strategy {rc['strategy']}; all records: corral session errors ID"
+        )
 
 
 @app.command()
@@ -121,6 +124,37 @@ def history(session_id: SessionId, output: Format = OutputOpt) -> None:
             ("MESSAGE", "message"),
         ],
     )
+
+
+@app.command()
+def errors(session_id: SessionId, output: Format = OutputOpt) -> None:
+    """Every failed worker's error record, the root cause first (primary errors vs side effects such
+    as a peer gone or a stop sent by Corral)."""
+    rows = Api().call("GET", f"/sessions/{session_id}/errors")
+    if output is not Format.table:
+        emit(rows, output)
+        return
+    for r in rows:
+        r["role_"] = "ROOT CAUSE" if r["root_cause"] else ("primary" if r["primary"] else "side effect")
+        r["error"] = f"{r['type']}: {r['message']}" if r["type"] else r["message"]
+        r["error"] = (r["error"].strip().splitlines() or [""])[0][:200]
+    emit(
+        rows,
+        output,
+        [
+            ("", "role_"),
+            ("WORKER", "worker"),
+            ("RANK", "rank"),
+            ("AGENT", "agent"),
+            ("TIME", "timestamp"),
+            ("RES", "resolution"),
+            ("SOURCE", "source"),
+            ("RECOVERABLE", "recoverable"),
+            ("ERROR", "error"),
+        ],
+    )
+    if not rows:
+        typer.echo("no error records: no worker failed")
 
 
 ATTEMPT_COLUMNS = [

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 
 from corral.domain.status import KernelStatus
 
@@ -60,23 +61,25 @@ class KernelOutcome:
     """Declared gone because its agent was lost."""
     image_failed: bool = False
     """Its runtime environment could not be prepared."""
+    kernel_id: str = ""
+    """Its id."""
+    agent_id: str | None = None
+    """The agent it was placed on."""
+    worker: str = ""
+    """Its worker name ($CORRAL_WORKER_NAME)."""
+    error_file: Mapping[str, Any] | None = None
+    """Its error file, normalised when reported (a {"note"} when unusable), or None."""
+    log_tail: str = ""
+    """The end of its output, read by the agent when it failed."""
 
 
-def _own_failure(k: KernelOutcome) -> bool:
+def own_failure(k: KernelOutcome) -> bool:
     """Failed on its own account, not because Corral stopped it."""
     if k.agent_lost or k.image_failed or k.oom_killed:
         return True
     if k.killed_by_corral:
         return False
     return k.status is KernelStatus.ERROR or (k.exit_code is not None and k.exit_code != 0)
-
-
-def root_cause_kernel(kernels: Sequence[KernelOutcome]) -> KernelOutcome | None:
-    """The kernel whose failure caused the session's: earliest own failure, then rank."""
-    failed = [k for k in kernels if _own_failure(k)]
-    if not failed:
-        return None
-    return min(failed, key=lambda k: (k.exited_at_ns is None, k.exited_at_ns or 0, k.rank))
 
 
 def kernel_cause(k: KernelOutcome) -> Cause:
@@ -100,13 +103,10 @@ _REASON_CAUSE = {
 }
 
 
-def classify_failure(
-    kernels: Sequence[KernelOutcome], reason: TerminationReason | None
-) -> tuple[Cause, KernelOutcome | None]:
-    """One cause for a failed session, and the root-cause kernel when there is one."""
-    root = root_cause_kernel(kernels)
+def classify_failure(root: KernelOutcome | None, reason: TerminationReason | None) -> Cause:
+    """One cause for a failed session: its root-cause kernel's, else its termination reason's."""
     if root is not None:
-        return kernel_cause(root), root
+        return kernel_cause(root)
     if reason is not None and reason in _REASON_CAUSE:
-        return _REASON_CAUSE[reason], None
-    return Cause.UNKNOWN, None
+        return _REASON_CAUSE[reason]
+    return Cause.UNKNOWN

@@ -5,7 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from corral.domain.cause import Cause, KernelOutcome, TerminationReason, classify_failure
+from corral.domain.cause import Cause, KernelOutcome, TerminationReason, classify_failure, own_failure
+from corral.domain.error_record import ErrorRecord, error_record
+from corral.domain.root_cause import RootCause, aggregate
+from corral.domain.spec import ErrorStrategy
 from corral.domain.status import KernelStatus, SessionResult, SessionStatus
 
 
@@ -23,10 +26,25 @@ class FinalVerdict:
     """Rank of the root-cause kernel, if one is to blame."""
     exit_code: int | None
     """The root-cause kernel's exit code (or the main kernel's on success)."""
+    root_cause: RootCause | None = None
+    """The root-cause worker's error record, when a worker failed on its own."""
 
 
-def final_verdict(kernels: Sequence[KernelOutcome], reason: TerminationReason | None) -> FinalVerdict:
-    cause, root = classify_failure(kernels, reason)
+def failure_records(kernels: Sequence[KernelOutcome]) -> list[ErrorRecord]:
+    """One record per kernel that failed or that Corral stopped; none for kernels that succeeded."""
+    return [error_record(k) for k in kernels if own_failure(k) or k.killed_by_corral]
+
+
+def final_verdict(
+    kernels: Sequence[KernelOutcome],
+    reason: TerminationReason | None,
+    strategy: ErrorStrategy = ErrorStrategy.EARLIEST_PRIMARY,
+) -> FinalVerdict:
+    found = aggregate(failure_records(kernels), strategy)
+    if found is not None and found.record.killed_by_corral and reason is not None:
+        found = None  # stopped for a reason (cancel, deadline, preemption): the reason is the cause
+    root = next((k for k in kernels if k.rank == found.record.rank), None) if found else None
+    cause = classify_failure(root, reason)
     if root is None:
         if reason is None:
             if kernels and all(k.status is KernelStatus.TERMINATED and k.exit_code == 0 for k in kernels):
@@ -40,4 +58,4 @@ def final_verdict(kernels: Sequence[KernelOutcome], reason: TerminationReason | 
                 return FinalVerdict(SessionStatus.TERMINATED, SessionResult.FAILURE, cause, None, None)
             return FinalVerdict(SessionStatus.CANCELLED, SessionResult.UNDEFINED, cause, None, None)
         return FinalVerdict(SessionStatus.ERROR, SessionResult.FAILURE, cause, None, None)
-    return FinalVerdict(SessionStatus.ERROR, SessionResult.FAILURE, cause, root.rank, root.exit_code)
+    return FinalVerdict(SessionStatus.ERROR, SessionResult.FAILURE, cause, root.rank, root.exit_code, found)

@@ -167,8 +167,8 @@ class SessionSpec:
     """Runtime environment the agent prepares."""
     timeout: int | None = None
     """Seconds from start, then deadline_exceeded."""
-    error_strategy: ErrorStrategy = ErrorStrategy.EARLIEST
-    """How the root-cause error is chosen."""
+    error_strategy: ErrorStrategy = ErrorStrategy.SINGLE
+    """How the root-cause error is chosen (the API defaults it by cluster size)."""
     retry_policy: RetryPolicy | None = None
     """Inline retry policy."""
     retry_policies: tuple[str, ...] = ()

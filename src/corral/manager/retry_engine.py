@@ -19,6 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from corral import metrics
 from corral.domain.cause import Cause, TerminationReason
 from corral.domain.cluster import ClusterSettings
+from corral.domain.error_record import Source, error_record
 from corral.domain.failure import attempt_conditions, categorise, log_tail, termination_message
 from corral.domain.policy import FailureFacts, NamedPolicy, PolicyError, policy_from
 from corral.domain.retry import Chain, Decision, Verdict, attempt_creation_id, attempt_name, decide
@@ -46,18 +47,6 @@ def utcnow() -> datetime:
 
 
 Outcome = Claim | bool  # True: decided now
-
-
-def _recoverable(record: dict[str, Any] | None) -> bool | None:
-    value = (record or {}).get("recoverable")
-    return value if isinstance(value, bool) else None
-
-
-def _record_message(record: dict[str, Any] | None) -> str | None:
-    message = (record or {}).get("message")
-    if isinstance(message, dict):  # torch elastic nests it
-        message = message.get("message")
-    return message if isinstance(message, str) else None
 
 
 class RetryEngine:
@@ -301,6 +290,12 @@ class RetryEngine:
             # The agent's own tail comes with the kernel's end; shipped output may still be on its way.
             given = root.detail.get("log_tail")
             tail = log_tail(given if isinstance(given, str) else await retries.log_tail(conn, root.id))
+        record = error_record(root.outcome()) if root is not None else None
+        written = record if record is not None and record.source is not Source.SYNTHESIZED else None
+        log_file = s.termination_message
+        if root is not None:
+            from_tail = root.detail.get("termination_source") == "log_tail"
+            log_file = None if from_tail else root.termination_message
         facts = FailureFacts(
             cause=str(cause),
             exit_code=s.exit_code if root else None,
@@ -309,14 +304,10 @@ class RetryEngine:
                 root.outcome() if root else None,
                 never_placed=all(k.agent_id is None for k in s.kernels),
             ),
-            message=termination_message(
-                root.termination_message if root else s.termination_message,
-                _record_message(root.error_record) if root else None,
-                tail,
-            ),
+            message=termination_message(log_file, written.message if written else None, tail),
             log_tail=tail,
             kernel_role=root.role if root else None,
-            recoverable=_recoverable(root.error_record) if root else None,
+            recoverable=record.recoverable if record is not None else None,
             agent_id=root.agent_id if root else None,
         )
         return replace(facts, categories=categorise(settings.categories, facts))

@@ -10,6 +10,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from corral.domain.error_record import worker_name
 from corral.domain.resources import ResourceError, ResourceSlots
 from corral.domain.status import KernelStatus
 from corral.protocol.messages import LogShipment
@@ -244,7 +245,7 @@ def _spec(
         "max_attempts": s.max_attempts,
         "checkpoint_dir": f"{checkpoint_root}/{s.root_session_id}" if checkpoint_root else None,
         "error_strategy": str(s.spec.error_strategy),
-        "worker_name": f"{s.name}-{k.role}{k.rank}",
+        "worker_name": worker_name(k.rank),
         "root_session_id": s.root_session_id,
         "timeout_grace": 10.0,
     }

@@ -7,6 +7,7 @@ from datetime import datetime
 from typing import Any
 
 from corral.domain.cause import Cause, KernelOutcome
+from corral.domain.error_record import worker_name
 from corral.domain.resources import ResourceSlots
 from corral.domain.spec import SessionSpec
 from corral.domain.status import AgentStatus, KernelStatus, SessionResult, SessionStatus
@@ -55,6 +56,11 @@ class KernelRecord:
             exited_at_ns=self.exited_at_ns,
             agent_lost=self.agent_lost,
             image_failed=self.image_failed,
+            kernel_id=self.id,
+            agent_id=self.agent_id,
+            worker=worker_name(self.rank),
+            error_file=self.error_record,
+            log_tail=tail if isinstance(tail := self.detail.get("log_tail"), str) else "",
         )
 
 

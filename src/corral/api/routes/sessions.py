@@ -6,7 +6,15 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Response
 
-from corral.api.schemas import HistoryOut, KernelOut, LogsOut, SessionCreate, SessionOut
+from corral.api.schemas import (
+    ErrorRecordOut,
+    HistoryOut,
+    KernelOut,
+    LogsOut,
+    SessionCreate,
+    SessionOut,
+    errors_of,
+)
 from corral.api.state import AppState, Caller, State
 from corral.domain.status import SessionStatus
 from corral.protocol.types import INT64_MAX
@@ -86,6 +94,12 @@ async def get_kernels(session_id: str, who: Caller, state: State) -> list[Kernel
 @router.get("/{session_id}/history", response_model=list[HistoryOut])
 async def get_history(session_id: str, who: Caller, state: State) -> list[HistoryOut]:
     return [HistoryOut.of(h) for h in await svc.history(state.engine, who, session_id)]
+
+
+@router.get("/{session_id}/errors", response_model=list[ErrorRecordOut])
+async def get_errors(session_id: str, who: Caller, state: State) -> list[ErrorRecordOut]:
+    """Every failed worker's error record, the root cause first, each marked primary or side effect."""
+    return errors_of(await svc.get(state.engine, who, session_id))
 
 
 @router.get("/{session_id}/logs", response_model=LogsOut)

@@ -23,4 +23,4 @@ class PromoteToTerminated(SessionPromotionHandler):
     def verdict(self, session: SessionRecord) -> FinalVerdict:
         reason = session.termination_reason
         known = TerminationReason(reason) if reason in set(TerminationReason) else None
-        return final_verdict([k.outcome() for k in session.kernels], known)
+        return final_verdict([k.outcome() for k in session.kernels], known, session.spec.error_strategy)
