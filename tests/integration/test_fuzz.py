@@ -19,7 +19,13 @@ from tests.support.tenants import add_user_in_own_project
 
 EXAMPLES = 100
 ADMIN_EXAMPLES = 30  # their shapes are few and small; the suite's time goes further elsewhere
-ADMIN_ROUTES = ("/api/v1/cluster-config", "/api/v1/retry-policies", "/api/v1/projects", "/api/v1/audit")
+ADMIN_ROUTES = (
+    "/api/v1/cluster-config",
+    "/api/v1/retry-policies",
+    "/api/v1/projects",
+    "/api/v1/audit",
+    "/api/v1/users",
+)
 
 
 def error_format(ctx: Any, response: Any, case: Any) -> None:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import uuid
 
 import httpx
@@ -38,3 +41,128 @@ def test_creation_id_never_crosses_users(cluster: Cluster) -> None:
     changed = cluster.http.post("/api/v1/sessions", json={**secret, "command": ["false"]})
     assert changed.status_code == 409 and changed.json()["error"]["details"]["field"] == "creation_id"
     other.close()
+
+
+def client(c: Cluster, key: str) -> httpx.Client:
+    return httpx.Client(base_url=c.url, headers={"Authorization": f"Bearer {key}"}, timeout=30)
+
+
+def make_user(c: Cluster, name: str, projects: list[str]) -> str:
+    """Through the admin API and CLI, as an operator would; returns the user's first key."""
+    for p in projects:
+        if c.http.get(f"/api/v1/projects/{p}").status_code == 404:
+            assert c.corral("project", "create", p).returncode == 0
+    made = c.corral_json("user", "create", name, *[a for p in projects for a in ("--project", p)])
+    assert (made["name"], made["role"], made["projects"]) == (name, "user", sorted(projects))
+    return str(made["key"]["key"])
+
+
+def test_a_user_never_reaches_another_projects_sessions(cluster: Cluster) -> None:
+    tag = uuid.uuid4().hex[:6]
+    alice = client(cluster, make_user(cluster, f"alice-{tag}", [f"a-{tag}"]))
+    bob = client(cluster, make_user(cluster, f"bob-{tag}", [f"b-{tag}"]))
+    hers = alice.post(
+        "/api/v1/sessions",
+        json={"command": ["sh", "-c", "echo SECRET-OUTPUT; exit 3"], "project": f"a-{tag}"},
+    )
+    assert hers.status_code == 201, hers.text
+    sid = hers.json()["id"]
+    cluster.wait(sid)
+    # Bob is not in a-*: submitting there is refused; every read of hers is a 404 and lists stay his.
+    assert bob.post("/api/v1/sessions", json={"command": ["true"], "project": f"a-{tag}"}).status_code == 403
+    for path in ("", "/kernels", "/logs", "/history", "/errors", "/attempts"):
+        resp = bob.get(f"/api/v1/sessions/{sid}{path}")
+        assert resp.status_code == 404, (path, resp.status_code)
+        assert "SECRET-OUTPUT" not in resp.text
+    assert bob.post(f"/api/v1/sessions/{sid}/cancel").status_code == 404
+    assert bob.post(f"/api/v1/sessions/{sid}/retry").status_code == 404
+    assert bob.get("/api/v1/sessions", params={"limit": 1000}).json() == []
+    assert sum(bob.get("/api/v1/sessions/counts").json().values()) == 0
+    events = bob.get("/api/v1/events", params={"after": 0, "limit": 1000}).json()
+    assert all(e["session_id"] != sid for e in events)
+    # She sees all of it.
+    assert alice.get(f"/api/v1/sessions/{sid}/errors").status_code == 200
+    assert any(
+        e["session_id"] == sid for e in alice.get("/api/v1/events", params={"after": 0, "limit": 1000}).json()
+    )
+    # Admin-only routes refuse a user's key; /metrics never carries a session's id, name or command.
+    for method, path in (("GET", "/api/v1/users"), ("POST", "/api/v1/users"), ("GET", "/metrics")):
+        assert bob.request(method, path, json={"name": "x"}).status_code == 403, path
+    metrics = cluster.http.get("/metrics").text
+    assert sid not in metrics and hers.json()["name"] not in metrics and "SECRET-OUTPUT" not in metrics
+    # /me says who the caller is.
+    me = bob.get("/api/v1/me").json()
+    assert (me["name"], me["role"], me["projects"]) == (f"bob-{tag}", "user", [f"b-{tag}"])
+    alice.close()
+    bob.close()
+
+
+def test_a_revoked_key_is_refused_on_its_next_request(cluster: Cluster) -> None:
+    name = "carol-" + uuid.uuid4().hex[:6]
+    first = make_user(cluster, name, ["default"])
+    second = cluster.corral_json("user", "key", "create", name)
+    keys = cluster.corral_json("user", "key", "list", name)
+    assert len(keys) == 2 and all(first not in str(k) and second["key"] not in str(k) for k in keys)
+    with client(cluster, first) as carol, client(cluster, second["key"]) as spare:
+        assert carol.get("/api/v1/sessions").status_code == 200  # looked up once: no cache to outlive
+        first_id = next(k["id"] for k in keys if k["id"] != second["id"])
+        assert cluster.corral("user", "key", "revoke", name, first_id).returncode == 0
+        assert carol.get("/api/v1/sessions").status_code == 401
+        assert spare.get("/api/v1/sessions").status_code == 200
+    # Memberships change at once too; unknown projects and roles are refused naming the field.
+    changed = cluster.http.patch(f"/api/v1/users/{name}", json={"projects": []})
+    assert changed.status_code == 200 and changed.json()["projects"] == []
+    with client(cluster, second["key"]) as spare:
+        assert spare.post("/api/v1/sessions", json={"command": ["true"]}).status_code == 403
+    bad = cluster.http.patch(f"/api/v1/users/{name}", json={"projects": ["default", "no-such-project"]})
+    assert bad.status_code == 422 and bad.json()["error"]["details"]["field"] == "projects.1"
+    assert cluster.http.patch(f"/api/v1/users/{name}", json={"role": "root"}).status_code == 422
+    assert cluster.http.post("/api/v1/users", json={"name": name}).status_code == 409
+    assert cluster.http.get("/api/v1/users/nobody-here").status_code == 404
+
+
+def test_priority_rules_per_project_and_per_user(cluster: Cluster) -> None:
+    tag = uuid.uuid4().hex[:6]
+    project = f"prio-{tag}"
+    dave = client(cluster, make_user(cluster, f"dave-{tag}", [project]))
+    rules = '{"default": 5, "min": 1, "max": 20}'
+    assert cluster.corral("project", "update", project, "--priority-rules", rules).returncode == 0
+
+    def submit(**extra: object) -> httpx.Response:
+        return dave.post("/api/v1/sessions", json={"command": ["true"], "project": project, **extra})
+
+    assert submit().json()["priority"] == 5  # the project's default
+    assert submit(priority=20).json()["priority"] == 20
+    out_of_range = submit(priority=21)
+    assert out_of_range.status_code == 422 and out_of_range.json()["error"]["details"]["field"] == "priority"
+    # A user's own rules override the project's: Dave may not choose at all, and gets 3.
+    fixed = cluster.http.patch(
+        f"/api/v1/users/dave-{tag}", json={"priority_rules": {"may_change": False, "default": 3}}
+    )
+    assert fixed.status_code == 200, fixed.text
+    assert submit().json()["priority"] == 3 and submit(priority=3).status_code == 201
+    refused = submit(priority=10)
+    assert refused.status_code == 403 and refused.json()["error"]["details"]["field"] == "priority"
+    # What a UI needs to offer a priority field.
+    me = dave.get("/api/v1/me").json()
+    assert me["priority"] == {project: {"default": 3, "may_change": False, "min": 1, "max": 20}}
+    # corral run honours them (the CLI is the user's).
+    env = {"CORRAL_API_KEY": str(dave.headers["Authorization"]).split()[1]}
+    run = subprocess.run(
+        [sys.executable, "-m", "corral", "run", "--project", project, "--priority", "50", "--", "true"],
+        env={**os.environ, "CORRAL_URL": cluster.url, **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert run.returncode != 0 and "priority" in run.stderr
+    # Admins are not bound; a range upside down is refused naming the field.
+    assert (
+        cluster.http.post(
+            "/api/v1/sessions", json={"command": ["true"], "project": project, "priority": 90}
+        ).json()["priority"]
+        == 90
+    )
+    upside = cluster.http.patch(f"/api/v1/projects/{project}", json={"priority_rules": {"min": 30}})
+    assert upside.status_code == 422 and upside.json()["error"]["details"]["field"] == "priority_rules.min"
+    dave.close()

@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, Strict, StringConstraints
 
-from corral.api.schemas import Duration, RetryPolicyIn
+from corral.api.schemas import Duration, PriorityRulesIn, RetryPolicyIn
 from corral.domain.policy import CodeOperator, Condition, DefaultAction, RuleAction
 from corral.domain.spec import MAX_RETRY_DELAY_CEILING, AntiAffinity
 from corral.protocol.types import STRICT, Name, Text
@@ -164,6 +164,7 @@ class ProjectIn(BaseModel):
     name: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")]
     retry_defaults: RetryPolicyIn | None = None
     retry_policies: list[Name] = Field(default_factory=list, max_length=32)
+    priority_rules: PriorityRulesIn | None = None
 
 
 class ProjectPatch(BaseModel):
@@ -171,12 +172,14 @@ class ProjectPatch(BaseModel):
 
     retry_defaults: RetryPolicyIn | None = None
     retry_policies: list[Name] | None = Field(None, max_length=32)
+    priority_rules: PriorityRulesIn | None = Field(None, description="merged field by field; null clears")
 
 
 class ProjectOut(BaseModel):
     name: str
     retry_defaults: dict[str, Any]
     retry_policies: list[str]
+    priority_rules: dict[str, Any] = Field(description="only the fields this project sets")
     created_at: datetime
 
 

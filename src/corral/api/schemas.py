@@ -16,6 +16,7 @@ from pydantic import (
     Strict,
     StringConstraints,
     field_validator,
+    model_validator,
 )
 
 from corral.domain.cause import NEVER_RETRIABLE, Cause
@@ -23,6 +24,7 @@ from corral.domain.error_record import ErrorRecord, error_record
 from corral.domain.failure import kernel_conditions
 from corral.domain.final import failure_records
 from corral.domain.placement import PlacementStrategy
+from corral.domain.priority import PRIORITY_MAX, PRIORITY_MIN
 from corral.domain.resources import ResourceError, ResourceSlots
 from corral.domain.retry import RETRY_KEY_MARK, AttemptBrief, shown_retry_state
 from corral.domain.root_cause import default_strategy, is_side_effect, ordered
@@ -184,6 +186,28 @@ class SessionCreate(BaseModel):
             retry_policies=tuple(self.retry_policies),
             creation_id=self.creation_id,
         )
+
+
+class PriorityRulesIn(BaseModel):
+    """Fields left out keep their inherited value (user over project over the defaults)."""
+
+    model_config = STRICT
+
+    default: int | None = Field(
+        None, ge=PRIORITY_MIN, le=PRIORITY_MAX, description="for sessions that ask none"
+    )
+    may_change: bool | None = Field(None, description="whether the caller may ask for another priority")
+    min: int | None = Field(None, ge=PRIORITY_MIN, le=PRIORITY_MAX, description="lowest one may ask for")
+    max: int | None = Field(None, ge=PRIORITY_MIN, le=PRIORITY_MAX, description="highest one may ask for")
+
+    @model_validator(mode="after")
+    def _range(self) -> PriorityRulesIn:
+        if self.min is not None and self.max is not None and self.min > self.max:
+            raise ValueError("min must not be above max")
+        return self
+
+    def to_json(self) -> dict[str, Any]:
+        return self.model_dump(exclude_none=True)
 
 
 class KernelOut(BaseModel):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hmac
-import time
 from dataclasses import dataclass
 from typing import Annotated
 
@@ -45,23 +44,14 @@ def _bearer(request: Request) -> str:
     return token.strip()
 
 
-_KEY_CACHE_SECONDS = 5.0
-_key_cache: dict[str, tuple[float, Principal]] = {}
-
-
 async def principal(request: Request, state: State) -> Principal:
     key = _bearer(request)
-    hit = _key_cache.get(key)
-    # A short cache: every request of a busy client would otherwise cost two queries.
-    if hit is not None and time.monotonic() - hit[0] < _KEY_CACHE_SECONDS:
-        return hit[1]
+    # Looked up on every request, never cached: a revoked key is refused from its next request, on
+    # every manager.
     async with state.engine.connect() as conn:
         who = await auth.principal_for(conn, key)
     if who is None:
         raise Unauthorized("unknown API key", {"field": "authorization"})
-    if len(_key_cache) > 10_000:
-        _key_cache.clear()
-    _key_cache[key] = (time.monotonic(), who)
     return who
 
 

@@ -140,21 +140,37 @@ PROJECT_COLUMNS = [
     ("NAME", "name"),
     ("POLICIES", "retry_policies"),
     ("RETRY DEFAULTS", "retry_defaults"),
+    ("PRIORITY RULES", "priority_rules"),
     ("CREATED", "created_at"),
 ]
 
 
-_UNSET: Any = object()
+UNSET: Any = object()
 
 
-def _defaults(raw: str | None) -> Any:
-    """The JSON object given (or None for null, which clears); _UNSET when the option was not given."""
+def json_object(
+    raw: str | None, option: str = "--retry-defaults", example: str = '{"max_retries": 2}'
+) -> Any:
+    """The JSON object given (or None for null, which clears); UNSET when the option was not given."""
     if raw is None:
-        return _UNSET
+        return UNSET
     value = _value(raw)
     if value is not None and not isinstance(value, dict):
-        raise fail("--retry-defaults expects a JSON object, e.g. '{\"max_retries\": 2}', or null", 2)
+        raise fail(f"{option} expects a JSON object, e.g. '{example}', or null", 2)
     return value
+
+
+PRIORITY_EXAMPLE = '{"default": 5, "may_change": true, "min": 0, "max": 20}'
+PriorityRulesOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--priority-rules", help=f"priority rules as JSON, e.g. '{PRIORITY_EXAMPLE}' (merged; null clears)"
+    ),
+]
+
+
+def priority_rules(raw: str | None) -> Any:
+    return json_object(raw, "--priority-rules", PRIORITY_EXAMPLE)
 
 
 @project_app.command("create")
@@ -162,12 +178,15 @@ def project_create(
     name: str,
     retry_defaults: Annotated[str | None, typer.Option(help="inline policy defaults as JSON")] = None,
     policy: Annotated[list[str] | None, typer.Option("--policy", help="bind a named policy (repeat)")] = None,
+    priority: PriorityRulesOpt = None,
     output: Format = OutputOpt,
 ) -> None:
     """Create a project."""
     body: dict[str, Any] = {"name": name, "retry_policies": policy or []}
-    if (d := _defaults(retry_defaults)) is not _UNSET:
+    if (d := json_object(retry_defaults)) is not UNSET:
         body["retry_defaults"] = d
+    if (r := priority_rules(priority)) is not UNSET:
+        body["priority_rules"] = r
     emit(Api().call("POST", "/projects", json=body), output, PROJECT_COLUMNS)
 
 
@@ -181,12 +200,15 @@ def project_update(
         list[str] | None, typer.Option("--policy", help="the bound policies (repeat; replaces)")
     ] = None,
     no_policies: Annotated[bool, typer.Option("--no-policies", help="unbind every policy")] = False,
+    priority: PriorityRulesOpt = None,
     output: Format = OutputOpt,
 ) -> None:
-    """Change a project's retry defaults or bound policies."""
+    """Change a project's retry defaults, bound policies or priority rules."""
     body: dict[str, Any] = {}
-    if (d := _defaults(retry_defaults)) is not _UNSET:
+    if (d := json_object(retry_defaults)) is not UNSET:
         body["retry_defaults"] = d
+    if (r := priority_rules(priority)) is not UNSET:
+        body["priority_rules"] = r
     if policy or no_policies:
         body["retry_policies"] = policy or []
     emit(Api().call("PATCH", f"/projects/{name}", json=body), output, PROJECT_COLUMNS)

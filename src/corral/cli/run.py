@@ -24,7 +24,9 @@ def run(
         list[str] | None, typer.Option("--resource", "-r", help="custom slot NAME=AMOUNT")
     ] = None,
     cluster_size: Annotated[int, typer.Option(help="kernels in the gang")] = 1,
-    priority: Annotated[int | None, typer.Option(help="0..100, default 10")] = None,
+    priority: Annotated[
+        int | None, typer.Option(help="0..100; default and allowed range: your project's (corral whoami)")
+    ] = None,
     name: Annotated[str | None, typer.Option(help="session name")] = None,
     resource_group: Annotated[str, typer.Option(help="resource group")] = "default",
     project: Annotated[str, typer.Option(help="project")] = "default",

@@ -10,6 +10,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from corral.domain.policy import PolicyError, policy_from
+from corral.domain.priority import PriorityRules, overlay
 from corral.services.errors import Conflict, InvalidInput, NotFound
 from corral.store import config
 from corral.store.auth import Principal
@@ -96,6 +97,13 @@ async def create_project(
     return await get_project(engine, name)
 
 
+def check_priority_rules(raw: Mapping[str, Any] | None) -> None:
+    """Rules merged from several changes must still make a range."""
+    rules = overlay(PriorityRules(), raw)
+    if rules.min > rules.max:
+        raise InvalidInput("priority_rules.min", f"min {rules.min} is above max {rules.max}")
+
+
 async def update_project(
     engine: AsyncEngine, who: Principal, name: str, changes: Mapping[str, Any]
 ) -> ProjectRecord:
@@ -105,11 +113,11 @@ async def update_project(
         if not found:
             raise NotFound(f"no project {name[:80]!r}", {"field": "name"})
         cfg = {**found[0].config, **changes}
-        if "retry_defaults" in changes:  # merged into the project's defaults; null clears them
-            given = changes["retry_defaults"]
-            cfg["retry_defaults"] = (
-                {} if given is None else {**found[0].config.get("retry_defaults", {}), **given}
-            )
+        for key in ("retry_defaults", "priority_rules"):
+            if key in changes:  # merged into the project's own; null clears them
+                given = changes[key]
+                cfg[key] = {} if given is None else {**found[0].config.get(key, {}), **given}
+        check_priority_rules(cfg.get("priority_rules"))
         await check_names(conn, list(cfg.get("retry_policies") or []), "retry_policies")
         await config.set_project_config(conn, name, cfg)
         await config.audit(conn, who.name, "project.update", name, _describe(changes), now)

@@ -14,13 +14,14 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from corral.domain.cause import NEVER_RETRIABLE, TerminationReason
 from corral.domain.cluster import values_of
+from corral.domain.priority import PriorityRefused, choose, effective
 from corral.domain.resources import BUILTIN_SLOTS, ResourceSlots
 from corral.domain.retry import attempt_creation_id, attempt_name
 from corral.domain.spec import RetryPolicy, SessionSpec, SessionType
 from corral.domain.status import TERMINAL_SESSION, SessionResult, SessionStatus
 from corral.services import policies
 from corral.services.errors import Conflict, Forbidden, InvalidInput, NotFound
-from corral.store import agents, auth, config, journal, retries, sessions
+from corral.store import agents, auth, config, journal, retries, sessions, users
 from corral.store.auth import Principal
 from corral.store.db import transaction
 from corral.store.records import HistoryRecord, NewSession, SessionRecord
@@ -49,15 +50,21 @@ async def _known(
 
 
 async def create(
-    engine: AsyncEngine, who: Principal, spec: SessionSpec, retry_fields: Mapping[str, Any] | None = None
+    engine: AsyncEngine,
+    who: Principal,
+    spec: SessionSpec,
+    retry_fields: Mapping[str, Any] | None = None,
+    requested_priority: int | None = None,
 ) -> tuple[SessionRecord, bool]:
     """Returns the session and whether it was created now (False: the caller's earlier identical
     request with this creation_id).  Idempotency is per caller: nobody else's session is ever found.
 
     `retry_fields` are the inline policy fields the request set: merged over the project's and the
-    cluster's defaults (session > project > cluster) into the policy the session keeps."""
+    cluster's defaults (session > project > cluster) into the policy the session keeps.
+    `requested_priority` (None: the request gave none) is checked against the caller's priority
+    rules in the project: outside its range 422, changing it where not allowed 403."""
     try:
-        return await _create(engine, who, spec, retry_fields)
+        return await _create(engine, who, spec, retry_fields, requested_priority)
     except IntegrityError:
         # The same creation_id, committed by a concurrent request between our check and our insert.
         if not spec.creation_id:
@@ -84,11 +91,26 @@ async def _earlier(conn: AsyncConnection, who: Principal, spec: SessionSpec) -> 
     return await sessions.get(conn, session_id)
 
 
+async def _priority(
+    conn: AsyncConnection, who: Principal, project_cfg: Mapping[str, Any], requested: int | None
+) -> int:
+    own = (await users.config_of(conn, who.user_id)).get("priority_rules")
+    try:
+        return choose(effective(project_cfg.get("priority_rules"), own), requested, who.is_admin)
+    except PriorityRefused as exc:
+        if exc.forbidden:
+            raise Forbidden(str(exc), {"field": "priority"}) from None
+        raise InvalidInput("priority", str(exc)) from None
+
+
 async def _effective_policy(
-    conn: AsyncConnection, spec: SessionSpec, retry_fields: Mapping[str, Any] | None
+    conn: AsyncConnection,
+    spec: SessionSpec,
+    retry_fields: Mapping[str, Any] | None,
+    project_cfg: Mapping[str, Any],
 ) -> RetryPolicy | None:
     cluster_defaults = values_of(await config.cluster_values(conn))["retry.defaults"] or {}
-    project_defaults = (await config.project_config(conn, spec.project) or {}).get("retry_defaults") or {}
+    project_defaults = project_cfg.get("retry_defaults") or {}
     if spec.retry_policy is None and not cluster_defaults and not project_defaults:
         return None
     if retry_fields is None:
@@ -97,7 +119,11 @@ async def _effective_policy(
 
 
 async def _create(
-    engine: AsyncEngine, who: Principal, spec: SessionSpec, retry_fields: Mapping[str, Any] | None
+    engine: AsyncEngine,
+    who: Principal,
+    spec: SessionSpec,
+    retry_fields: Mapping[str, Any] | None,
+    requested_priority: int | None,
 ) -> tuple[SessionRecord, bool]:
     now = _now()
     async with transaction(engine) as conn:
@@ -115,7 +141,12 @@ async def _create(
         await policies.check_names(conn, list(spec.retry_policies), "retry_policies")
         session_id = str(uuid.uuid4())
         request_digest = spec.digest()
-        spec = replace(spec, retry_policy=await _effective_policy(conn, spec, retry_fields))
+        project_cfg = await config.project_config(conn, spec.project) or {}
+        spec = replace(
+            spec,
+            priority=await _priority(conn, who, project_cfg, requested_priority),
+            retry_policy=await _effective_policy(conn, spec, retry_fields, project_cfg),
+        )
         new = NewSession(
             id=session_id,
             name=spec.name or f"session-{session_id[:8]}",

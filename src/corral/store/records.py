@@ -259,3 +259,27 @@ class ProjectRecord:
     name: str
     config: dict[str, Any]
     created_at: datetime
+
+
+@dataclass(frozen=True)
+class UserRecord:
+    """A user and the projects they belong to."""
+
+    id: str
+    name: str
+    role: str
+    """admin or user."""
+    projects: tuple[str, ...]
+    """Project names, sorted."""
+    created_at: datetime
+    config: dict[str, Any] = field(default_factory=dict)
+    """The user's own settings: `priority_rules` (over their projects')."""
+
+
+@dataclass(frozen=True)
+class ApiKeyRecord:
+    """An API key as it is listed: never the key, only its first characters."""
+
+    id: str
+    prefix: str
+    created_at: datetime

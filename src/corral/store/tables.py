@@ -66,6 +66,7 @@ users = Table(
     Column("name", String(128), nullable=False, unique=True),
     Column("role", String(16), nullable=False),
     Column("created_at", UTCDateTime, nullable=False),
+    Column("config", JSON, nullable=True),
 )
 
 api_keys = Table(

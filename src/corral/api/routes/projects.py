@@ -17,6 +17,7 @@ def _out(p: ProjectRecord) -> ProjectOut:
         name=p.name,
         retry_defaults=p.config.get("retry_defaults") or {},
         retry_policies=p.config.get("retry_policies") or [],
+        priority_rules=p.config.get("priority_rules") or {},
         created_at=p.created_at,
     )
 
@@ -28,6 +29,7 @@ async def create_project(body: ProjectIn, who: Admin, state: State) -> ProjectOu
         if body.retry_defaults
         else {},
         "retry_policies": body.retry_policies,
+        "priority_rules": body.priority_rules.to_json() if body.priority_rules else {},
     }
     return _out(await svc.create_project(state.engine, who, body.name, cfg))
 
@@ -50,4 +52,7 @@ async def update_project(name: str, body: ProjectPatch, who: Admin, state: State
         changes["retry_defaults"] = d.model_dump(mode="json", exclude_unset=True) if d else None
     if body.retry_policies is not None:
         changes["retry_policies"] = body.retry_policies
+    if "priority_rules" in body.model_fields_set:
+        rules = body.priority_rules
+        changes["priority_rules"] = rules.to_json() if rules else None
     return _out(await svc.update_project(state.engine, who, name, changes))

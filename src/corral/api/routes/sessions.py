@@ -29,7 +29,8 @@ router = APIRouter(prefix="/api/v1/sessions", tags=["sessions"])
 @router.post("", status_code=201, response_model=SessionOut)
 async def create_session(body: SessionCreate, who: Caller, state: State, response: Response) -> SessionOut:
     fields = body.retry_policy.model_dump(mode="json", exclude_unset=True) if body.retry_policy else None
-    record, created = await svc.create(state.engine, who, body.to_spec(), fields)
+    asked = body.priority if "priority" in body.model_fields_set else None
+    record, created = await svc.create(state.engine, who, body.to_spec(), fields, asked)
     if created:
         state.wakeup.scheduler()
     else:

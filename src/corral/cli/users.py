@@ -1,0 +1,106 @@
+"""`corral user …` (admin) and `corral whoami`: users, their projects and their API keys."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from corral.cli.admin import UNSET, PriorityRulesOpt, priority_rules
+from corral.cli.client import Api
+from corral.cli.output import Format, OutputOpt, emit
+
+app = typer.Typer(help="Users, their projects and API keys (admin).", no_args_is_help=True)
+key_app = typer.Typer(help="A user's API keys: create (shown once), list, revoke.", no_args_is_help=True)
+app.add_typer(key_app, name="key")
+
+USER_COLUMNS = [
+    ("NAME", "name"),
+    ("ROLE", "role"),
+    ("PROJECTS", "projects"),
+    ("PRIORITY RULES", "priority_rules"),
+    ("CREATED", "created_at"),
+]
+KEY_COLUMNS = [("ID", "id"), ("PREFIX", "prefix"), ("CREATED", "created_at")]
+ProjectsOpt = Annotated[
+    list[str] | None, typer.Option("--project", "-p", help="a project to belong to (repeat)")
+]
+
+
+@app.command("create")
+def create(
+    name: str,
+    project: ProjectsOpt = None,
+    admin: Annotated[bool, typer.Option("--admin", help="role admin (default: user)")] = False,
+    output: Format = OutputOpt,
+) -> None:
+    """Create a user in the given projects; prints their first API key (shown this once)."""
+    body = {"name": name, "role": "admin" if admin else "user", "projects": project or []}
+    made = Api().call("POST", "/users", json=body)
+    if output is Format.table:
+        typer.echo(f"user {made['name']} ({made['role']}) in {', '.join(made['projects']) or 'no project'}")
+        typer.echo(f"API key (shown once, keep it secret): {made['key']['key']}")
+    else:
+        emit(made, output)
+
+
+@app.command("list")
+def list_users(output: Format = OutputOpt) -> None:
+    """Every user."""
+    emit(Api().call("GET", "/users"), output, USER_COLUMNS)
+
+
+@app.command("get")
+def get(name: str, output: Format = OutputOpt) -> None:
+    """One user and their projects."""
+    emit(Api().call("GET", f"/users/{name}"), output, USER_COLUMNS)
+
+
+@app.command("update")
+def update(
+    name: str,
+    project: Annotated[
+        list[str] | None, typer.Option("--project", "-p", help="replaces the memberships (repeat)")
+    ] = None,
+    no_projects: Annotated[bool, typer.Option("--no-projects", help="remove every membership")] = False,
+    role: Annotated[str | None, typer.Option(help="admin or user")] = None,
+    priority: PriorityRulesOpt = None,
+    output: Format = OutputOpt,
+) -> None:
+    """Change a user's role, projects or priority rules (theirs override their projects')."""
+    body: dict[str, object] = {}
+    if (rules := priority_rules(priority)) is not UNSET:
+        body["priority_rules"] = rules
+    if project or no_projects:
+        body["projects"] = project or []
+    if role is not None:
+        body["role"] = role
+    emit(Api().call("PATCH", f"/users/{name}", json=body), output, USER_COLUMNS)
+
+
+@key_app.command("create")
+def key_create(name: str, output: Format = OutputOpt) -> None:
+    """A new API key for the user (shown this once)."""
+    made = Api().call("POST", f"/users/{name}/keys")
+    if output is Format.table:
+        typer.echo(f"API key {made['id']} (shown once, keep it secret): {made['key']}")
+    else:
+        emit(made, output)
+
+
+@key_app.command("list")
+def key_list(name: str, output: Format = OutputOpt) -> None:
+    """The user's keys (their first characters only)."""
+    emit(Api().call("GET", f"/users/{name}/keys"), output, KEY_COLUMNS)
+
+
+@key_app.command("revoke")
+def key_revoke(name: str, key_id: str) -> None:
+    """Revoke a key: refused from its next request, on every manager."""
+    Api().call("DELETE", f"/users/{name}/keys/{key_id}")
+    typer.echo(f"key {key_id} revoked")
+
+
+def whoami(output: Format = OutputOpt) -> None:
+    """Who this CLI's key belongs to, and their projects."""
+    emit(Api().call("GET", "/me"), output, [("NAME", "name"), ("ROLE", "role"), ("PROJECTS", "projects")])

@@ -1,0 +1,143 @@
+"""Users, memberships and API keys (admin), and who the caller is."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from corral.domain.priority import effective
+from corral.services.errors import Conflict, InvalidInput, NotFound
+from corral.services.policies import check_priority_rules
+from corral.store import config, users
+from corral.store.auth import Principal, new_key
+from corral.store.db import transaction
+from corral.store.records import ApiKeyRecord, UserRecord
+
+
+class Unset:
+    """A field the request did not set (unlike null, which clears)."""
+
+
+UNSET = Unset()
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+async def _check_projects(conn: AsyncConnection, names: Sequence[str]) -> None:
+    missing = await users.missing_projects(conn, names)
+    if missing:
+        index = list(names).index(missing[0])
+        raise InvalidInput(f"projects.{index}", f"no project {missing[0][:80]!r}")
+
+
+async def create(
+    engine: AsyncEngine, who: Principal, name: str, role: str, projects: Sequence[str]
+) -> tuple[UserRecord, str, str]:
+    """The new user, a first API key for them (shown once) and its id."""
+    now = _now()
+    key = new_key()
+    try:
+        async with transaction(engine) as conn:
+            await _check_projects(conn, projects)
+            user_id = await users.create(conn, name, role, projects, now)
+            key_id = await users.add_key(conn, user_id, key, now)
+            await config.audit(
+                conn, who.name, "user.create", name, f"role {role}; projects {list(projects)}", now
+            )
+    except IntegrityError:
+        raise Conflict(f"user {name!r} already exists", {"field": "name"}) from None
+    return await get(engine, name), key, key_id
+
+
+async def get(engine: AsyncEngine, name: str) -> UserRecord:
+    async with engine.connect() as conn:
+        found = await users.find(conn, name)
+    if found is None:
+        raise NotFound(f"no user {name[:80]!r}", {"field": "name"})
+    return found
+
+
+async def listed(engine: AsyncEngine) -> list[UserRecord]:
+    async with engine.connect() as conn:
+        return await users.listed(conn)
+
+
+async def update(
+    engine: AsyncEngine,
+    who: Principal,
+    name: str,
+    role: str | None,
+    projects: Sequence[str] | None,
+    priority_rules: Mapping[str, Any] | Unset | None = UNSET,
+) -> UserRecord:
+    """`priority_rules` is merged field by field into the user's own (None clears them)."""
+    now = _now()
+    async with transaction(engine) as conn:
+        found = await users.find(conn, name)
+        if found is None:
+            raise NotFound(f"no user {name[:80]!r}", {"field": "name"})
+        if found.id == who.user_id and role is not None and role != found.role:
+            raise InvalidInput("role", "an admin cannot change their own role (ask another admin)")
+        if projects is not None:
+            await _check_projects(conn, projects)
+            await users.set_projects(conn, found.id, projects)
+        if role is not None:
+            await users.set_role(conn, found.id, role)
+        if not isinstance(priority_rules, Unset):
+            cfg = dict(found.config)
+            cfg["priority_rules"] = (
+                {} if priority_rules is None else {**cfg.get("priority_rules", {}), **priority_rules}
+            )
+            check_priority_rules(cfg["priority_rules"])
+            await users.set_config(conn, found.id, cfg)
+        what = f"role {role}; projects {projects}; priority rules {priority_rules}"
+        await config.audit(conn, who.name, "user.update", name, what, now)
+    return await get(engine, name)
+
+
+async def me(engine: AsyncEngine, who: Principal) -> dict[str, Any]:
+    """Who the caller is, and the priority rules that apply to them in each of their projects."""
+    async with engine.connect() as conn:
+        own = (await users.config_of(conn, who.user_id)).get("priority_rules")
+        rules = {}
+        for project in sorted(who.projects):
+            project_cfg = await config.project_config(conn, project) or {}
+            rules[project] = effective(project_cfg.get("priority_rules"), own).to_json()
+    return {"name": who.name, "role": who.role, "projects": sorted(who.projects), "priority": rules}
+
+
+async def add_key(engine: AsyncEngine, who: Principal, name: str) -> tuple[str, str]:
+    """A new key for the user (shown once) and its id."""
+    now = _now()
+    key = new_key()
+    async with transaction(engine) as conn:
+        found = await users.find(conn, name)
+        if found is None:
+            raise NotFound(f"no user {name[:80]!r}", {"field": "name"})
+        key_id = await users.add_key(conn, found.id, key, now)
+        await config.audit(conn, who.name, "key.create", name, f"key {key[:8]}…", now)
+    return key, key_id
+
+
+async def keys(engine: AsyncEngine, name: str) -> list[ApiKeyRecord]:
+    found = await get(engine, name)
+    async with engine.connect() as conn:
+        return await users.keys(conn, found.id)
+
+
+async def revoke(engine: AsyncEngine, who: Principal, name: str, key_id: str) -> None:
+    """Effective at once: keys are looked up on every request, never cached."""
+    now = _now()
+    async with transaction(engine) as conn:
+        found = await users.find(conn, name)
+        if found is None:
+            raise NotFound(f"no user {name[:80]!r}", {"field": "name"})
+        if not await users.revoke(conn, found.id, key_id):
+            raise NotFound(f"no key {key_id[:80]!r} of user {name[:80]!r}", {"field": "key_id"})
+        await config.audit(conn, who.name, "key.revoke", name, f"key {key_id}", now)
