@@ -25,6 +25,7 @@ ADMIN_ROUTES = (
     "/api/v1/projects",
     "/api/v1/audit",
     "/api/v1/users",
+    "/api/v1/resource-groups",
 )
 
 

@@ -182,3 +182,18 @@ def test_a_stuck_supervisor_escalates_to_a_fence_and_is_replaced(
     assert not psutil.pid_exists(frozen.pid) or frozen.status() == psutil.STATUS_ZOMBIE
     after = c.wait(c.submit(command=["sh", "-c", "echo next"])["id"], timeout=30)
     assert after["result"] == "success"
+
+
+def test_a_kernel_starts_with_default_signals(cluster: Cluster, tmp_path: Path) -> None:
+    """The supervisor ignores SIGTERM/SIGINT (and Python ignores SIGPIPE): a kernel must not inherit
+    that, or a cancel could never be graceful and `yes | head` would complain of a broken pipe."""
+    mark = tmp_path / "cleaned"
+    trap = f"trap 'echo cleaned > {mark}; exit 0' TERM; yes | head -1; while :; do sleep 0.1; done"
+    s = cluster.submit(command=["sh", "-c", trap])
+    cluster.wait(s["id"], {"RUNNING"})
+    poll(lambda: "y" in cluster.so_far(s["id"]), 20, "the kernel's first output")
+    assert cluster.http.post(f"/api/v1/sessions/{s['id']}/cancel").status_code == 202
+    done = cluster.wait(s["id"])
+    assert mark.read_text() == "cleaned\n"  # it got SIGTERM and cleaned up within its grace
+    assert done["kernels"][0]["signal"] is None
+    assert "Broken pipe" not in cluster.output(s["id"])

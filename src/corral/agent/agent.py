@@ -441,7 +441,7 @@ class Agent:
             existing = None
         if o.kill:
             runner = existing or self._runner(o)
-            runner.force_kill() if o.force else runner.kill()
+            runner.force_kill() if o.force else runner.kill(o.grace)
             return
         if o.status in (KernelStatus.PREPARING, KernelStatus.PULLING) and existing is None:
             self._runner(o).prepare(o.spec, self.cfg.images)

@@ -258,15 +258,16 @@ class KernelRunner:
     def _say(self, status: KernelStatus, **fields: Any) -> None:
         self._report({"kernel_id": self.kernel_id, "generation": self.generation, "status": status, **fields})
 
-    def kill(self) -> None:
-        """Graceful stop ordered by the manager (SIGTERM, grace, SIGKILL in the supervisor)."""
+    def kill(self, grace: float | None = None) -> None:
+        """Graceful stop ordered by the manager (SIGTERM, grace, SIGKILL in the supervisor); `grace`
+        is the order's, else the agent's."""
         if self.kill_sent or self.ended:
             return
         self.kill_sent = True
         if not self.started:
             self._end(KernelStatus.CANCELLED, termination_message="stopped before it started")
             return
-        self.link.send({"op": "term", "key": self.key})
+        self.link.send({"op": "term", "key": self.key, **({"grace": grace} if grace is not None else {})})
 
     def force_kill(self) -> None:
         """Escalation ordered by the manager: SIGKILL now, no grace."""

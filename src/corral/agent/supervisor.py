@@ -5,7 +5,7 @@ It is a child subreaper, so kernels' daemonised grandchildren (setsid, double fo
 re-parented to it and stay findable.  Commands arrive as JSON lines on stdin:
 
     {"op": "start", "key", "command", "env", "cwd", "stdout", "stderr", "mem_limit", "grace"}
-    {"op": "term", "key"}    SIGTERM to the kernel's tree, SIGKILL after its grace period
+    {"op": "term", "key", "grace"?}  SIGTERM to the kernel's tree, SIGKILL after the grace period
     {"op": "kill", "key"}    SIGKILL to the kernel's tree now
     {"op": "ping", "fence_at"}  the agent is alive and may keep its kernels until `fence_at`
                                 (CLOCK_MONOTONIC, shared by every process of the host)
@@ -39,6 +39,9 @@ PR_SET_CHILD_SUBREAPER = 36
 TICK = 0.1
 # Joins the kernel's cgroup, then becomes the command (same pid): the limit applies from its first byte.
 TRAMPOLINE = 'echo $$ > "$0" && exec "$@"'
+
+
+_DEFAULT_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGPIPE, signal.SIGXFSZ, signal.SIGHUP)
 
 
 @dataclass
@@ -128,7 +131,18 @@ class Supervisor:
         ]
         try:
             os.chdir(cmd["cwd"])
-            pid = os.posix_spawnp(argv[0], argv, cmd["env"], file_actions=actions, setsid=True)
+            pid = os.posix_spawnp(
+                argv[0],
+                argv,
+                cmd["env"],
+                file_actions=actions,
+                setsid=True,
+                # A kernel starts with default signals: what this process ignores (SIGTERM, SIGINT;
+                # Python's SIGPIPE, SIGXFSZ) would be inherited, and a kernel that cannot get
+                # SIGTERM never stops gracefully, only by the SIGKILL after its grace period.
+                setsigdef=_DEFAULT_SIGNALS,
+                setsigmask=(),
+            )
         except (OSError, ValueError, TypeError) as exc:
             # Like a shell: 127 when there is nothing to run, 126 when it cannot be executed.
             code = 127 if isinstance(exc, FileNotFoundError) or not isinstance(exc, OSError) else 126
@@ -162,11 +176,12 @@ class Supervisor:
     def _find(self, key: str) -> Kernel | None:
         return next((k for k in self.kernels.values() if k.key == key), None)
 
-    def term(self, key: str) -> None:
+    def term(self, key: str, grace: float | None = None) -> None:
         k = self._find(key)
         if k is not None and k.term_deadline is None:
             k.by_us = True
-            k.term_deadline = time.monotonic() + k.grace
+            # The order's grace (a resource group's, for preemption) over the agent's default.
+            k.term_deadline = time.monotonic() + (k.grace if grace is None else grace)
             self._signal_tree(k, signal.SIGTERM)
 
     def kill(self, key: str) -> None:
@@ -296,7 +311,8 @@ class Supervisor:
                 except Exception as exc:  # a kernel we cannot start fails alone, never the supervisor
                     self._spawn_failed(cmd, None, 127, repr(exc))
             elif op == "term":
-                self.term(cmd["key"])
+                grace = cmd.get("grace")
+                self.term(cmd["key"], float(grace) if isinstance(grace, (int, float)) else None)
             elif op == "kill":
                 self.kill(cmd["key"])
         except Exception as exc:

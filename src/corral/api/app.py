@@ -14,7 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from corral.api import errors
 from corral.api.limits import BodyLimit
-from corral.api.routes import agents, events, policies, projects, sessions, users
+from corral.api.routes import agents, events, groups, policies, projects, sessions, users
 from corral.api.routes import cluster as cluster_routes
 from corral.api.state import AppState
 from corral.manager.loop import Scheduler
@@ -108,6 +108,7 @@ def create_app(
     app.include_router(policies.router)
     app.include_router(projects.router)
     app.include_router(users.router)
+    app.include_router(groups.router)
     app.include_router(cluster_routes.router)
 
     if os.environ.get("CORRAL_TEST_FAULT_ROUTES") == "1":

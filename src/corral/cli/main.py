@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from corral.cli import admin, session, users
+from corral.cli import admin, groups, session, users
 from corral.cli.client import Api, fail, load_saved, save_config
 from corral.cli.output import Format, OutputOpt, emit
 from corral.cli.run import run
@@ -29,6 +29,7 @@ app.add_typer(admin.config_app, name="config")
 app.add_typer(admin.project_app, name="project")
 app.add_typer(admin.audit_app, name="audit")
 app.add_typer(users.app, name="user")
+app.add_typer(groups.app, name="rg")
 app.command("whoami")(users.whoami)
 app.command("events")(admin.events)
 

@@ -80,6 +80,7 @@ class KernelOrder(BaseModel):
     status: Status
     kill: bool
     force: bool = False
+    grace: float | None = Field(None, description="seconds from SIGTERM to SIGKILL (else the agent's own)")
     spec: dict[str, Any]
 
 

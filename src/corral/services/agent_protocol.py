@@ -217,6 +217,7 @@ async def _orders_for(conn: AsyncConnection, agent_id: str, checkpoint_root: str
                 "status": k.status,
                 "kill": k.kill_requested,
                 "force": k.kill_forced,
+                "grace": k.kill_grace,
                 "spec": spec,
             }
         )

@@ -54,9 +54,11 @@ async def release(conn: AsyncConnection, kernel_ids: list[str], now: datetime) -
         )
 
 
-async def order_kill(conn: AsyncConnection, kernel_ids: list[str]) -> None:
+async def order_kill(conn: AsyncConnection, kernel_ids: list[str], grace: float | None = None) -> None:
     if kernel_ids:
-        await conn.execute(update(kernels).where(kernels.c.id.in_(kernel_ids)).values(kill_requested=True))
+        await conn.execute(
+            update(kernels).where(kernels.c.id.in_(kernel_ids)).values(kill_requested=True, kill_grace=grace)
+        )
 
 
 async def close_output_of(conn: AsyncConnection, agent_id: str) -> None:

@@ -29,6 +29,7 @@ class KernelRecord:
     master_port: int | None
     kill_requested: bool
     kill_forced: bool
+    kill_grace: float | None
     logs_done: bool
     log_dropped: int
     started: bool
@@ -97,6 +98,7 @@ class SessionRecord:
     retry_state: str | None
     retry_reason: str | None
     next_attempt_id: str | None
+    reservation: dict[str, Any] | None
     termination_reason: str | None
     termination_message: str | None
     termination_requested_at: datetime | None

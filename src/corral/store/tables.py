@@ -11,6 +11,7 @@ from sqlalchemy import (
     Boolean,
     Column,
     DateTime,
+    Float,
     ForeignKey,
     Index,
     Integer,
@@ -171,6 +172,8 @@ sessions = Table(
     Column("retry_state", String(16), nullable=True),
     Column("retry_reason", Text, nullable=True),
     Column("next_attempt_id", ID, nullable=True),
+    # A preemptor's hold on the agents its victims free: {"agents": [...], "victims": [...]}.
+    Column("reservation", JSON, nullable=True),
     Column("termination_reason", String(32), nullable=True),
     Column("termination_message", Text, nullable=True),
     Column("termination_requested_at", UTCDateTime, nullable=True),
@@ -197,6 +200,7 @@ kernels = Table(
     Column("master_port", Integer, nullable=True),
     Column("kill_requested", Boolean, nullable=False, default=False),
     Column("kill_forced", Boolean, nullable=False, default=False, server_default=false()),
+    Column("kill_grace", Float, nullable=True),
     # The agent has shipped all of this kernel's output; bytes dropped by the log cap.
     Column("logs_done", Boolean, nullable=False, default=False, server_default=false()),
     Column("log_dropped", BigInteger, nullable=False, default=0, server_default="0"),

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
-from corral.domain.cause import Cause
+from corral.domain.cause import Cause, TerminationReason
 from corral.domain.placement import AgentSnapshot, apply_placement, place_gang
+from corral.domain.preemption import RunningSession, candidates, choose_victims, freed, group_settings
 from corral.domain.queue import QueueEntry, queue_order
 from corral.domain.scheduling import Skip, StatusTransitions, TransitionStatus
 from corral.domain.status import AgentStatus, KernelStatus, SessionStatus
 from corral.manager.handlers.base import HandlerContext, LifecycleHandler, LifecycleResult
-from corral.store import agents
+from corral.store import agents, journal, preemption, sessions
 from corral.store.records import AgentRecord, SessionRecord
 
 
@@ -41,6 +43,9 @@ class ScheduleNewSessions(LifecycleHandler):
             AgentSnapshot(a.id, a.capacity - a.used) for a in registered if a.status is AgentStatus.ALIVE
         ]
         by_id = {s.id: s for s in targets}
+        # Agents a preemptor holds while its victims stop: nobody else is placed there (DESIGN §6).
+        reserved = await preemption.reservations(ctx.conn, ctx.resource_group)
+        held_by = {aid: sid for sid, r in reserved.items() for aid in r.get("agents", [])}
         entries = [QueueEntry(s.id, s.priority, s.chain_submitted_at, s.retry_after) for s in targets]
         ready = queue_order(entries, ctx.now)
         ready_ids = {e.session_id for e in ready}
@@ -48,25 +53,97 @@ class ScheduleNewSessions(LifecycleHandler):
             if s.id not in ready_ids:
                 result.skipped.append(Skip(s.id, "waiting for its retry time"))
         # Backfill: a session that does not fit does not block smaller ones behind it (see README).
+        unplaced: list[SessionRecord] = []
         for entry in ready:
             s = by_id[entry.session_id]
             needs = [s.resources] * s.cluster_size  # every kernel of a session asks for the same slots
+            mine = [a for a in snapshot if held_by.get(a.agent_id, s.id) == s.id]
             note = ""
             placement = None
             if s.avoid_agent:
                 # Soft anti-affinity: any other agent first; the avoided one rather than waiting.
-                placement = place_gang(needs, snapshot, s.spec.placement, avoid=frozenset({s.avoid_agent}))
+                placement = place_gang(needs, mine, s.spec.placement, avoid=frozenset({s.avoid_agent}))
                 if placement is None:
                     note = f" (anti-affinity: no agent but {s.avoid_agent} had room)"
             if placement is None:
-                placement = place_gang(needs, snapshot, s.spec.placement)
+                placement = place_gang(needs, mine, s.spec.placement)
             if placement is None:
-                result.skipped.append(Skip(s.id, _why_waiting(s, registered, ctx.resource_group)))
+                unplaced.append(s)
                 continue
             snapshot = apply_placement(snapshot, needs, placement)
             result.placements[s.id] = placement
             result.success(s.id, "placed on " + ", ".join(placement.agent_ids) + note)
+        placed = set(result.placements)
+        await preemption.release(ctx.conn, [sid for sid in reserved if sid in placed])
+        preempting = await _preempt(ctx, unplaced, snapshot, reserved, held_by)
+        for s in unplaced:
+            why = preempting.get(s.id) or _why_waiting(s, registered, ctx.resource_group)
+            result.skipped.append(Skip(s.id, why))
         return result
+
+
+async def _preempt(
+    ctx: HandlerContext,
+    unplaced: Sequence[SessionRecord],
+    snapshot: Sequence[AgentSnapshot],
+    reserved: dict[str, dict[str, Any]],
+    held_by: dict[str, str],
+) -> dict[str, str]:
+    """For the first waiting session (in queue order) that running work of lower priority can make
+    room for: ask a minimal set of victims to stop and hold the agents they free.  One preemptor per
+    cycle; a preemptor whose victims are still stopping waits (no second round).  Returns why each
+    preempting session waits."""
+    waiting: dict[str, str] = {}
+    for s in unplaced:
+        hold = reserved.get(s.id)
+        if hold is None:
+            continue
+        still = await preemption.live(ctx.conn, hold.get("victims", []))
+        if still:
+            waiting[s.id] = f"waiting for {len(still)} preempted session(s) to stop; agents held for it"
+        else:  # its victims are gone and it still does not fit: let it choose again
+            await preemption.release(ctx.conn, [s.id])
+    fresh = [s for s in unplaced if s.id not in reserved]
+    if not fresh:
+        return waiting
+    settings = group_settings(await preemption.settings_of(ctx.conn, ctx.resource_group))
+    running = [
+        RunningSession(
+            r.id, r.priority, r.started_at, tuple((k.agent_id, k.resources) for k in r.kernels if k.agent_id)
+        )
+        for r in await preemption.running_in(ctx.conn, ctx.resource_group)
+        if r.started_at is not None
+    ]
+    for s in fresh:
+        ordered = candidates(running, s.priority, settings, ctx.now)
+        if not ordered:
+            continue
+        needs = [s.resources] * s.cluster_size
+        view = [a for a in snapshot if a.agent_id not in held_by]
+        victims = choose_victims(needs, s.spec.placement, view, ordered)
+        if victims is None:
+            continue
+        target = place_gang(needs, freed(view, victims), s.spec.placement)
+        assert target is not None  # choose_victims checked it
+        ids = [v.session_id for v in victims]
+        why = f"preempted by session {s.id} (priority {s.priority}) to make room for it"
+        for v in victims:
+            await sessions.request_termination(
+                ctx.conn, v.session_id, TerminationReason.PREEMPTED, why, ctx.now
+            )
+        await journal.add_history(
+            ctx.conn,
+            [(v.session_id, "Preemption", "PREEMPTED", SessionStatus.RUNNING, None, why) for v in victims],
+            ctx.now,
+        )
+        await preemption.reserve(ctx.conn, s.id, target.agent_ids, ids)
+        agents_held = ", ".join(sorted(set(target.agent_ids)))
+        waiting[s.id] = (
+            f"preempting {len(ids)} session(s) of priority {min(v.priority for v in victims)}"
+            f" ({settings.preemption_mode}): {', '.join(ids)}; agents {agents_held} held"
+        )
+        break  # one round per cycle: the next preemptor sees what this one freed and holds
+    return waiting
 
 
 def _why_waiting(s: SessionRecord, registered: Sequence[AgentRecord], group: str) -> str:

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from corral.domain.cause import TerminationReason
+from corral.domain.preemption import group_settings
 from corral.domain.scheduling import StatusTransitions
 from corral.domain.status import KernelStatus, SessionStatus
 from corral.manager.handlers.base import HandlerContext, LifecycleHandler, LifecycleResult
-from corral.store import agents, kernels
+from corral.store import agents, kernels, preemption
 from corral.store.records import SessionRecord
 
 # No process exists yet for a kernel in these statuses: it is ended here, nothing to kill.
@@ -48,6 +50,7 @@ class TerminateSessions(LifecycleHandler):
         result = LifecycleResult()
         never_started: list[str] = []
         to_kill: list[str] = []
+        preempted: list[str] = []
         to_force: list[str] = []
         to_fence: set[str] = set()
         limit = ctx.limits.timeouts.get(SessionStatus.TERMINATING)
@@ -79,13 +82,21 @@ class TerminateSessions(LifecycleHandler):
                     )
                 to_fence |= fence
             never_started += idle
-            to_kill += live
+            if s.termination_reason == TerminationReason.PREEMPTED:
+                preempted += live
+            else:
+                to_kill += live
             if parts:
                 result.success(s.id, "; ".join(parts))
         await kernels.end_kernels(
             ctx.conn, never_started, KernelStatus.CANCELLED, ctx.now, termination_message="never started"
         )
         await kernels.order_kill(ctx.conn, to_kill)
+        if preempted:
+            # The resource group's grace reaches the kill, whatever the agent's own default.
+            settings = group_settings(await preemption.settings_of(ctx.conn, ctx.resource_group))
+            await kernels.order_kill(ctx.conn, preempted, settings.grace_period)
+            to_kill += preempted
         await kernels.move_to_terminating(ctx.conn, to_kill, ctx.now)
         await kernels.order_force_kill(ctx.conn, to_force)
         await agents.fence(ctx.conn, sorted(to_fence), ctx.now)

@@ -1,4 +1,5 @@
-"""tenancy: a user's own settings (their priority rules)
+"""tenancy and preemption: a user's own settings (priority rules), a preemptor's reservation, a
+kill's grace period
 
 Revision ID: 0004
 Revises: 0003
@@ -18,8 +19,16 @@ depends_on = None
 def upgrade() -> None:
     with op.batch_alter_table("users") as batch:
         batch.add_column(sa.Column("config", sa.JSON(), nullable=True))
+    with op.batch_alter_table("sessions") as batch:
+        batch.add_column(sa.Column("reservation", sa.JSON(), nullable=True))
+    with op.batch_alter_table("kernels") as batch:
+        batch.add_column(sa.Column("kill_grace", sa.Float(), nullable=True))
 
 
 def downgrade() -> None:
+    with op.batch_alter_table("kernels") as batch:
+        batch.drop_column("kill_grace")
+    with op.batch_alter_table("sessions") as batch:
+        batch.drop_column("reservation")
     with op.batch_alter_table("users") as batch:
         batch.drop_column("config")

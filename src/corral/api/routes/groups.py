@@ -1,0 +1,60 @@
+"""/api/v1/resource-groups (admin): each group's preemption settings, effective from the next cycle."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter
+from pydantic import BaseModel, Field, field_validator
+
+from corral.api.state import Admin, State
+from corral.domain.preemption import PreemptionMode, PreemptionOrder
+from corral.protocol.types import STRICT
+from corral.services import groups as svc
+
+router = APIRouter(prefix="/api/v1/resource-groups", tags=["resource groups"])
+
+
+class GroupPatch(BaseModel):
+    model_config = STRICT
+
+    preemptible_priority: int | None = Field(None, ge=0, le=100, description="only sessions at or below it")
+    preemption_order: PreemptionOrder | None = Field(None, description="oldest or newest first")
+    preemption_mode: PreemptionMode | None = Field(
+        None, description="terminate (requeued by the retry engine)"
+    )
+    grace_period: float | None = Field(None, ge=0, le=3600, description="seconds from SIGTERM to SIGKILL")
+    min_runtime: float | None = Field(None, ge=0, le=7 * 86400, description="younger sessions are spared")
+
+    @field_validator("preemption_mode")
+    @classmethod
+    def _mode(cls, value: PreemptionMode | None) -> PreemptionMode | None:
+        if value is PreemptionMode.SUSPEND:
+            raise ValueError("suspend is not available yet: use terminate")
+        return value
+
+
+class GroupOut(BaseModel):
+    name: str
+    preemptible_priority: int
+    preemption_order: str
+    preemption_mode: str
+    grace_period: float
+    min_runtime: float
+    agents: list[str]
+
+
+@router.get("", response_model=list[GroupOut])
+async def list_groups(who: Admin, state: State) -> list[GroupOut]:
+    return [GroupOut(**g) for g in await svc.listed(state.engine)]
+
+
+@router.get("/{name}", response_model=GroupOut)
+async def get_group(name: str, who: Admin, state: State) -> GroupOut:
+    return GroupOut(**await svc.get(state.engine, name))
+
+
+@router.patch("/{name}", response_model=GroupOut)
+async def update_group(name: str, body: GroupPatch, who: Admin, state: State) -> GroupOut:
+    changes: dict[str, Any] = body.model_dump(mode="json", exclude_unset=True)
+    return GroupOut(**await svc.update(state.engine, who, name, changes))

@@ -1,0 +1,60 @@
+"""`corral rg list|get|set` (admin): resource groups and their preemption settings."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from corral.cli.client import Api, fail
+from corral.cli.output import Format, OutputOpt, emit
+
+app = typer.Typer(help="Resource groups and their preemption settings (admin).", no_args_is_help=True)
+
+COLUMNS = [
+    ("NAME", "name"),
+    ("PREEMPTIBLE ≤", "preemptible_priority"),
+    ("ORDER", "preemption_order"),
+    ("MODE", "preemption_mode"),
+    ("GRACE", "grace_period"),
+    ("MIN RUNTIME", "min_runtime"),
+    ("AGENTS", "agents"),
+]
+NUMBERS = {"preemptible_priority": int, "grace_period": float, "min_runtime": float}
+
+
+@app.command("list")
+def list_groups(output: Format = OutputOpt) -> None:
+    """Every resource group."""
+    emit(Api().call("GET", "/resource-groups"), output, COLUMNS)
+
+
+@app.command("get")
+def get(name: str, output: Format = OutputOpt) -> None:
+    """One resource group."""
+    emit(Api().call("GET", f"/resource-groups/{name}"), output, COLUMNS)
+
+
+@app.command("set")
+def set_(
+    name: str,
+    settings: Annotated[
+        list[str],
+        typer.Argument(
+            help="KEY=VALUE: preemptible_priority (0..100), preemption_order (oldest|newest), "
+            "preemption_mode (terminate), grace_period (s), min_runtime (s)"
+        ),
+    ],
+    output: Format = OutputOpt,
+) -> None:
+    """Change settings; every manager uses them from its next cycle."""
+    body: dict[str, object] = {}
+    for item in settings:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise fail(f"expected KEY=VALUE, got {item!r}", 2)
+        try:
+            body[key] = NUMBERS[key](value) if key in NUMBERS else value
+        except ValueError:
+            raise fail(f"{key} expects a number, got {value!r}", 2) from None
+    emit(Api().call("PATCH", f"/resource-groups/{name}", json=body), output, COLUMNS)

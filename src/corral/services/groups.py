@@ -1,0 +1,50 @@
+"""Resource groups' preemption settings (admin)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from corral.domain.preemption import group_settings
+from corral.services.errors import NotFound
+from corral.store import agents, config, preemption
+from corral.store.auth import Principal
+from corral.store.db import transaction
+
+
+def _view(name: str, cfg: Mapping[str, Any], members: list[str]) -> dict[str, Any]:
+    return {"name": name, **group_settings(cfg.get("preemption")).to_json(), "agents": members}
+
+
+async def listed(engine: AsyncEngine) -> list[dict[str, Any]]:
+    async with engine.connect() as conn:
+        found = await preemption.groups(conn)
+        members = await agents.list_agents(conn)
+    return [
+        _view(name, cfg, sorted(a.id for a in members if a.resource_group == name)) for name, cfg in found
+    ]
+
+
+async def get(engine: AsyncEngine, name: str) -> dict[str, Any]:
+    found = [g for g in await listed(engine) if g["name"] == name]
+    if not found:
+        raise NotFound(f"no resource group {name[:80]!r}", {"field": "name"})
+    return found[0]
+
+
+async def update(
+    engine: AsyncEngine, who: Principal, name: str, changes: Mapping[str, Any]
+) -> dict[str, Any]:
+    now = datetime.now(UTC)
+    async with transaction(engine) as conn:
+        cfg = await preemption.group_config(conn, name)
+        if cfg is None:
+            raise NotFound(f"no resource group {name[:80]!r}", {"field": "name"})
+        cfg["preemption"] = {**cfg.get("preemption", {}), **changes}
+        await preemption.set_group_config(conn, name, cfg)
+        what = ", ".join(f"{k}={v}" for k, v in sorted(changes.items())) or "nothing"
+        await config.audit(conn, who.name, "resource_group.update", name, what, now)
+    return await get(engine, name)

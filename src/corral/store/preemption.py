@@ -1,0 +1,88 @@
+"""What preemption reads and writes: running sessions, reservations, a group's settings."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import and_, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from corral.domain.status import TERMINAL_SESSION, SessionStatus
+from corral.store.records import SessionRecord
+from corral.store.sessions import select_with_kernels
+from corral.store.tables import resource_groups, sessions
+
+
+async def running_in(conn: AsyncConnection, resource_group: str) -> list[SessionRecord]:
+    """RUNNING sessions of the group nobody has asked to stop yet (possible victims)."""
+    query = select(sessions).where(
+        and_(
+            sessions.c.resource_group == resource_group,
+            sessions.c.status == str(SessionStatus.RUNNING),
+            sessions.c.termination_reason.is_(None),
+        )
+    )
+    return await select_with_kernels(conn, query)
+
+
+async def reservations(conn: AsyncConnection, resource_group: str) -> dict[str, dict[str, Any]]:
+    """Pending preemptors' holds: session id -> {"agents": [...], "victims": [...]}."""
+    rows = await conn.execute(
+        select(sessions.c.id, sessions.c.reservation).where(
+            sessions.c.resource_group == resource_group,
+            sessions.c.status == str(SessionStatus.PENDING),
+            sessions.c.reservation.is_not(None),
+        )
+    )
+    return {str(r.id): dict(r.reservation) for r in rows if r.reservation}
+
+
+async def reserve(
+    conn: AsyncConnection, session_id: str, agents: Sequence[str], victims: Sequence[str]
+) -> None:
+    await conn.execute(
+        update(sessions)
+        .where(sessions.c.id == session_id)
+        .values(reservation={"agents": sorted(set(agents)), "victims": list(victims)})
+    )
+
+
+async def release(conn: AsyncConnection, session_ids: Sequence[str]) -> None:
+    if session_ids:
+        await conn.execute(
+            update(sessions).where(sessions.c.id.in_(list(session_ids))).values(reservation=None)
+        )
+
+
+async def live(conn: AsyncConnection, session_ids: Sequence[str]) -> set[str]:
+    """Those of the sessions that have not ended."""
+    if not session_ids:
+        return set()
+    rows = await conn.execute(
+        select(sessions.c.id).where(
+            sessions.c.id.in_(list(session_ids)), sessions.c.status.not_in([str(s) for s in TERMINAL_SESSION])
+        )
+    )
+    return {str(r.id) for r in rows}
+
+
+async def group_config(conn: AsyncConnection, name: str) -> dict[str, Any] | None:
+    row = (await conn.execute(select(resource_groups.c.config).where(resource_groups.c.name == name))).first()
+    return dict(row.config or {}) if row else None
+
+
+async def set_group_config(conn: AsyncConnection, name: str, cfg: dict[str, Any]) -> None:
+    await conn.execute(update(resource_groups).where(resource_groups.c.name == name).values(config=cfg))
+
+
+async def groups(conn: AsyncConnection) -> list[tuple[str, dict[str, Any]]]:
+    rows = await conn.execute(
+        select(resource_groups.c.name, resource_groups.c.config).order_by(resource_groups.c.name)
+    )
+    return [(r.name, dict(r.config or {})) for r in rows]
+
+
+async def settings_of(conn: AsyncConnection, name: str) -> dict[str, Any]:
+    """The group's stored preemption settings (only what an admin set)."""
+    return dict((await group_config(conn, name) or {}).get("preemption") or {})

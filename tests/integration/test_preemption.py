@@ -1,0 +1,163 @@
+"""Priority preemption in terminate mode (DESIGN §6), on SQLite and PostgreSQL: an urgent session on a
+full cluster gets a minimal set of victims, they are requeued at their old place, nothing is lost."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import BACKENDS
+from tests.support.cluster import TERMINAL, Cluster, poll
+
+SLEEPER = ["sh", "-c", "sleep 600"]
+
+
+@pytest.fixture(params=BACKENDS)
+def full(
+    request: pytest.FixtureRequest, fresh_database: Callable[[str], str], tmp_path: Path
+) -> Iterator[Cluster]:
+    """2 agents x 2 CPUs, nothing running yet."""
+    c = Cluster(fresh_database(request.param), tmp_path / "c")
+    try:
+        c.start_manager()
+        c.start_agent("agent-a", cpu=2)
+        c.start_agent("agent-b", cpu=2)
+        yield c
+    finally:
+        c.close()
+
+
+def at(value: str | None) -> float:
+    assert value is not None
+    return datetime.fromisoformat(value).timestamp()
+
+
+def fill(c: Cluster, command: list[str] = SLEEPER) -> list[dict[str, Any]]:
+    """Four priority-1 sessions of 1 CPU, started one after another (their start order is known)."""
+    started = []
+    for i in range(4):
+        s = c.submit(command=command, priority=1, name=f"low-{i}", resources={"cpu": 1})
+        started.append(c.wait(s["id"], {"RUNNING"}, timeout=30))
+    return started
+
+
+def chain_of(c: Cluster, session_id: str) -> list[dict[str, Any]]:
+    return list(c.http.get(f"/api/v1/sessions/{session_id}/attempts").json())
+
+
+def test_an_urgent_session_preempts_the_minimal_oldest_victims(full: Cluster) -> None:
+    c = full
+    assert c.corral("rg", "set", "default", "grace_period=0", "min_runtime=0").returncode == 0
+    low = fill(c)
+    by_agent: dict[str, list[str]] = {}
+    for s in low:
+        by_agent.setdefault(s["kernels"][0]["agent"], []).append(s["id"])
+    later = c.submit(command=["true"], priority=1, name="later", resources={"cpu": 1})
+
+    urgent = c.submit(command=["sh", "-c", "sleep 2"], priority=50, name="urgent", resources={"cpu": 2})
+    running = c.wait(urgent["id"], {"RUNNING"} | TERMINAL, timeout=10)
+    assert running["status"] == "RUNNING", running
+    # No lower-priority session started before it: "later" still waits.
+    assert c.session(later["id"])["status"] == "PENDING"
+
+    # Exactly the two oldest (one agent's worth): concentrated placement put low-0 and low-1 together.
+    oldest_two = {low[0]["id"], low[1]["id"]}
+    assert set(by_agent[running["kernels"][0]["agent"]]) == oldest_two
+    victims = {s["id"]: c.session(s["id"]) for s in low}
+    preempted = {sid for sid, s in victims.items() if s["cause"] == "preempted"}
+    assert preempted == oldest_two
+    for sid in oldest_two:
+        history = [h["message"] for h in c.history(sid)]
+        assert any(f"preempted by session {urgent['id']} (priority 50)" in m for m in history), history
+    mine = [h["message"] for h in c.history(urgent["id"])]
+    assert any("preempting 2 session(s)" in m and all(v in m for v in oldest_two) for m in mine), mine
+
+    # The victims come back (free requeues) once the urgent session is done, before "later".
+    done = c.wait(urgent["id"], timeout=30)
+
+    def requeued() -> list[dict[str, Any]] | None:
+        chains = [chain_of(c, sid) for sid in sorted(oldest_two)]
+        if all(len(ch) == 2 and ch[1]["status"] == "RUNNING" for ch in chains):
+            return [ch[1] for ch in chains]
+        return None
+
+    children = poll(requeued, 30, "the preempted sessions to run again")
+    for child, sid in zip(children, sorted(oldest_two), strict=True):
+        parent = c.session(sid)
+        assert child["retry_cause"] == "preempted" and child["retry_count"] == 0
+        assert parent["retry_reason"].startswith("preempted: requeued without counting")
+        # Never two runs of one job at once, and not before the room was given back.
+        assert at(child["started_at"]) >= at(parent["terminated_at"])
+        assert at(child["started_at"]) >= at(done["terminated_at"]) - 0.5
+    assert c.session(later["id"])["status"] == "PENDING"  # behind the requeued victims
+
+
+def test_the_grace_period_reaches_the_kill(full: Cluster, tmp_path: Path) -> None:
+    c = full
+    assert c.corral("rg", "set", "default", "grace_period=2").returncode == 0
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    trap = f"trap 'date +%s.%N > {marks}/$CORRAL_SESSION_ID; sleep 30' TERM; while :; do sleep 0.1; done"
+    low = fill(c, ["sh", "-c", trap])
+    urgent = c.submit(command=["true"], priority=50, resources={"cpu": 2})
+    assert c.wait(urgent["id"], timeout=30)["result"] == "success"
+    victims = [c.session(s["id"]) for s in low]
+    victims = [v for v in victims if v["cause"] == "preempted"]
+    assert len(victims) == 2
+    for v in victims:
+        got_term = float((marks / v["id"]).read_text())
+        kernel = v["kernels"][0]
+        assert kernel["signal"] == 9 and kernel["killed_by_corral"]
+        # SIGTERM, then the group's 2 s (not the agent's 10 s default), then SIGKILL.
+        assert 1.8 <= at(kernel["exited_at"]) - got_term <= 6, (got_term, kernel["exited_at"])
+
+
+def test_nobody_outside_the_rules_is_preempted(full: Cluster) -> None:
+    c = full
+    assert c.corral("rg", "set", "default", "grace_period=0", "min_runtime=3600").returncode == 0
+    fill(c)
+    # Too young (min_runtime): the urgent session waits and says why.
+    urgent = c.submit(command=["true"], priority=50, resources={"cpu": 2})
+    poll(
+        lambda: any("no agent has room" in h["message"] for h in c.history(urgent["id"])),
+        20,
+        "the urgent session to be judged",
+    )
+    assert c.session(urgent["id"])["status"] == "PENDING"
+    # Old enough now, but the running ones are above preemptible_priority or not below the preemptor.
+    assert c.corral("rg", "set", "default", "min_runtime=0", "preemptible_priority=0").returncode == 0
+    equal = c.submit(command=["true"], priority=1, resources={"cpu": 2})
+    assert c.corral("rg", "set", "default", "preemptible_priority=5").returncode == 0
+    running = c.wait(urgent["id"], {"RUNNING"} | TERMINAL, timeout=20)
+    assert running["status"] in ("RUNNING", "TERMINATED")
+    assert c.session(equal["id"])["status"] == "PENDING"  # priority 1 never preempts priority 1
+    preempted = [
+        s for s in c.http.get("/api/v1/sessions", params={"limit": 100}).json() if s["cause"] == "preempted"
+    ]
+    assert len(preempted) == 2
+
+
+def test_group_settings_are_validated(full: Cluster) -> None:
+    c = full
+    for body, field in (
+        ({"preemptible_priority": 101}, "preemptible_priority"),
+        ({"preemption_order": "random"}, "preemption_order"),
+        ({"preemption_mode": "suspend"}, "preemption_mode"),
+        ({"grace_period": -1}, "grace_period"),
+        ({"nope": 1}, "nope"),
+    ):
+        resp = c.http.patch("/api/v1/resource-groups/default", json=body)
+        assert resp.status_code == 422 and field in resp.text, (body, resp.text)
+    assert c.http.patch("/api/v1/resource-groups/none-such", json={}).status_code == 404
+    got = c.corral_json("rg", "get", "default")
+    assert (got["preemptible_priority"], got["preemption_mode"]) == (5, "terminate")
+    assert got["agents"] == ["agent-a", "agent-b"]
+    name = "user-" + uuid.uuid4().hex[:6]
+    key = c.corral_json("user", "create", name, "--project", "default")["key"]["key"]
+    headers = {"Authorization": f"Bearer {key}"}
+    assert c.http.get("/api/v1/resource-groups", headers=headers).status_code == 403
