@@ -52,7 +52,7 @@ def fuzz(op: Any, http: requests.Session, headers: dict[str, str], examples: int
             headers=headers,
             checks=[not_a_server_error],
             additional_checks=[error_format],
-            timeout=30,
+            timeout=45,  # over the longest wait a route may be asked for (/events?wait=30)
         )
 
     run()

@@ -34,10 +34,13 @@ elif rank == 0:
     (d / "m0").touch()
 else:
     wait("m0")
-    (d / "m1").touch()
-    with record():
-        raise ValueError("bad batch")
+    try:
+        with record():
+            raise ValueError("bad batch")
+    finally:
+        (d / "m1").touch()  # only once its record is written
 wait("m1")
+time.sleep(0.5)  # rank 1 has surely exited by itself: nobody stopped it before it spoke
 sys.exit(1)
 """
 
@@ -156,13 +159,19 @@ if rank < len(contents):
 else:
     os.mkfifo(path)
 print("ValueError: rank", rank, "failed", file=sys.stderr)
+# All seven fail on their own: nobody exits before every rank has written its file.
+import pathlib, time
+d = pathlib.Path(sys.argv[1]); (d / str(rank)).touch()
+deadline = time.monotonic() + 30
+while len(list(d.iterdir())) < 7 and time.monotonic() < deadline:
+    time.sleep(0.02)
 sys.exit(3)
 """
 
 
-def test_bad_error_files_never_break_a_report(cluster: Cluster) -> None:
+def test_bad_error_files_never_break_a_report(cluster: Cluster, tmp_path: Path) -> None:
     s = cluster.submit(
-        command=["python3", "-c", BAD_FILES],
+        command=["python3", "-c", BAD_FILES, str(tmp_path)],
         cluster_size=7,
         resources={"cpu": 0.5},
         error_strategy="earliest",

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from corral.domain.cause import Cause, KernelOutcome
+from corral.domain.cause import Cause, KernelOutcome, TerminationReason
 from corral.domain.error_record import (
     CORRAL_SCHEMA,
     MESSAGE_MAX,
@@ -229,6 +229,35 @@ def test_the_verdict_takes_cause_and_exit_code_from_the_root_cause() -> None:
     assert (v.root_rank, v.cause, v.exit_code) == (1, Cause.OOM_KILLED, 137)
 
 
+def test_a_record_written_by_a_kernel_corral_stopped_is_a_side_effect() -> None:
+    # Rank 0 lost its peer; rank 1, stopped by Corral, then wrote torch's SignalException.
+    kernels = [
+        kernel(0, 100, torch_file(GLOO, T)),
+        kernel(1, 200, torch_file("SignalException: Process 42 got signal: 15", T), killed_by_corral=True),
+    ]
+    v = final_verdict(kernels, None, ErrorStrategy.EARLIEST_PRIMARY)
+    assert (v.root_rank, v.cause, v.exit_code) == (0, Cause.KERNEL_NONZERO_EXIT, 1)
+    # A worker that wrote its error and then lingered until Corral stopped it is still the fallback.
+    alone = [kernel(1, 200, corral_file("bad batch", 5), killed_by_corral=True, exit_code=143, signal=15)]
+    assert final_verdict(alone, None).root_rank == 1
+
+
+def test_a_stop_for_a_reason_is_the_cause_even_through_a_fence() -> None:
+    lost = kernel(0, None, agent_lost=True, exit_code=None)
+    stopped = kernel(1, 50, exit_code=143, signal=15, killed_by_corral=True)
+    v = final_verdict([lost, stopped], TerminationReason.DEADLINE_EXCEEDED)
+    assert (v.cause, v.root_rank) == (Cause.DEADLINE_EXCEEDED, None)
+    # Without a reason, the lost node is the root cause.
+    assert final_verdict([lost, kernel(1, 50, log_tail=GLOO)], None).cause is Cause.AGENT_TRANSIENT
+
+
+def test_a_node_declared_gone_is_stamped_and_comes_first() -> None:
+    # Declared gone: stamped with its agent's last heartbeat, before its peer lost the connection.
+    lost = kernel(0, 40, agent_lost=True, exit_code=None)
+    peer = kernel(1, 50, log_tail=GLOO)
+    assert root_rank([lost, peer], ErrorStrategy.EARLIEST) == 0
+
+
 def test_side_effects() -> None:
     base = error_record(kernel(0, 1, log_tail=""))
     for message in (
@@ -326,6 +355,27 @@ def test_recoverable_error_in_a_with_block(tmp_path: Path) -> None:
     done, written = helper(tmp_path, code)
     assert done.returncode == 1 and written is not None
     assert (written["type"], written["recoverable"]) == ("corral_worker.RecoverableError", True)
+
+
+def test_a_huge_or_wide_message_still_fits_the_agents_cap(tmp_path: Path) -> None:
+    code = "from corral_worker import *\nwith record():\n    raise ValueError('\u6f22' * 70000)"
+    done, written = helper(tmp_path, code)
+    assert done.returncode == 1 and written is not None
+    assert (tmp_path / "error.json").stat().st_size <= 64 * 1024
+    r = parse_file(written)
+    assert isinstance(r, FileRecord) and r.message == "\u6f22" * MESSAGE_MAX
+
+
+def test_an_unprintable_exception_is_still_the_one_raised(tmp_path: Path) -> None:
+    code = (
+        "from corral_worker import *\n"
+        "class Odd(Exception):\n    def __str__(self): raise RuntimeError('no str')\n"
+        "try:\n    with record():\n        raise Odd()\n"
+        "except Odd:\n    print('the user exception')\n"
+    )
+    done, written = helper(tmp_path, code)
+    assert done.stdout.strip() == "the user exception", done.stderr
+    assert written is not None and "could not be read" in written["message"]
 
 
 def test_success_and_clean_exit_write_nothing(tmp_path: Path) -> None:

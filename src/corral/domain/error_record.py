@@ -126,7 +126,12 @@ def _int(value: object) -> int | None:
         return None
     if isinstance(value, int):
         return value
-    if isinstance(value, str) and value.strip().isdigit() and len(value.strip()) < 20:
+    if (
+        isinstance(value, str)
+        and value.strip().isascii()
+        and value.strip().isdigit()
+        and len(value.strip()) < 20
+    ):
         return int(value.strip())
     return None
 

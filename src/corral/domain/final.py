@@ -30,6 +30,11 @@ class FinalVerdict:
     """The root-cause worker's error record, when a worker failed on its own."""
 
 
+_STOPS = frozenset(
+    {TerminationReason.USER_CANCELLED, TerminationReason.DEADLINE_EXCEEDED, TerminationReason.PREEMPTED}
+)
+
+
 def failure_records(kernels: Sequence[KernelOutcome]) -> list[ErrorRecord]:
     """One record per kernel that failed or that Corral stopped; none for kernels that succeeded."""
     return [error_record(k) for k in kernels if own_failure(k) or k.killed_by_corral]
@@ -41,8 +46,14 @@ def final_verdict(
     strategy: ErrorStrategy = ErrorStrategy.EARLIEST_PRIMARY,
 ) -> FinalVerdict:
     found = aggregate(failure_records(kernels), strategy)
-    if found is not None and found.record.killed_by_corral and reason is not None:
-        found = None  # stopped for a reason (cancel, deadline, preemption): the reason is the cause
+    if (
+        found is not None
+        and reason in _STOPS
+        and (found.record.killed_by_corral or found.record.kind == "lost")
+    ):
+        # Stopped for a reason (cancel, deadline, preemption), by a kill or by the fence that follows
+        # an unconfirmed kill: the reason is the cause, not the stop.
+        found = None
     root = next((k for k in kernels if k.rank == found.record.rank), None) if found else None
     cause = classify_failure(root, reason)
     if root is None:

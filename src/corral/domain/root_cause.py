@@ -37,6 +37,9 @@ _SIDE_EFFECT_PHRASES = (
     "socket timeout",
     "the client socket has timed out",
     "connection to the store",
+    "got signal: 15",
+    "got signal: 9",
+    "signalexception",
 )
 _SIDE_EFFECT_TYPES = frozenset(
     {
@@ -46,6 +49,8 @@ _SIDE_EFFECT_TYPES = frozenset(
         "BrokenPipeError",
         "DistNetworkError",
         "torch.distributed.DistNetworkError",
+        "SignalException",
+        "torch.distributed.elastic.multiprocessing.api.SignalException",
     }
 )
 
@@ -53,7 +58,7 @@ _SIDE_EFFECT_TYPES = frozenset(
 def is_side_effect(r: ErrorRecord) -> bool:
     """Peer gone, connection reset/refused, NCCL/gloo remote errors, collective timeouts, or a stop
     Corral sent: the worker failed because something else did."""
-    if r.killed_by_corral and r.source is Source.SYNTHESIZED:
+    if r.killed_by_corral:
         return True
     if r.type in _SIDE_EFFECT_TYPES:
         return True

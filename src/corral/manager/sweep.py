@@ -64,14 +64,20 @@ async def sweep(engine: AsyncEngine, resource_group: str, cfg: SchedulerSettings
             gone = await agents.started_kernels_on(conn, fenced)
             log.warning("kernels of fenced agents declared gone", agents=fenced, kernels=len(gone))
             about = await kernels.sessions_on(conn, kernel_ids=gone)
-            await kernels.end_kernels(
-                conn,
-                gone,
-                KernelStatus.ERROR,
-                now,
-                agent_lost=True,
-                termination_message="agent lost past the fence timeout",
-            )
+            beats = await agents.heartbeats(conn, fenced)
+            for agent_id in fenced:
+                # Stamped with the agent's last heartbeat: the node that died failed no later, so the
+                # root cause goes to it, not to the peers that lost it a moment after.
+                last = beats.get(agent_id)
+                await kernels.end_kernels(
+                    conn,
+                    await agents.started_kernels_on(conn, [agent_id]),
+                    KernelStatus.ERROR,
+                    now,
+                    agent_lost=True,
+                    exited_at_ns=int(last.timestamp() * 1_000_000_000) if last else None,
+                    termination_message="agent lost past the fence timeout",
+                )
             await _note(
                 conn,
                 about,

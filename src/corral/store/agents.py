@@ -153,6 +153,11 @@ async def fence_expired(conn: AsyncConnection, fence: timedelta, now: datetime) 
     return list(result.scalars())
 
 
+async def heartbeats(conn: AsyncConnection, agent_ids: list[str]) -> dict[str, datetime]:
+    rows = await conn.execute(select(agents.c.id, agents.c.last_heartbeat).where(agents.c.id.in_(agent_ids)))
+    return {r.id: r.last_heartbeat for r in rows}
+
+
 async def started_kernels_on(conn: AsyncConnection, agent_ids: list[str]) -> list[str]:
     rows = await conn.execute(
         select(kernel_table.c.id).where(

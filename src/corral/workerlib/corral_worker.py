@@ -32,6 +32,16 @@ from typing import Any, Literal
 __all__ = ["RecoverableError", "record", "write_record"]
 
 SCHEMA = "corral.error/v1"
+MESSAGE_MAX = 4096
+TRACEBACK_MAX = 16 * 1024
+FILE_BUDGET = 60 * 1024  # under the agent's 64 KiB cap
+
+
+def _text(exc: BaseException) -> str:
+    try:
+        return str(exc)
+    except Exception:  # an exception whose __str__ fails still gets a record
+        return f"<{type(exc).__name__}: its message could not be read>"
 
 
 class RecoverableError(Exception):
@@ -54,6 +64,7 @@ def write_record(exc: BaseException, path: str | None = None) -> str | None:
     target = path or os.environ.get("CORRAL_ERROR_FILE")
     if not target:
         return None
+    trace = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-TRACEBACK_MAX:]
     body = {
         "schema": SCHEMA,
         "worker": {
@@ -64,8 +75,8 @@ def write_record(exc: BaseException, path: str | None = None) -> str | None:
         "timestamp_ns": time.time_ns(),
         "kind": "exception",
         "type": _type_name(exc),
-        "message": str(exc),
-        "traceback": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-16000:],
+        "message": _text(exc)[:MESSAGE_MAX],
+        "traceback": trace,
         "recoverable": isinstance(exc, RecoverableError),
         "exit_code": None,
         "signal": None,
@@ -73,8 +84,14 @@ def write_record(exc: BaseException, path: str | None = None) -> str | None:
     folder = os.path.dirname(os.path.abspath(target))
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=".corral-error-")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            json.dump(body, out)
+        data = json.dumps(body, ensure_ascii=False).encode("utf-8", "backslashreplace")
+        while len(data) > FILE_BUDGET and trace:
+            # The agent reads at most 64 KiB: shorten the traceback (its start) until it fits.
+            trace = trace[len(trace) // 2 :] if len(trace) > 1 else ""
+            body["traceback"] = trace
+            data = json.dumps(body, ensure_ascii=False).encode("utf-8", "backslashreplace")
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
         os.replace(tmp, target)
     except BaseException:
         try:
@@ -113,6 +130,6 @@ class record:
             try:
                 write_record(exc)
                 exc._corral_recorded = True  # type: ignore[attr-defined]  # nested record(): the innermost wrote it
-            except OSError:
+            except Exception:
                 pass  # the worker's own error matters more than its record
         return False
