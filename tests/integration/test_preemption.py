@@ -161,3 +161,41 @@ def test_group_settings_are_validated(full: Cluster) -> None:
     key = c.corral_json("user", "create", name, "--project", "default")["key"]["key"]
     headers = {"Authorization": f"Bearer {key}"}
     assert c.http.get("/api/v1/resource-groups", headers=headers).status_code == 403
+
+
+def test_a_big_gang_is_not_starved_by_a_stream_of_small_sessions(full: Cluster) -> None:
+    c = full
+    first = [c.submit(command=["sleep", "3"], resources={"cpu": 1}) for _ in range(4)]
+    for s in first:
+        c.wait(s["id"], {"RUNNING"} | TERMINAL, timeout=30)
+    gang = c.submit(command=["true"], cluster_size=2, resources={"cpu": 2}, name="big-gang")
+    stream = []
+    done = False
+    while not done:  # a continuous stream of 1-CPU sessions, submitted after the gang
+        stream.append(c.submit(command=["sleep", "0.5"], resources={"cpu": 1}))
+        done = c.session(gang["id"])["status"] in TERMINAL or len(stream) >= 40
+    gang = c.wait(gang["id"], timeout=60)
+    assert gang["result"] == "success"
+    later = [c.wait(s["id"], timeout=60) for s in stream]
+    assert all(at(s["started_at"]) >= at(gang["started_at"]) for s in later), (
+        "a later session jumped the gang"
+    )
+    held = [h["message"] for h in c.history(gang["id"])]
+    assert any("held for it" in m and "first in line" in m for m in held), held
+
+
+def test_backfill_needs_a_timeout_that_proves_it_ends_first(full: Cluster) -> None:
+    c = full
+    # 3 of 4 CPUs busy for a bounded time (timeout 30): a 4-CPU gang cannot start before they end.
+    busy = [c.submit(command=["sleep", "4"], resources={"cpu": 1}, timeout=30) for _ in range(3)]
+    for s in busy:
+        c.wait(s["id"], {"RUNNING"}, timeout=30)
+    gang = c.submit(command=["true"], cluster_size=2, resources={"cpu": 2})
+    poll(lambda: any("held for it" in h["message"] for h in c.history(gang["id"])), 20, "the hold")
+    short = c.submit(command=["true"], resources={"cpu": 1}, timeout=5)  # ends long before: may backfill
+    unbounded = c.submit(command=["true"], resources={"cpu": 1})  # proves nothing: must wait
+    short = c.wait(short["id"], timeout=30)
+    gang = c.wait(gang["id"], timeout=60)
+    unbounded = c.wait(unbounded["id"], timeout=60)
+    assert at(short["started_at"]) < at(gang["started_at"])
+    assert at(unbounded["started_at"]) >= at(gang["started_at"])

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import timedelta
 from typing import Any
 
+from corral.domain.backfill import Hold, Occupant, free_of, head_hold, may_use_held
 from corral.domain.cause import Cause, TerminationReason
 from corral.domain.placement import AgentSnapshot, apply_placement, place_gang
 from corral.domain.preemption import RunningSession, candidates, choose_victims, freed, group_settings
 from corral.domain.queue import QueueEntry, queue_order
+from corral.domain.resources import ResourceSlots
 from corral.domain.scheduling import Skip, StatusTransitions, TransitionStatus
 from corral.domain.status import AgentStatus, KernelStatus, SessionStatus
 from corral.manager.handlers.base import HandlerContext, LifecycleHandler, LifecycleResult
@@ -52,12 +55,16 @@ class ScheduleNewSessions(LifecycleHandler):
         for s in targets:
             if s.id not in ready_ids:
                 result.skipped.append(Skip(s.id, "waiting for its retry time"))
-        # Backfill: a session that does not fit does not block smaller ones behind it (see README).
+        # Backfill: a session that does not fit does not block smaller ones behind it, except on the
+        # agents held for the first one that does not fit (no starvation; see README).
         unplaced: list[SessionRecord] = []
+        hold: Hold | None = None
         for entry in ready:
             s = by_id[entry.session_id]
             needs = [s.resources] * s.cluster_size  # every kernel of a session asks for the same slots
             mine = [a for a in snapshot if held_by.get(a.agent_id, s.id) == s.id]
+            if hold is not None and not may_use_held(hold, s.spec.timeout, ctx.now):
+                mine = free_of(mine, hold.agent_ids)
             note = ""
             placement = None
             if s.avoid_agent:
@@ -69,6 +76,8 @@ class ScheduleNewSessions(LifecycleHandler):
                 placement = place_gang(needs, mine, s.spec.placement)
             if placement is None:
                 unplaced.append(s)
+                if hold is None and s.id not in reserved:
+                    hold = await _hold_for(ctx, s, registered, held_by)
                 continue
             snapshot = apply_placement(snapshot, needs, placement)
             result.placements[s.id] = placement
@@ -78,8 +87,35 @@ class ScheduleNewSessions(LifecycleHandler):
         preempting = await _preempt(ctx, unplaced, snapshot, reserved, held_by)
         for s in unplaced:
             why = preempting.get(s.id) or _why_waiting(s, registered, ctx.resource_group)
+            if hold is not None and hold.session_id == s.id and s.id not in preempting:
+                until = f" until {hold.starts_by:%H:%M:%S}" if hold.starts_by else ""
+                why += f"; agents {', '.join(sorted(hold.agent_ids))} held for it{until} (first in line)"
             result.skipped.append(Skip(s.id, why))
         return result
+
+
+async def _hold_for(
+    ctx: HandlerContext, s: SessionRecord, registered: Sequence[AgentRecord], held_by: dict[str, str]
+) -> Hold | None:
+    """The agents held for the first session in line that does not fit, and when they will surely
+    have room: every RUNNING session there ends by its start plus timeout; anything else there (no
+    timeout, starting, stopping) leaves it unknown, and then nothing else may use them."""
+    alive = [a for a in registered if a.status is AgentStatus.ALIVE and a.id not in held_by]
+    running = await preemption.running_in(ctx.conn, ctx.resource_group)
+    occupants = []
+    accounted: dict[str, ResourceSlots] = {}
+    for r in running:
+        ends = r.started_at + timedelta(seconds=r.spec.timeout) if r.started_at and r.spec.timeout else None
+        on = frozenset(k.agent_id for k in r.kernels if k.agent_id)
+        occupants.append(Occupant(on, ends))
+        for k in r.kernels:
+            if k.agent_id:
+                accounted[k.agent_id] = accounted.get(k.agent_id, ResourceSlots()) + k.resources
+    for a in alive:
+        if not a.used.fits_in(accounted.get(a.id, ResourceSlots())):
+            occupants.append(Occupant(frozenset({a.id}), None))  # something not yet (or no longer) running
+    capacity = [AgentSnapshot(a.id, a.capacity) for a in alive]
+    return head_hold(s.id, [s.resources] * s.cluster_size, s.spec.placement, capacity, occupants, ctx.now)
 
 
 async def _preempt(
