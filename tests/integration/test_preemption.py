@@ -199,3 +199,29 @@ def test_backfill_needs_a_timeout_that_proves_it_ends_first(full: Cluster) -> No
     unbounded = c.wait(unbounded["id"], timeout=60)
     assert at(short["started_at"]) < at(gang["started_at"])
     assert at(unbounded["started_at"]) >= at(gang["started_at"])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_gpus_are_allocated_by_index(
+    fresh_database: Callable[[str], str], tmp_path: Path, backend: str
+) -> None:
+    c = Cluster(fresh_database(backend), tmp_path / "gpu")
+    try:
+        c.start_manager()
+        c.start_agent("gpu-node", cpu=4, CORRAL_AGENT_GPU="4")
+        show = ["sh", "-c", 'echo "devices=$CUDA_VISIBLE_DEVICES"; sleep 2']
+        two = [c.submit(command=show, resources={"cpu": 1, "gpu": 2}) for _ in range(2)]
+        third = c.submit(command=show, resources={"cpu": 1, "gpu": 2})  # waits for 2 devices
+        none = c.submit(command=show, resources={"cpu": 1})
+        running = [c.wait(s["id"], {"RUNNING"}, timeout=30) for s in two]
+        seen = [set(s["kernels"][0]["gpu_devices"]) for s in running]
+        assert seen[0] | seen[1] == {0, 1, 2, 3} and not seen[0] & seen[1]
+        assert c.session(third["id"])["status"] == "PENDING"
+        outputs = {c.output(s["id"]).strip() for s in two}
+        assert outputs == {"devices=" + ",".join(map(str, sorted(d))) for d in seen}
+        # Devices come back when their kernels end; a kernel asking for none sees none.
+        third_done = c.wait(third["id"], timeout=60)
+        assert len(third_done["kernels"][0]["gpu_devices"]) == 2
+        assert c.output(none["id"]).strip() == "devices="
+    finally:
+        c.close()

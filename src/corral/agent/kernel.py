@@ -62,6 +62,8 @@ def kernel_env(
         TORCHELASTIC_ERROR_FILE=str(files["error"]),
         CORRAL_TERMINATION_LOG=str(files["termination"]),
         CORRAL_CHECKPOINT_DIR=str(checkpoint_dir),
+        # Only the devices allocated to it (none: empty, so a GPU node's devices stay hidden).
+        CUDA_VISIBLE_DEVICES=",".join(str(int(d)) for d in spec.get("gpu_devices") or []),
         PYTHONUNBUFFERED="1",
         # `import corral_worker` works in any kernel's python3, with nothing installed.
         PYTHONPATH=os.pathsep.join(p for p in (str(WORKER_LIB), env.get("PYTHONPATH", "")) if p),

@@ -226,6 +226,7 @@ class KernelOut(BaseModel):
     detail: dict[str, Any]
     output_complete: bool = Field(description="the agent has shipped all of this kernel's output")
     output_dropped: int = Field(description="bytes of its output dropped by the log cap")
+    gpu_devices: list[int] = Field(description="GPU indexes on its agent (its CUDA_VISIBLE_DEVICES)")
 
     @classmethod
     def of(cls, k: KernelRecord) -> KernelOut:
@@ -245,6 +246,7 @@ class KernelOut(BaseModel):
             detail=k.detail,
             output_complete=k.logs_done,
             output_dropped=k.log_dropped,
+            gpu_devices=list(k.devices or []),
         )
 
 

@@ -246,6 +246,7 @@ def _spec(
         "max_attempts": s.max_attempts,
         "checkpoint_dir": f"{checkpoint_root}/{s.root_session_id}" if checkpoint_root else None,
         "error_strategy": str(s.spec.error_strategy),
+        "gpu_devices": k.devices or [],
         "worker_name": worker_name(k.rank),
         "root_session_id": s.root_session_id,
         "timeout_grace": 10.0,

@@ -3,17 +3,22 @@
 from __future__ import annotations
 
 from datetime import datetime
+from decimal import Decimal
 from typing import Any
 
+import structlog
 from sqlalchemy import bindparam, insert, literal, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from corral.domain.devices import assign_devices
 from corral.domain.placement import Placement
 from corral.domain.status import KERNEL_ON_AGENT, TERMINAL_KERNEL, TERMINAL_SESSION, KernelStatus
 from corral.domain.transitions import kernel_sources
 from corral.store import convert
 from corral.store.records import KernelRecord, KernelReport
-from corral.store.tables import allocations, kernels, sessions
+from corral.store.tables import agents, allocations, kernels, sessions
+
+log = structlog.get_logger("corral.store.kernels")
 
 
 async def write_placements(conn: AsyncConnection, placed: dict[str, Placement], now: datetime) -> None:
@@ -40,9 +45,44 @@ async def write_placements(conn: AsyncConnection, placed: dict[str, Placement], 
         ]
     await conn.execute(insert(allocations), rows)
     await conn.execute(
-        update(kernels).where(kernels.c.id == bindparam("k_id")).values(agent_id=bindparam("k_agent")),
+        update(kernels)
+        .where(kernels.c.id == bindparam("k_id"))
+        .values(agent_id=bindparam("k_agent"), devices=None),
         [{"k_id": r["kernel_id"], "k_agent": r["agent_id"]} for r in rows],
     )
+    await _assign_gpus(conn, [r for r in rows if int(Decimal(str(r["slots"].get("gpu", 0)))) > 0])
+
+
+async def _assign_gpus(conn: AsyncConnection, rows: list[dict[str, Any]]) -> None:
+    """Whole devices by index for the kernels just placed that ask for GPUs: the lowest indexes no
+    live kernel of their agent holds (the group's lock serialises placements)."""
+    if not rows:
+        return
+    agent_ids = sorted({r["agent_id"] for r in rows})
+    counts = {
+        r.id: int(Decimal(str((r.capacity or {}).get("gpu", 0))))
+        for r in await conn.execute(select(agents.c.id, agents.c.capacity).where(agents.c.id.in_(agent_ids)))
+    }
+    taken: dict[str, set[int]] = {a: set() for a in agent_ids}
+    held = await conn.execute(
+        select(allocations.c.agent_id, kernels.c.devices)
+        .join(kernels, kernels.c.id == allocations.c.kernel_id)
+        .where(
+            allocations.c.agent_id.in_(agent_ids),
+            allocations.c.released_at.is_(None),
+            kernels.c.devices.is_not(None),
+        )
+    )
+    for agent_id, devices in held:
+        taken[agent_id].update(int(d) for d in devices or ())
+    for r in rows:
+        want = int(Decimal(str(r["slots"]["gpu"])))
+        got = assign_devices(counts.get(r["agent_id"], 0), taken[r["agent_id"]], want)
+        if got is None:  # capacity accounting said it fits: a bug, said loudly, not a wedge
+            log.error("no free GPU index for a placed kernel", kernel=r["kernel_id"], agent=r["agent_id"])
+            continue
+        taken[r["agent_id"]].update(got)
+        await conn.execute(update(kernels).where(kernels.c.id == r["kernel_id"]).values(devices=list(got)))
 
 
 async def release(conn: AsyncConnection, kernel_ids: list[str], now: datetime) -> None:

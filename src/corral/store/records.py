@@ -30,6 +30,7 @@ class KernelRecord:
     kill_requested: bool
     kill_forced: bool
     kill_grace: float | None
+    devices: list[int] | None
     logs_done: bool
     log_dropped: int
     started: bool

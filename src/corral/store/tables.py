@@ -201,6 +201,7 @@ kernels = Table(
     Column("kill_requested", Boolean, nullable=False, default=False),
     Column("kill_forced", Boolean, nullable=False, default=False, server_default=false()),
     Column("kill_grace", Float, nullable=True),
+    Column("devices", JSON, nullable=True),  # GPU indexes on its agent (CUDA_VISIBLE_DEVICES)
     # The agent has shipped all of this kernel's output; bytes dropped by the log cap.
     Column("logs_done", Boolean, nullable=False, default=False, server_default=false()),
     Column("log_dropped", BigInteger, nullable=False, default=0, server_default="0"),
