@@ -194,6 +194,9 @@ class Agent:
                 self.long_poll = reply.long_poll
                 self.log_cap = reply.log_cap
                 self.last_contact = sent  # registration records the contact: count from its send
+                # At once, before any order: the supervisor's deadline from before a partition has
+                # passed, and it would fence the first kernel started after re-registering.
+                self._ping_supervisor()
                 log.info("registered", agent=self.cfg.id, epoch=self.epoch)
                 return
 
