@@ -4,7 +4,7 @@ full cluster gets a minimal set of victims, they are requeued at their old place
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -17,19 +17,13 @@ from tests.support.cluster import TERMINAL, Cluster, poll
 SLEEPER = ["sh", "-c", "sleep 600"]
 
 
-@pytest.fixture(params=BACKENDS)
-def full(
-    request: pytest.FixtureRequest, fresh_database: Callable[[str], str], tmp_path: Path
-) -> Iterator[Cluster]:
-    """2 agents x 2 CPUs, nothing running yet."""
-    c = Cluster(fresh_database(request.param), tmp_path / "c")
-    try:
-        c.start_manager()
-        c.start_agent("agent-a", cpu=2)
-        c.start_agent("agent-b", cpu=2)
-        yield c
-    finally:
-        c.close()
+@pytest.fixture
+def full(own_cluster: Callable[..., Cluster]) -> Cluster:
+    """2 agents x 2 CPUs, nothing running yet (on each backend: own_cluster is parametrised)."""
+    c = own_cluster()
+    c.start_agent("agent-a", cpu=2)
+    c.start_agent("agent-b", cpu=2)
+    return c
 
 
 def at(value: str | None) -> float:

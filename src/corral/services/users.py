@@ -12,7 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from corral.domain.priority import effective
 from corral.services.errors import Conflict, InvalidInput, NotFound
 from corral.services.policies import check_priority_rules
-from corral.store import config, users
+from corral.store import auth, config, users
 from corral.store.auth import Principal, new_key
 from corral.store.db import transaction
 from corral.store.records import ApiKeyRecord, UserRecord
@@ -46,7 +46,7 @@ async def create(
         async with transaction(engine) as conn:
             await _check_projects(conn, projects)
             user_id = await users.create(conn, name, role, projects, now)
-            key_id = await users.add_key(conn, user_id, key, now)
+            key_id = await auth.insert_key(conn, user_id, key, now)
             await config.audit(
                 conn, who.name, "user.create", name, f"role {role}; projects {list(projects)}", now
             )
@@ -55,11 +55,16 @@ async def create(
     return await get(engine, name), key, key_id
 
 
-async def get(engine: AsyncEngine, name: str) -> UserRecord:
-    async with engine.connect() as conn:
-        found = await users.find(conn, name)
+async def _found(conn: AsyncConnection, name: str) -> UserRecord:
+    found = await users.find(conn, name)
     if found is None:
         raise NotFound(f"no user {name[:80]!r}", {"field": "name"})
+    return found
+
+
+async def get(engine: AsyncEngine, name: str) -> UserRecord:
+    async with engine.connect() as conn:
+        found = await _found(conn, name)
     return found
 
 
@@ -79,9 +84,7 @@ async def update(
     """`priority_rules` is merged field by field into the user's own (None clears them)."""
     now = _now()
     async with transaction(engine) as conn:
-        found = await users.find(conn, name)
-        if found is None:
-            raise NotFound(f"no user {name[:80]!r}", {"field": "name"})
+        found = await _found(conn, name)
         if found.id == who.user_id and role is not None and role != found.role:
             raise InvalidInput("role", "an admin cannot change their own role (ask another admin)")
         if projects is not None:
@@ -117,10 +120,8 @@ async def add_key(engine: AsyncEngine, who: Principal, name: str) -> tuple[str, 
     now = _now()
     key = new_key()
     async with transaction(engine) as conn:
-        found = await users.find(conn, name)
-        if found is None:
-            raise NotFound(f"no user {name[:80]!r}", {"field": "name"})
-        key_id = await users.add_key(conn, found.id, key, now)
+        found = await _found(conn, name)
+        key_id = await auth.insert_key(conn, found.id, key, now)
         await config.audit(conn, who.name, "key.create", name, f"key {key[:8]}…", now)
     return key, key_id
 
@@ -135,9 +136,7 @@ async def revoke(engine: AsyncEngine, who: Principal, name: str, key_id: str) ->
     """Effective at once: keys are looked up on every request, never cached."""
     now = _now()
     async with transaction(engine) as conn:
-        found = await users.find(conn, name)
-        if found is None:
-            raise NotFound(f"no user {name[:80]!r}", {"field": "name"})
+        found = await _found(conn, name)
         if not await users.revoke(conn, found.id, key_id):
             raise NotFound(f"no key {key_id[:80]!r} of user {name[:80]!r}", {"field": "key_id"})
         await config.audit(conn, who.name, "key.revoke", name, f"key {key_id}", now)

@@ -51,13 +51,20 @@ async def add_key(conn: AsyncConnection, user_id: str, key: str, now: datetime) 
     """Store the key's hash; False when it was stored already."""
     exists = (await conn.execute(select(api_keys.c.id).where(api_keys.c.key_hash == hash_key(key)))).first()
     if exists is None:
-        await conn.execute(
-            insert(api_keys).values(
-                id=str(uuid.uuid4()), user_id=user_id, key_hash=hash_key(key), prefix=key[:8], created_at=now
-            )
-        )
+        await insert_key(conn, user_id, key, now)
         return True
     return False
+
+
+async def insert_key(conn: AsyncConnection, user_id: str, key: str, now: datetime) -> str:
+    """A new key's hash (the key is never kept); returns the key's id."""
+    key_id = str(uuid.uuid4())
+    await conn.execute(
+        insert(api_keys).values(
+            id=key_id, user_id=user_id, key_hash=hash_key(key), prefix=key[:8], created_at=now
+        )
+    )
+    return key_id
 
 
 async def revoke_other_keys(conn: AsyncConnection, user_id: str, keep: str) -> int:

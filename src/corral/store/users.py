@@ -10,7 +10,6 @@ from typing import Any
 from sqlalchemy import delete, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from corral.store.auth import hash_key
 from corral.store.records import ApiKeyRecord, UserRecord
 from corral.store.tables import api_keys, project_members, projects, users
 
@@ -89,16 +88,6 @@ async def listed(conn: AsyncConnection, name: str | None = None) -> list[UserRec
         )
         for r in rows
     ]
-
-
-async def add_key(conn: AsyncConnection, user_id: str, key: str, now: datetime) -> str:
-    key_id = str(uuid.uuid4())
-    await conn.execute(
-        insert(api_keys).values(
-            id=key_id, user_id=user_id, key_hash=hash_key(key), prefix=key[:8], created_at=now
-        )
-    )
-    return key_id
 
 
 async def keys(conn: AsyncConnection, user_id: str) -> list[ApiKeyRecord]:
