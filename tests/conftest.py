@@ -10,10 +10,29 @@ from pathlib import Path
 
 import pytest
 
+from corral.agent.identity import ensure_account
 from corral.store.db import make_engine, upgrade
 from tests.support.postgres import PgServer, start_postgres
 
 BACKENDS = ["sqlite", "postgres"]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def kernel_account(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Agents started as root (CI runs as root) run kernels as the unprivileged `corral` account,
+    which `corral up` creates; kernels' work dirs under pytest's temp tree must be reachable by it."""
+    ensure_account()
+    base = tmp_path_factory.getbasetemp()
+    for d in (base.parent, base):
+        d.chmod(d.stat().st_mode | 0o011)
+
+
+@pytest.fixture
+def tmp_path(tmp_path: Path) -> Path:
+    """pytest's, writable by kernels of any account: tests hand it to kernels for marker files, like
+    a shared scratch directory on a real cluster."""
+    tmp_path.chmod(0o1777)
+    return tmp_path
 
 
 @pytest.fixture(scope="session")

@@ -36,12 +36,9 @@ class ManagerSettings(BaseSettings):
     max_agent_request_bytes: int = 64 << 20
     # Per session: past it the oldest output is dropped (and counted), the newest kept.
     log_cap_bytes: int = 2 << 30
-    # Where each retry chain's $CORRAL_CHECKPOINT_DIR lives (a path every agent can reach; the
-    # embedded default runs its agents on this host, under the data directory).
+    # Where each retry chain's $CORRAL_CHECKPOINT_DIR lives: a path every agent can reach (shared
+    # storage). Unset: under each agent's work dir. `corral up` sets it (its agents share this host).
     checkpoint_root: str = ""
-
-    def resolved_checkpoint_root(self) -> str:
-        return self.checkpoint_root or str(data_dir() / "checkpoints")
 
     def resolved_database_url(self) -> str:
         if self.database_url:

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import BACKENDS
-from tests.support.cluster import TERMINAL, Cluster, poll
+from tests.support.cluster import TERMINAL, Cluster, poll, scratch
 
 SLEEPER = ["sh", "-c", "sleep 600"]
 
@@ -95,7 +95,7 @@ def test_the_grace_period_reaches_the_kill(full: Cluster, tmp_path: Path) -> Non
     c = full
     assert c.corral("rg", "set", "default", "grace_period=2").returncode == 0
     marks = tmp_path / "marks"
-    marks.mkdir()
+    scratch(marks)
     trap = f"trap 'date +%s.%N > {marks}/$CORRAL_SESSION_ID; sleep 30' TERM; while :; do sleep 0.1; done"
     low = fill(c, ["sh", "-c", trap])
     urgent = c.submit(command=["true"], priority=50, resources={"cpu": 2})
@@ -141,7 +141,7 @@ def test_group_settings_are_validated(full: Cluster) -> None:
     for body, field in (
         ({"preemptible_priority": 101}, "preemptible_priority"),
         ({"preemption_order": "random"}, "preemption_order"),
-        ({"preemption_mode": "suspend"}, "preemption_mode"),
+        ({"preemption_mode": "pause"}, "preemption_mode"),
         ({"grace_period": -1}, "grace_period"),
         ({"nope": 1}, "nope"),
     ):
@@ -219,3 +219,53 @@ def test_gpus_are_allocated_by_index(
         assert c.output(none["id"]).strip() == "devices="
     finally:
         c.close()
+
+
+# Counts to 50 in its checkpoint directory, carrying on from what an earlier run saved.
+COUNTER = (
+    'f="$CORRAL_CHECKPOINT_DIR/count"; n=$(cat "$f" 2>/dev/null || echo 0); '
+    'echo "resume $CORRAL_RESUME_COUNT from $n"; '
+    'while [ "$n" -lt 50 ]; do n=$((n+1)); echo $n > "$f.new" && mv "$f.new" "$f"; sleep 0.1; done; '
+    'echo "done at $n"'
+)
+
+
+def test_suspend_mode_keeps_the_victim_and_resumes_it(full: Cluster) -> None:
+    c = full
+    assert c.corral("rg", "set", "default", "grace_period=0", "preemption_mode=suspend").returncode == 0
+    low = fill(c, ["sh", "-c", COUNTER])
+    urgent = c.submit(command=["sh", "-c", "sleep 4"], priority=50, name="urgent", resources={"cpu": 2})
+    assert c.wait(urgent["id"], {"RUNNING"} | TERMINAL, timeout=10)["status"] == "RUNNING"
+    victims = [s["id"] for s in low[:2]]  # the two oldest, on one agent
+
+    def suspended() -> list[dict[str, Any]] | None:
+        found = [c.session(sid) for sid in victims]
+        return found if all(s["status"] == "SUSPENDED" for s in found) else None
+
+    for s in poll(suspended, 10, "the victims to be SUSPENDED"):
+        assert [k["status"] for k in s["kernels"]] == ["SUSPENDED"] and s["cause"] is None
+    # One of them is cancelled while suspended: it ends like a cancelled session that had run, for good.
+    cancelled, kept = victims
+    assert c.http.post(f"/api/v1/sessions/{cancelled}/cancel").status_code < 300
+    ended = c.wait(cancelled, timeout=20)
+    assert (ended["status"], ended["cause"]) == ("TERMINATED", "user_cancelled"), ended
+    assert [k["status"] for k in ended["kernels"]] == ["CANCELLED"]
+
+    done = c.wait(kept, timeout=60)
+    assert (done["status"], done["id"], done["resume_count"]) == ("TERMINATED", kept, 1), done
+    assert len(chain_of(c, kept)) == 1, "resumed in place: no retry child"
+    out = c.output(kept)
+    first, resumed = (line for line in out.splitlines() if line.startswith("resume "))
+    assert first == "resume 0 from 0"
+    saved = int(resumed.removeprefix("resume 1 from "))
+    assert 0 < saved < 50 and out.rstrip().endswith("done at 50"), out
+    history = c.history(kept)
+    assert [h["to_status"] for h in history if h["to_status"] in ("SUSPENDED", "PENDING")] == [
+        "SUSPENDED",
+        "PENDING",
+    ]
+    # Never two runs at once: it resumed only after the urgent session gave the room back.
+    resumed_at = next(h["created_at"] for h in history if h["result"] == "RESUMED")
+    assert at(resumed_at) >= at(c.session(urgent["id"])["terminated_at"]) - 0.5
+    info = c.corral("session", "info", kept)
+    assert "suspended at" in info.stdout and "resumed at" in info.stdout, info.stdout

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from tests.integration.test_retry import settled_chain
-from tests.support.cluster import Cluster
+from tests.support.cluster import Cluster, scratch
 
 # Three workers, ordered by marker files so their records' times are certain: rank 2 writes a
 # side-effect record first, then rank 0 writes one, then rank 1 raises the real error.  Ranks 0 and
@@ -47,7 +47,7 @@ sys.exit(1)
 
 def gang(cluster: Cluster, tmp_path: Path, strategy: str | None) -> dict[str, Any]:
     marks = tmp_path / uuid.uuid4().hex[:8]
-    marks.mkdir()
+    scratch(marks)
     extra = {"error_strategy": strategy} if strategy else {}
     s = cluster.submit(
         command=["python3", "-c", GANG, str(marks)], cluster_size=3, resources={"cpu": 0.5}, **extra
@@ -84,7 +84,7 @@ def test_each_strategy_names_its_worker(
 
 def test_corral_run_prints_the_root_cause(cluster: Cluster, tmp_path: Path) -> None:
     marks = tmp_path / "run"
-    marks.mkdir()
+    scratch(marks)
     name = "gang-" + uuid.uuid4().hex[:6]
     done = cluster.corral(
         "run", "--name", name, "--cluster-size", "3", "--cpu", "0.5", "--", "python3", "-c", GANG, str(marks)

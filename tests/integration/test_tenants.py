@@ -10,7 +10,7 @@ import uuid
 import httpx
 
 from tests.support.cluster import Cluster
-from tests.support.tenants import add_user_in_own_project
+from tests.support.tenants import add_user_in_own_project, client, make_user
 
 
 def test_creation_id_never_crosses_users(cluster: Cluster) -> None:
@@ -41,20 +41,6 @@ def test_creation_id_never_crosses_users(cluster: Cluster) -> None:
     changed = cluster.http.post("/api/v1/sessions", json={**secret, "command": ["false"]})
     assert changed.status_code == 409 and changed.json()["error"]["details"]["field"] == "creation_id"
     other.close()
-
-
-def client(c: Cluster, key: str) -> httpx.Client:
-    return httpx.Client(base_url=c.url, headers={"Authorization": f"Bearer {key}"}, timeout=30)
-
-
-def make_user(c: Cluster, name: str, projects: list[str]) -> str:
-    """Through the admin API and CLI, as an operator would; returns the user's first key."""
-    for p in projects:
-        if c.http.get(f"/api/v1/projects/{p}").status_code == 404:
-            assert c.corral("project", "create", p).returncode == 0
-    made = c.corral_json("user", "create", name, *[a for p in projects for a in ("--project", p)])
-    assert (made["name"], made["role"], made["projects"]) == (name, "user", sorted(projects))
-    return str(made["key"]["key"])
 
 
 def test_a_user_never_reaches_another_projects_sessions(cluster: Cluster) -> None:

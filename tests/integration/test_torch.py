@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import random
-import sys
+import sysconfig
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -21,6 +21,10 @@ from corral.store.db import make_engine
 from tests.support.cluster import Cluster
 
 JOB = Path(__file__).resolve().parent.parent / "support" / "torch_job.py"
+# Kernels run as the unprivileged `corral` account, which cannot reach this interpreter when it lives
+# in root's home (pyenv): they run the system's `python3` of the same version with our packages, as
+# a job would use a shared environment.
+SITE_PACKAGES = sysconfig.get_paths()["purelib"]
 
 
 def test_torch_is_the_cpu_build() -> None:
@@ -63,9 +67,12 @@ def stored_kernels(database_url: str, session_id: str) -> list[Any]:
 def test_the_rank_that_raised_is_the_root_cause(
     torch_cluster: Cluster, fail_rank: int, with_record: bool
 ) -> None:
-    command = [sys.executable, str(JOB), *(["--record"] if with_record else [])]
+    command = ["python3", str(JOB), *(["--record"] if with_record else [])]
     s = torch_cluster.submit(
-        command=command, cluster_size=3, resources={"cpu": 0.5}, env={"FAIL_RANK": str(fail_rank)}
+        command=command,
+        cluster_size=3,
+        resources={"cpu": 0.5},
+        env={"FAIL_RANK": str(fail_rank), "PYTHONPATH": SITE_PACKAGES},
     )
     done = torch_cluster.wait(s["id"], timeout=120)
     rc = done["root_cause"]

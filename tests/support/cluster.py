@@ -26,6 +26,13 @@ FAST_LIVENESS = {
 }
 
 
+def scratch(path: Path) -> Path:
+    """A directory kernels of any account may write to (they run as an unprivileged account)."""
+    path.mkdir()
+    path.chmod(0o1777)
+    return path
+
+
 def poll(check: Callable[[], Any], timeout: float, what: str, interval: float = 0.1) -> Any:
     """Call `check` until it returns something truthy; fail with `what` after `timeout` seconds."""
     deadline = time.monotonic() + timeout
@@ -51,6 +58,10 @@ class Cluster:
         self.database_url = database_url
         self.workdir = workdir
         self.workdir.mkdir(parents=True, exist_ok=True)
+        self.workdir.chmod(0o711)  # its agents' kernels run as another account and must pass through
+        self.checkpoints = self.workdir / "checkpoints"
+        self.checkpoints.mkdir(exist_ok=True)
+        self.checkpoints.chmod(0o711)
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.key = "crl_test_admin_" + os.urandom(8).hex()
@@ -70,6 +81,8 @@ class Cluster:
             "CORRAL_AGENT_TOKEN": self.token,
             "CORRAL_BOOTSTRAP_ADMIN_KEY": self.key,
             "CORRAL_PORT": str(self.port),
+            # Storage every agent reaches, as on a real cluster: one checkpoint dir per retry chain.
+            "CORRAL_CHECKPOINT_ROOT": str(self.checkpoints),
         }
         with open(self.workdir / "manager.log", "ab") as log:  # the child keeps its own descriptor
             self.manager = subprocess.Popen(

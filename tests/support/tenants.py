@@ -1,4 +1,4 @@
-"""A second user in a project of their own, made through the store (there is no users API yet)."""
+"""Users for tests: through the admin API and CLI as an operator would, or straight through the store."""
 
 from __future__ import annotations
 
@@ -6,11 +6,13 @@ import asyncio
 import uuid
 from datetime import UTC, datetime
 
+import httpx
 from sqlalchemy import insert, select
 
 from corral.store import auth
 from corral.store.db import make_engine, transaction
 from corral.store.tables import project_members, projects, users
+from tests.support.cluster import Cluster
 
 
 def add_user_in_own_project(database_url: str, name: str, project: str, also_default: bool = False) -> str:
@@ -38,3 +40,17 @@ def add_user_in_own_project(database_url: str, name: str, project: str, also_def
 
     asyncio.run(go())
     return key
+
+
+def client(c: Cluster, key: str) -> httpx.Client:
+    return httpx.Client(base_url=c.url, headers={"Authorization": f"Bearer {key}"}, timeout=30)
+
+
+def make_user(c: Cluster, name: str, projects: list[str]) -> str:
+    """Through the admin API and CLI, as an operator would; returns the user's first key."""
+    for p in projects:
+        if c.http.get(f"/api/v1/projects/{p}").status_code == 404:
+            assert c.corral("project", "create", p).returncode == 0
+    made = c.corral_json("user", "create", name, *[a for p in projects for a in ("--project", p)])
+    assert (made["name"], made["role"], made["projects"]) == (name, "user", sorted(projects))
+    return str(made["key"]["key"])

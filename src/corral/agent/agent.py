@@ -21,9 +21,10 @@ from typing import Any
 import structlog
 
 from corral.agent.capacity import capacity
-from corral.agent.cgroup import CgroupMode, detect, parent_name, release
+from corral.agent.cgroup import CgroupMode, detect, detect_cpu, parent_name, release
 from corral.agent.client import Fenced, ManagerUnreachable, ProtocolClient, Refused, Rejected
-from corral.agent.kernel import KernelRunner, Report
+from corral.agent.identity import IdentityError, KernelIdentity, publish_worker_lib, unreachable_from
+from corral.agent.kernel import WORKER_LIB, KernelRunner, Report
 from corral.agent.link import SupervisorLink
 from corral.agent.settings import AgentSettings
 from corral.agent.shipper import KernelLogs, Piece
@@ -73,8 +74,10 @@ class Agent:
         self.log_cap = 2 << 30
         self.last_contact = time.monotonic()
         self.mode = CgroupMode("watchdog", "")
+        self.identity: KernelIdentity | None = None
         self.link: SupervisorLink | None = None
         self._why = ""
+        self._cpu_why = ""
         self._instance = uuid.uuid4().hex
         self._wake_push = asyncio.Event()
         self._stopped = asyncio.Event()
@@ -93,10 +96,14 @@ class Agent:
 
     # --- lifecycle -------------------------------------------------------------------------
     async def run(self) -> None:
-        self.cfg.work_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        self.cfg.work_dir.chmod(0o700)  # kernel logs and env files are the owner's only
-        self.mode, why = detect(parent_name(self.cfg.id, self.cfg.work_dir), self.cfg.memory_mode)
+        """Until stopped. Raises IdentityError at start when kernels could not run as configured."""
+        self.identity = self._prepare_work_dir()
+        log.info("kernels run as", **self.identity.info())
+        name = parent_name(self.cfg.id, self.cfg.work_dir)
+        self.mode, why = detect(name, self.cfg.memory_mode)
         log.info("memory limits", mode=self.mode.kind, why=why, cgroup=self.mode.parent or None)
+        self.mode, self._cpu_why = detect_cpu(self.mode, name)
+        log.info("cpu limits", mode=self.mode.cpu, why=self._cpu_why, cgroup=self.mode.cpu_parent or None)
         self._why = why
         await self._start_supervisor()
         await self._register()
@@ -109,6 +116,26 @@ class Agent:
             asyncio.create_task(self._ship_loop(), name="agent:logs"),
         ]
         await self._stopped.wait()
+
+    def _prepare_work_dir(self) -> KernelIdentity:
+        identity = KernelIdentity.resolve(self.cfg.kernel_user, self.cfg.allow_root_kernels)
+        work = self.cfg.work_dir
+        work.mkdir(parents=True, exist_ok=True, mode=0o700)
+        if not identity.switches:
+            work.chmod(0o700)  # kernel logs and env files are the owner's only
+            return identity
+        # Kernels of other accounts reach their own directories (700, theirs) but list nothing.
+        for d in (work, work / "kernels", work / "checkpoints"):
+            d.mkdir(exist_ok=True)
+            d.chmod(0o711)
+        blocked = unreachable_from(work)
+        if blocked is not None:
+            raise IdentityError(
+                f"kernels run as other accounts cannot reach the work dir {work}: {blocked} is not "
+                "traversable by others; use a --work-dir outside it (e.g. under /var/lib)"
+            )
+        publish_worker_lib(WORKER_LIB, work)
+        return identity
 
     async def _start_supervisor(self) -> None:
         self.link = SupervisorLink(self.mode, self._on_supervisor_event, self._on_supervisor_exit)
@@ -176,6 +203,9 @@ class Agent:
                         info={
                             "memory_mode": self.mode.kind,
                             "memory_mode_why": self._why,
+                            "cpu_mode": self.mode.cpu,
+                            "cpu_mode_why": self._cpu_why,
+                            **(self.identity.info() if self.identity else {}),
                             "pid": os.getpid(),
                         },
                         instance=self._instance,
@@ -411,6 +441,7 @@ class Agent:
                 self.cfg.grace,
                 self._queue,
                 self.log_cap,
+                self.identity or KernelIdentity.resolve(self.cfg.kernel_user, self.cfg.allow_root_kernels),
             )
             self.kernels[order.kernel_id] = runner
         return runner

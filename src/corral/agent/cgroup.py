@@ -1,6 +1,7 @@
-"""Memory enforcement per kernel: cgroup v2, cgroup v1, or none (the supervisor's psutil watchdog).
+"""Limits per kernel. Memory: cgroup v2, cgroup v1, or none (the supervisor's psutil watchdog).
+CPU: the cgroup v2 or v1 cpu controller (quota = requested cores), or not enforced.
 
-Only the small file operations live here; the agent picks a mode at start-up and logs it.
+Only the small file operations live here; the agent picks the modes at start-up and logs them.
 """
 
 from __future__ import annotations
@@ -8,11 +9,14 @@ from __future__ import annotations
 import hashlib
 import os
 import signal
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 V2_ROOT = Path("/sys/fs/cgroup")
 V1_ROOT = Path("/sys/fs/cgroup/memory")
+V1_CPU = Path("/sys/fs/cgroup/cpu")
+V1_ACCT = Path("/sys/fs/cgroup/cpuacct")
+CPU_PERIOD_US = 100_000
 
 
 @dataclass(frozen=True)
@@ -22,7 +26,22 @@ class CgroupMode:
     kind: str
     """'cgroup2', 'cgroup1' or 'watchdog'."""
     parent: str
-    """Directory under which each kernel gets its own cgroup ('' for watchdog)."""
+    """Directory under which each kernel gets its own memory cgroup ('' for watchdog)."""
+    cpu: str = "none"
+    """'cgroup2', 'cgroup1' or 'none' (CPU counted by the scheduler but not enforced)."""
+    cpu_parent: str = ""
+    """Directory of the kernels' cpu cgroups (the memory one on cgroup v2)."""
+    acct_parent: str = ""
+    """cgroup v1: directory of the kernels' cpuacct cgroups, where their CPU usage is read."""
+
+    def argv(self) -> list[str]:
+        """How the supervisor is told (positional: kind, parent, cpu, cpu_parent, acct_parent)."""
+        return [self.kind, self.parent, self.cpu, self.cpu_parent, self.acct_parent]
+
+    @property
+    def any(self) -> bool:
+        """Kernels get cgroups at all (else the supervisor tracks their trees by /proc ancestry)."""
+        return bool(self.parent or self.cpu_parent)
 
 
 def _writable_dir(path: Path) -> bool:
@@ -60,34 +79,78 @@ def detect(name: str, prefer: str = "auto") -> tuple[CgroupMode, str]:
     ) else why + f" ({prefer} unavailable)"
 
 
+def _v2_enable(parent: Path, controller: str) -> bool:
+    try:
+        (parent / "cgroup.subtree_control").write_text(f"+{controller}")
+    except OSError:
+        return False
+    return True
+
+
+def detect_cpu(mode: CgroupMode, name: str) -> tuple[CgroupMode, str]:
+    """`mode` with the best available CPU enforcement, and a sentence saying why."""
+    controllers = V2_ROOT / "cgroup.controllers"
+    if mode.kind == "cgroup2" and "cpu" in controllers.read_text().split():
+        if _v2_enable(Path(mode.parent), "cpu"):
+            return replace(mode, cpu="cgroup2", cpu_parent=mode.parent), "cgroup v2 cpu controller"
+    if _writable_dir(V1_CPU) and (V1_CPU / "cpu.cfs_quota_us").exists():
+        cpu = V1_CPU / name
+        cpu.mkdir(exist_ok=True)
+        acct = ""
+        if not (V1_CPU / "cpuacct.usage").exists() and _writable_dir(V1_ACCT):
+            (V1_ACCT / name).mkdir(exist_ok=True)  # not co-mounted: usage is read from its own tree
+            acct = str(V1_ACCT / name)
+        return replace(mode, cpu="cgroup1", cpu_parent=str(cpu), acct_parent=acct), "cgroup v1 cpu controller"
+    return mode, "no writable cpu cgroup: CPU is counted by the scheduler but not enforced"
+
+
 def release(mode: CgroupMode) -> None:
-    """Remove the agent's (empty) parent cgroup when it stops; a busy one is left as it is."""
-    if mode.parent:
+    """Remove the agent's (empty) parent cgroups when it stops; a busy one is left as it is."""
+    for parent in {mode.parent, mode.cpu_parent, mode.acct_parent} - {""}:
         try:
-            Path(mode.parent).rmdir()
+            Path(parent).rmdir()
         except OSError:
             pass
 
 
 class KernelCgroup:
-    """One kernel's cgroup (v1 or v2)."""
+    """One kernel's cgroups: memory and cpu (one directory on v2), plus cpuacct when v1 splits it."""
 
     def __init__(self, mode: CgroupMode, kernel_id: str) -> None:
         self.mode = mode
-        self.path = Path(mode.parent) / kernel_id
+        self.path = Path(mode.parent) / kernel_id if mode.parent else None
+        cpu = Path(mode.cpu_parent) / kernel_id if mode.cpu_parent else None
+        self.cpu_path = cpu
+        self.acct_path = Path(mode.acct_parent) / kernel_id if mode.acct_parent else cpu
+        # Every directory it joins; the first is where its processes are listed.
+        self.dirs = list(dict.fromkeys(p for p in (self.path, cpu, self.acct_path) if p is not None))
 
-    def create(self, mem_limit: int | None) -> None:
-        self.path.mkdir(exist_ok=True)
-        if not mem_limit:
-            return
+    @classmethod
+    def of(cls, mode: CgroupMode, kernel_id: str) -> KernelCgroup | None:
+        return cls(mode, kernel_id) if mode.any else None
+
+    def create(self, mem_limit: int | None, cpus: float | None = None) -> None:
+        for d in self.dirs:
+            d.mkdir(exist_ok=True)
+        if mem_limit and self.path is not None:
+            self._limit_memory(self.path, mem_limit)
+        if cpus and self.cpu_path is not None:
+            quota = max(1000, int(cpus * CPU_PERIOD_US))
+            if self.mode.cpu == "cgroup2":
+                (self.cpu_path / "cpu.max").write_text(f"{quota} {CPU_PERIOD_US}")
+            else:
+                (self.cpu_path / "cpu.cfs_period_us").write_text(str(CPU_PERIOD_US))
+                (self.cpu_path / "cpu.cfs_quota_us").write_text(str(quota))
+
+    def _limit_memory(self, path: Path, mem_limit: int) -> None:
         if self.mode.kind == "cgroup2":
-            (self.path / "memory.max").write_text(str(mem_limit))
-            swap = self.path / "memory.swap.max"
+            (path / "memory.max").write_text(str(mem_limit))
+            swap = path / "memory.swap.max"
             if swap.exists():
                 swap.write_text("0")
         else:
-            (self.path / "memory.limit_in_bytes").write_text(str(mem_limit))
-            memsw = self.path / "memory.memsw.limit_in_bytes"
+            (path / "memory.limit_in_bytes").write_text(str(mem_limit))
+            memsw = path / "memory.memsw.limit_in_bytes"
             if memsw.exists():
                 # With swap accounting, cap memory+swap too, or the kernel swaps instead of OOMing.
                 try:
@@ -95,11 +158,18 @@ class KernelCgroup:
                 except OSError:
                     pass
 
+    def procs_files(self) -> list[str]:
+        """The files a kernel's first process writes its pid to, before it becomes the command."""
+        return [str(d / "cgroup.procs") for d in self.dirs]
+
     def join(self, pid: int) -> None:
-        (self.path / "cgroup.procs").write_text(str(pid))
+        for f in self.procs_files():
+            Path(f).write_text(str(pid))
 
     def oom_kills(self) -> int:
         """The cgroup's oom_kill counter (v2 memory.events, v1 memory.oom_control)."""
+        if self.path is None:
+            return 0
         name = "memory.events" if self.mode.kind == "cgroup2" else "memory.oom_control"
         try:
             for line in (self.path / name).read_text().splitlines():
@@ -110,9 +180,23 @@ class KernelCgroup:
             pass
         return 0
 
+    def cpu_usage_ns(self) -> int | None:
+        """CPU time its processes used (v2 cpu.stat usage_usec, v1 cpuacct.usage); None if unknown."""
+        try:
+            if self.mode.cpu == "cgroup2" and self.cpu_path is not None:
+                for line in (self.cpu_path / "cpu.stat").read_text().splitlines():
+                    key, _, value = line.partition(" ")
+                    if key == "usage_usec":
+                        return int(value) * 1000
+            elif self.mode.cpu == "cgroup1" and self.acct_path is not None:
+                return int((self.acct_path / "cpuacct.usage").read_text())
+        except (OSError, ValueError):
+            pass
+        return None
+
     def pids(self) -> list[int]:
         try:
-            return [int(p) for p in (self.path / "cgroup.procs").read_text().split()]
+            return [int(p) for p in (self.dirs[0] / "cgroup.procs").read_text().split()]
         except OSError:
             return []
 
@@ -124,7 +208,8 @@ class KernelCgroup:
                 pass
 
     def remove(self) -> None:
-        try:
-            self.path.rmdir()
-        except OSError:
-            pass
+        for d in self.dirs:
+            try:
+                d.rmdir()
+            except OSError:
+                pass

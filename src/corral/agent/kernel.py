@@ -16,6 +16,7 @@ from typing import Any
 import structlog
 
 from corral.agent.cgroup import KernelCgroup
+from corral.agent.identity import Account, KernelIdentity, give, reachable, unreachable_from
 from corral.agent.link import SupervisorLink
 from corral.agent.shipper import STREAMS, KernelLogs
 from corral.domain.error_record import FILE_MAX, FileRecord, parse_file
@@ -37,10 +38,23 @@ def free_port() -> int:
 
 
 def kernel_env(
-    spec: dict[str, Any], kernel_id: str, session_id: str, files: dict[str, Path], checkpoint_dir: Path
+    spec: dict[str, Any],
+    kernel_id: str,
+    session_id: str,
+    files: dict[str, Path],
+    checkpoint_dir: Path,
+    account: Account | None = None,
+    worker_lib: Path = WORKER_LIB,
 ) -> dict[str, str]:
+    """`account`: the kernel runs as another account than the agent's."""
     # Nothing of Corral's own configuration (tokens, keys, data paths) reaches a kernel.
     env = {k: v for k, v in os.environ.items() if not k.startswith("CORRAL_") and k != "XDG_CONFIG_HOME"}
+    if account is not None:
+        # Its own name, a home it can write (not root's), and only the PATH entries it can reach
+        # (a root agent's PATH often starts in /root, where `python3` would be "Permission denied").
+        home = account.home or str(files["stdout"].parent)
+        path = [p for p in env.get("PATH", os.defpath).split(os.pathsep) if p and reachable(Path(p))]
+        env.update(HOME=home, USER=account.name, LOGNAME=account.name, PATH=os.pathsep.join(path))
     env.update(spec.get("env") or {})
     hosts = spec["hosts"]
     env.update(
@@ -62,11 +76,12 @@ def kernel_env(
         TORCHELASTIC_ERROR_FILE=str(files["error"]),
         CORRAL_TERMINATION_LOG=str(files["termination"]),
         CORRAL_CHECKPOINT_DIR=str(checkpoint_dir),
+        CORRAL_RESUME_COUNT=str(int(spec.get("resume_count") or 0)),
         # Only the devices allocated to it (none: empty, so a GPU node's devices stay hidden).
         CUDA_VISIBLE_DEVICES=",".join(str(int(d)) for d in spec.get("gpu_devices") or []),
         PYTHONUNBUFFERED="1",
         # `import corral_worker` works in any kernel's python3, with nothing installed.
-        PYTHONPATH=os.pathsep.join(p for p in (str(WORKER_LIB), env.get("PYTHONPATH", "")) if p),
+        PYTHONPATH=os.pathsep.join(p for p in (str(worker_lib), env.get("PYTHONPATH", "")) if p),
     )
     return env
 
@@ -124,8 +139,10 @@ class KernelRunner:
         grace: float,
         report: Callable[[Report], None],
         log_cap: int,
+        identity: KernelIdentity,
     ) -> None:
         self.kernel_id = kernel_id
+        self.identity = identity
         self.generation = generation
         self.key = f"{kernel_id}.{generation}"
         self.session_id = session_id
@@ -148,10 +165,11 @@ class KernelRunner:
         self.kill_sent = False
         self.fenced = False
         self.pid: int | None = None
+        self.uid = os.geteuid()
         self._done = asyncio.Event()
 
     def prepare(self, spec: dict[str, Any], images: dict[str, str], quiet: bool = False) -> None:
-        self.dir.mkdir(parents=True, exist_ok=True)
+        self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         image = spec.get("image")
         if image and image not in images:
             self._end(
@@ -165,6 +183,22 @@ class KernelRunner:
         if not quiet:
             self._say(KernelStatus.PREPARED, master_port=port)
 
+    def _own_files(self, account: Account, checkpoint: Path) -> str | None:
+        """Give the kernel's directories and log files to its account; why not, when it cannot be."""
+        blocked = unreachable_from(checkpoint.parent)
+        if blocked is not None:
+            return f"the checkpoint directory {checkpoint} is not reachable by uid {account.uid} ({blocked})"
+        try:
+            give(self.dir, account)
+            give(checkpoint, account)
+            for name in STREAMS:
+                fd = os.open(self.files[name], os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+                os.fchown(fd, account.uid, account.gid)
+                os.close(fd)
+        except OSError as exc:
+            return f"cannot give the kernel's files to uid {account.uid}: {exc}"
+        return None
+
     def start(self, spec: dict[str, Any]) -> None:
         # One directory per retry chain: every attempt sees what the previous ones saved.
         given = spec.get("checkpoint_dir")
@@ -174,15 +208,34 @@ class KernelRunner:
         except OSError as exc:
             self.fail(f"cannot create the checkpoint directory {checkpoint}: {exc.strerror}")
             return
+        account = self.identity.for_kernel(spec.get("run_as"))
+        self.uid = account.uid
+        other = account.uid != os.geteuid()
+        if other:
+            why = self._own_files(account, checkpoint)
+            if why is not None:
+                self.fail(why)
+                return
         command = {
             "op": "start",
             "key": self.key,
             "command": spec["command"],
-            "env": kernel_env(spec, self.kernel_id, self.session_id, self.files, checkpoint),
+            "user": {"uid": account.uid, "gid": account.gid} if other else None,
+            "env": kernel_env(
+                spec,
+                self.kernel_id,
+                self.session_id,
+                self.files,
+                checkpoint,
+                account if other else None,
+                # A copy every account can read (the installed package may be in root's home).
+                self.work_dir / "lib" if other else WORKER_LIB,
+            ),
             "cwd": str(self.dir),
             "stdout": str(self.files["stdout"]),
             "stderr": str(self.files["stderr"]),
             "mem_limit": int(float(spec["resources"].get("mem", 0))),
+            "cpus": float(spec["resources"].get("cpu", 0)),
             "grace": self.grace,
         }
         self.started = True
@@ -205,7 +258,7 @@ class KernelRunner:
         """An event from the supervisor about this kernel."""
         if event["ev"] == "started":
             self.pid = int(event["pid"])
-            self._say(KernelStatus.RUNNING, detail={"pid": event["pid"]})
+            self._say(KernelStatus.RUNNING, detail={"pid": event["pid"], "uid": self.uid})
         elif event["ev"] == "exited":
             self._finish(event)
 
@@ -240,9 +293,18 @@ class KernelRunner:
                 {
                     **{
                         k: result[k]
-                        for k in ("oom_kill_counter", "memory_mode", "cgroup", "start_error")
+                        for k in (
+                            "oom_kill_counter",
+                            "memory_mode",
+                            "cpu_mode",
+                            "cpu_seconds",
+                            "wall_seconds",
+                            "cgroup",
+                            "start_error",
+                        )
                         if result.get(k) is not None
                     },
+                    "uid": self.uid,
                     **({"log_tail": tail} if tail else {}),
                     **({"termination_source": source} if message else {}),
                 }
@@ -298,7 +360,7 @@ class KernelRunner:
         if self.ended:
             return
         mode = self.link.mode
-        cgroup = KernelCgroup(mode, self.key) if mode.kind != "watchdog" else None
+        cgroup = KernelCgroup.of(mode, self.key)
         deadline = time.monotonic() + 10
         while True:
             left: list[int] = []

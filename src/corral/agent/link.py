@@ -36,8 +36,7 @@ class SupervisorLink:
             sys.executable,
             "-m",
             "corral.agent.supervisor",
-            self.mode.kind,
-            self.mode.parent,
+            *self.mode.argv(),
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
         )

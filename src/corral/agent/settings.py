@@ -26,3 +26,6 @@ class AgentSettings(BaseSettings):
     memory_mode: str = "auto"
     grace: float = 10.0
     images: dict[str, str] = {}
+    # When started as root: the account kernels of owners with no mapped uid run as.
+    kernel_user: str = "corral"
+    allow_root_kernels: bool = False

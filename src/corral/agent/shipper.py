@@ -7,8 +7,10 @@ kernel's output is complete for the manager when the shipper sends `eof` after t
 from __future__ import annotations
 
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 from corral.domain.text import utf8_cut
 
@@ -24,6 +26,25 @@ class Piece:
     stream: str
     offset: int
     data: bytes
+
+
+def _open_log(path: Path) -> BinaryIO:
+    """A kernel's log, never through a symlink or a FIFO: a kernel running as another account owns
+    its directory and could put one there to have the agent ship (or block on) what it may not read."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(f"{path} is not a regular file")
+    return os.fdopen(fd, "rb")
+
+
+def _size(path: Path) -> int:
+    """Bytes in a log file; 0 for one that is missing or was replaced by anything but a file."""
+    try:
+        info = path.lstat()
+    except OSError:
+        return 0
+    return info.st_size if stat.S_ISREG(info.st_mode) else 0
 
 
 class KernelLogs:
@@ -42,16 +63,16 @@ class KernelLogs:
     def next_piece(self) -> Piece | None:
         for stream in STREAMS:
             try:
-                if self.files[stream].stat().st_size <= self.offsets[stream]:
+                if _size(self.files[stream]) <= self.offsets[stream]:
                     continue  # nothing new: a stat is cheaper than an open
-                with self.files[stream].open("rb") as f:
+                with _open_log(self.files[stream]) as f:
                     size = os.fstat(f.fileno()).st_size
                     offset = self.offsets[stream]
                     if size - offset > self.cap:  # the manager would drop these: do not send them
                         offset = self.offsets[stream] = size - self.cap  # it counts the gap
                     f.seek(offset)
                     data = f.read(PIECE)
-            except FileNotFoundError:
+            except OSError:
                 continue
             if not self.ended and len(data) < PIECE:
                 # While it runs: whole lines when there are any, never half a character.
@@ -66,11 +87,7 @@ class KernelLogs:
     def all_shipped(self) -> bool:
         """Nothing left to send (true at once for a kernel that printed nothing)."""
         for stream in STREAMS:
-            try:
-                size = self.files[stream].stat().st_size
-            except FileNotFoundError:
-                size = 0
-            if size != self.offsets[stream]:
+            if _size(self.files[stream]) != self.offsets[stream]:
                 return False
         return True
 

@@ -1,10 +1,12 @@
 """The agent's supervisor: one process per agent that starts, watches and kills kernels.
 
-Run as `python -m corral.agent.supervisor MODE PARENT` by the agent, with pipes on stdin/stdout.
+Run as `python -m corral.agent.supervisor MODE PARENT [CPU CPU_PARENT ACCT_PARENT]` by the agent,
+with pipes on stdin/stdout.
 It is a child subreaper, so kernels' daemonised grandchildren (setsid, double fork) are
 re-parented to it and stay findable.  Commands arrive as JSON lines on stdin:
 
-    {"op": "start", "key", "command", "env", "cwd", "stdout", "stderr", "mem_limit", "grace"}
+    {"op": "start", "key", "command", "env", "cwd", "stdout", "stderr", "mem_limit", "cpus", "grace",
+     "user"?: {"uid", "gid"}}   run as that account (joined to its cgroups first, then dropped)
     {"op": "term", "key", "grace"?}  SIGTERM to the kernel's tree, SIGKILL after the grace period
     {"op": "kill", "key"}    SIGKILL to the kernel's tree now
     {"op": "ping", "fence_at"}  the agent is alive and may keep its kernels until `fence_at`
@@ -27,6 +29,7 @@ import ctypes
 import json
 import os
 import selectors
+import shutil
 import signal
 import sys
 import time
@@ -37,8 +40,11 @@ from corral.agent.cgroup import CgroupMode, KernelCgroup
 
 PR_SET_CHILD_SUBREAPER = 36
 TICK = 0.1
-# Joins the kernel's cgroup, then becomes the command (same pid): the limit applies from its first byte.
-TRAMPOLINE = 'echo $$ > "$0" && exec "$@"'
+# Joins the kernel's cgroups ($0 files, then the files), then becomes the command (same pid): the limits
+# apply from its first byte, and it drops privileges only after joining (an unprivileged process could
+# not join a cgroup it does not own).
+TRAMPOLINE = 'n=$0; while [ "$n" -gt 0 ]; do echo $$ > "$1" || exit 126; shift; n=$((n-1)); done; exec "$@"'
+SETPRIV = shutil.which("setpriv") or "/usr/bin/setpriv"
 
 
 _DEFAULT_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGPIPE, signal.SIGXFSZ, signal.SIGHUP)
@@ -54,6 +60,7 @@ class Kernel:
     oom_before: int
     mem_limit: int
     grace: float
+    started: float = 0.0
     members: set[int] = field(default_factory=set)
     term_deadline: float | None = None
     by_us: bool = False
@@ -116,13 +123,18 @@ class Supervisor:
     def start(self, cmd: dict[str, Any]) -> None:
         key = cmd["key"]
         mem = int(cmd.get("mem_limit") or 0)
-        cgroup = KernelCgroup(self.mode, key) if self.mode.kind != "watchdog" else None
+        cgroup = KernelCgroup.of(self.mode, key)
         argv = list(cmd["command"])
+        user = cmd.get("user")
+        if user:
+            uid, gid = int(user["uid"]), int(user["gid"])
+            argv = [SETPRIV, f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "--", *argv]
         before = 0
         if cgroup is not None:
-            cgroup.create(mem or None)
+            cgroup.create(mem or None, float(cmd.get("cpus") or 0) or None)
             before = cgroup.oom_kills()
-            argv = ["/bin/sh", "-c", TRAMPOLINE, str(cgroup.path / "cgroup.procs"), *argv]
+            files = cgroup.procs_files()
+            argv = ["/bin/sh", "-c", TRAMPOLINE, str(len(files)), *files, *argv]
         flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
         actions = [
             (os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0),
@@ -150,7 +162,8 @@ class Supervisor:
             return
         finally:
             os.chdir("/")
-        self.kernels[pid] = Kernel(key, pid, cgroup, before, mem, float(cmd.get("grace", 10.0)))
+        grace = float(cmd.get("grace", 10.0))
+        self.kernels[pid] = Kernel(key, pid, cgroup, before, mem, grace, started=time.monotonic())
         self.emit({"ev": "started", "key": key, "pid": pid})
 
     def _spawn_failed(self, cmd: dict[str, Any], cgroup: KernelCgroup | None, code: int, why: str) -> None:
@@ -170,6 +183,7 @@ class Supervisor:
                 "start_error": why,
                 "oom_killed": False,
                 "memory_mode": self.mode.kind,
+                "cpu_mode": self.mode.cpu,
             }
         )
 
@@ -215,6 +229,7 @@ class Supervisor:
             self._reap()
             time.sleep(0.005)
         after = k.cgroup.oom_kills() if k.cgroup else 0
+        usage = k.cgroup.cpu_usage_ns() if k.cgroup else None
         if k.cgroup is not None:
             k.cgroup.remove()
         self.emit(
@@ -226,7 +241,10 @@ class Supervisor:
                 "oom_killed": k.watchdog_oom or after > k.oom_before,
                 "oom_kill_counter": {"before": k.oom_before, "after": after},
                 "memory_mode": self.mode.kind,
-                "cgroup": str(k.cgroup.path) if k.cgroup else None,
+                "cpu_mode": self.mode.cpu,
+                "cpu_seconds": None if usage is None else round(usage / 1e9, 3),
+                "wall_seconds": round(time.monotonic() - k.started, 3),
+                "cgroup": str(k.cgroup.dirs[0]) if k.cgroup else None,
                 "killed_by_corral": k.by_us,
             }
         )
@@ -253,7 +271,7 @@ class Supervisor:
         for k in list(self.kernels.values()):
             if k.term_deadline is not None and now > k.term_deadline:
                 self._signal_tree(k, signal.SIGKILL)
-            if k.cgroup is None and k.mem_limit:
+            if (k.cgroup is None or k.cgroup.path is None) and k.mem_limit:
                 tree = self._tree(k)
                 if sum(_rss(p) for p in tree) > k.mem_limit:
                     k.watchdog_oom = True
@@ -323,7 +341,7 @@ def main() -> int:
     # Only the agent stops us (stdin): a stray SIGTERM or Ctrl-C must not orphan the kernel trees.
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    return Supervisor(CgroupMode(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else "")).run()
+    return Supervisor(CgroupMode(*sys.argv[1:6])).run()
 
 
 if __name__ == "__main__":

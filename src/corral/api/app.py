@@ -69,9 +69,7 @@ def create_app(
             settings,
             scheduler,
             wakeup,
-            AgentProtocol(
-                engine, scheduler, wakeup, settings.log_cap_bytes, settings.resolved_checkpoint_root()
-            ),
+            AgentProtocol(engine, scheduler, wakeup, settings.log_cap_bytes, settings.checkpoint_root),
         )
         tasks = (
             [

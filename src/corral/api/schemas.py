@@ -370,6 +370,7 @@ class SessionOut(BaseModel):
     next_attempt_id: str | None
     retry_after: datetime | None
     retry_chain: list[str] = Field(description="ids of every attempt of the chain, first to last")
+    resume_count: int = Field(description="times it was resumed after a suspension (suspend-mode preemption)")
     manual_retry: bool
     creation_id: str | None
     termination_reason: str | None
@@ -425,6 +426,7 @@ class SessionOut(BaseModel):
             next_attempt_id=s.next_attempt_id,
             retry_after=s.retry_after,
             retry_chain=[c["id"] for c in chain] if chain else [s.id],
+            resume_count=s.resume_count,
             manual_retry=s.manual_retry,
             creation_id=spec.creation_id,
             error_strategy=str(spec.error_strategy),

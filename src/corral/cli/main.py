@@ -57,7 +57,8 @@ def up(
     Stops cleanly (agents, their kernels, then the manager; exit 0) on SIGTERM, SIGINT or SIGHUP.
     Its files (database, keys, kernel logs) are readable by their owner only.
     """
-    from corral.cli.serve import agent_token_file, private_dir, serve_embedded
+    from corral.agent.identity import IdentityError, ensure_account
+    from corral.cli.serve import agent_token_file, kernel_tree, private_dir, serve_embedded
     from corral.logsetup import add_secret
     from corral.settings import ManagerSettings, SchedulerSettings, data_dir
     from corral.store.auth import new_key
@@ -69,9 +70,20 @@ def up(
     key = saved_key if saved_key and saved_url == url and not rotate_key else new_key()
     token = agent_token_file(data)
     add_secret(key, token)
+    try:
+        created = ensure_account()
+    except IdentityError as exc:
+        raise fail(str(exc)) from None
+    if created:
+        typer.echo(f"corral: {created}", err=True)
+    kernels = kernel_tree(data)
     settings = ManagerSettings(
         host=host, port=port, agent_token=token, bootstrap_admin_key=key, rotate_admin_key=rotate_key
     )
+    # Every local agent sees the same checkpoint directory per retry chain.
+    settings.checkpoint_root = str(kernels / "checkpoints")
+    if kernels != data:
+        typer.echo(f"kernels run as the account 'corral' (not root); their files are in {kernels}", err=True)
     cfg = save_config(url, key)
     typer.echo(f"Corral is starting at {url} with {agents} local agent(s); data in {data}", err=True)
     if key == saved_key:
@@ -85,7 +97,7 @@ def up(
 
     try:
         with contextlib.suppress(KeyboardInterrupt):
-            asyncio.run(serve_embedded(settings, SchedulerSettings(), agents, data))
+            asyncio.run(serve_embedded(settings, SchedulerSettings(), agents, kernels))
     except StartupError as exc:
         raise fail(str(exc)) from None
 
@@ -130,8 +142,19 @@ def agent(
     address: Annotated[str | None, typer.Option(help="address peers use to reach this node")] = None,
     work_dir: Annotated[Path | None, typer.Option(help="where kernel files go")] = None,
     memory_mode: Annotated[str | None, typer.Option(help="auto, cgroup2, cgroup1 or watchdog")] = None,
+    kernel_user: Annotated[
+        str | None,
+        typer.Option(help="when started as root: the account kernels run as unless their owner has a uid"),
+    ] = None,
+    allow_root_kernels: Annotated[
+        bool, typer.Option("--allow-root-kernels", help="when started as root: kernels may run as root")
+    ] = False,
 ) -> None:
-    """Run an agent on this node: it registers, pulls work and runs kernels."""
+    """Run an agent on this node: it registers, pulls work and runs kernels.
+
+    Started as root, it never runs a kernel as root unless told to: each kernel runs as its owner's
+    mapped uid (`corral user update NAME --uid N`) or as --kernel-user (default `corral`).
+    """
     if ctx.invoked_subcommand is not None:
         return
     from corral.agent.agent import Agent
@@ -149,6 +172,8 @@ def agent(
         "address": address,
         "work_dir": work_dir,
         "memory_mode": memory_mode,
+        "kernel_user": kernel_user,
+        "allow_root_kernels": allow_root_kernels or None,
     }
     for attr, value in overrides.items():
         if value is not None:
@@ -158,7 +183,12 @@ def agent(
     from corral.logsetup import add_secret
 
     add_secret(cfg.token)
-    asyncio.run(_run_agent(Agent(cfg)))
+    from corral.agent.identity import IdentityError
+
+    try:
+        asyncio.run(_run_agent(Agent(cfg)))
+    except IdentityError as exc:
+        raise fail(str(exc)) from None
 
 
 async def _run_agent(agent: object) -> None:
@@ -191,6 +221,8 @@ def agent_list(output: Format = OutputOpt) -> None:
             ("MEM", "capacity.mem"),
             ("GPU", "capacity.gpu"),
             ("MEMORY LIMITS", "info.memory_mode"),
+            ("CPU LIMITS", "info.cpu_mode"),
+            ("KERNELS RUN AS", "info.kernel_user"),
             ("HEARTBEAT", "last_heartbeat"),
         ],
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import hashlib
 import os
 import secrets
 import signal
@@ -87,13 +88,27 @@ def agent_token_file(data: Path) -> str:
     return path.read_text().strip()
 
 
+def kernel_tree(data: Path) -> Path:
+    """Where this installation's kernels keep their directories. Kernels of a user's installation run
+    as that user: the private data dir will do. Root's run as other accounts, which must traverse to
+    their own directories without seeing anyone else's: /var/lib/corral/<installation>, mode 711."""
+    if os.geteuid() != 0:
+        return data
+    install = hashlib.sha1(str(data.resolve()).encode()).hexdigest()[:10]
+    tree = Path("/var/lib/corral") / install
+    for d in (tree.parent, tree, tree / "agents", tree / "checkpoints"):
+        d.mkdir(parents=True, exist_ok=True)
+        d.chmod(0o711)
+    return tree
+
+
 def _die_with_parent() -> None:
     """In the agent child: SIGTERM when `corral up` dies, even by SIGKILL (no orphaned agents)."""
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
 
 
-def spawn_agents(n: int, url: str, token: str, data: Path) -> list[subprocess.Popen[bytes]]:
+def spawn_agents(n: int, url: str, token: str, kernels: Path) -> list[subprocess.Popen[bytes]]:
     procs = []
     for i in range(1, n + 1):
         env = dict(os.environ, CORRAL_AGENT_TOKEN=token)
@@ -107,7 +122,7 @@ def spawn_agents(n: int, url: str, token: str, data: Path) -> list[subprocess.Po
             "--id",
             f"local-{i}",
             "--work-dir",
-            str(data / "agents" / f"local-{i}"),
+            str(kernels / "agents" / f"local-{i}"),
         ]
         procs.append(subprocess.Popen(cmd, env=env, preexec_fn=_die_with_parent))
     return procs
@@ -126,7 +141,7 @@ def stop_all(procs: list[subprocess.Popen[bytes]]) -> None:
 
 
 async def serve_embedded(
-    settings: ManagerSettings, scheduler: SchedulerSettings, agents: int, data: Path
+    settings: ManagerSettings, scheduler: SchedulerSettings, agents: int, kernels: Path
 ) -> None:
     """Until SIGTERM, SIGINT or SIGHUP: then the agents stop (killing their kernels), then the manager."""
     await preflight(settings)
@@ -138,7 +153,7 @@ async def serve_embedded(
     if serving.done():
         await serving
         return
-    procs = spawn_agents(agents, url, settings.agent_token, data)
+    procs = spawn_agents(agents, url, settings.agent_token, kernels)
     try:
         while not server.should_exit and all(p.poll() is None for p in procs):  # noqa: ASYNC110
             await asyncio.sleep(0.2)

@@ -57,6 +57,11 @@ def info(session_id: SessionId, output: Format = OutputOpt) -> None:
         typer.echo(f"retry decision: {s['retry_reason']}")
     if s.get("retry_after") and s["status"] == "PENDING":
         typer.echo(f"not before: {s['retry_after']}")
+    if s.get("resume_count") or s["status"] == "SUSPENDED":
+        for h in Api().call("GET", f"/sessions/{s['id']}/history"):
+            if h["to_status"] == "SUSPENDED" or h["result"] == "RESUMED":
+                what = "suspended" if h["to_status"] == "SUSPENDED" else "resumed"
+                typer.echo(f"{what} at {h['created_at'][:19].replace('T', ' ')}: {h['message']}")
     kernels = [{**k, "exit": k["exit_code"], "oom": k["oom_killed"]} for k in s["kernels"]]
     emit(
         kernels,

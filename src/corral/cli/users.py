@@ -19,6 +19,7 @@ USER_COLUMNS = [
     ("ROLE", "role"),
     ("PROJECTS", "projects"),
     ("PRIORITY RULES", "priority_rules"),
+    ("KERNELS RUN AS", "run_as.uid"),
     ("CREATED", "created_at"),
 ]
 KEY_COLUMNS = [("ID", "id"), ("PREFIX", "prefix"), ("CREATED", "created_at")]
@@ -65,10 +66,22 @@ def update(
     no_projects: Annotated[bool, typer.Option("--no-projects", help="remove every membership")] = False,
     role: Annotated[str | None, typer.Option(help="admin or user")] = None,
     priority: PriorityRulesOpt = None,
+    uid: Annotated[
+        int | None, typer.Option(help="uid their kernels run as on agents started as root")
+    ] = None,
+    gid: Annotated[int | None, typer.Option(help="with --uid: their group (default: the uid's)")] = None,
+    no_uid: Annotated[
+        bool, typer.Option("--no-uid", help="their kernels run as agents' default account")
+    ] = False,
     output: Format = OutputOpt,
 ) -> None:
-    """Change a user's role, projects or priority rules (theirs override their projects')."""
+    """Change a user's role, projects, priority rules (theirs override their projects') or the uid
+    their kernels run as."""
     body: dict[str, object] = {}
+    if uid is not None:
+        body["run_as"] = {"uid": uid, **({"gid": gid} if gid is not None else {})}
+    elif no_uid:
+        body["run_as"] = None
     if (rules := priority_rules(priority)) is not UNSET:
         body["priority_rules"] = rules
     if project or no_projects:

@@ -33,6 +33,8 @@ class TerminationReason(StrEnum):
     USER_CANCELLED = "user_cancelled"
     DEADLINE_EXCEEDED = "deadline_exceeded"
     PREEMPTED = "preempted"
+    SUSPENDED = "preempted_suspend"
+    """Preempted in suspend mode: the session keeps its id and waits SUSPENDED to be resumed."""
     AGENT_LOST = "agent_transient"
     SCHEDULER_TIMEOUT = "scheduler_timeout"
 
@@ -98,6 +100,8 @@ _REASON_CAUSE = {
     TerminationReason.USER_CANCELLED: Cause.USER_CANCELLED,
     TerminationReason.DEADLINE_EXCEEDED: Cause.DEADLINE_EXCEEDED,
     TerminationReason.PREEMPTED: Cause.PREEMPTED,
+    # Only when a suspension could not keep every kernel (one was lost meanwhile).
+    TerminationReason.SUSPENDED: Cause.PREEMPTED,
     TerminationReason.AGENT_LOST: Cause.AGENT_TRANSIENT,
     TerminationReason.SCHEDULER_TIMEOUT: Cause.SCHEDULER_TIMEOUT,
 }

@@ -31,7 +31,12 @@ class FinalVerdict:
 
 
 _STOPS = frozenset(
-    {TerminationReason.USER_CANCELLED, TerminationReason.DEADLINE_EXCEEDED, TerminationReason.PREEMPTED}
+    {
+        TerminationReason.USER_CANCELLED,
+        TerminationReason.DEADLINE_EXCEEDED,
+        TerminationReason.PREEMPTED,
+        TerminationReason.SUSPENDED,
+    }
 )
 
 

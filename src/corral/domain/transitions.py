@@ -50,6 +50,7 @@ KERNEL_TRANSITIONS: frozenset[tuple[K, K]] = frozenset(
         *((k, K.PENDING) for k in (K.SCHEDULED, K.PREPARING, K.PULLING, K.PREPARED, K.CREATING)),
         *((k, K.TERMINATING) for k in NON_TERMINAL_KERNEL - {K.TERMINATING}),
         *((k, end) for k in NON_TERMINAL_KERNEL for end in (K.TERMINATED, K.ERROR, K.CANCELLED)),
+        (K.CREATING, K.SUSPENDED),
         (K.RUNNING, K.SUSPENDED),
         (K.TERMINATING, K.SUSPENDED),
     }

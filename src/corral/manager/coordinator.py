@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -192,6 +193,8 @@ class Coordinator:
         overdue: Sequence[SessionRecord] = (),
     ) -> tuple[list[Move], History]:
         by_id = {s.id: s for s in (*targets, *overdue)}
+        for sid, status in (result.moved or {}).items():
+            by_id[sid] = replace(by_id[sid], status=status)
         transitions = handler.status_transitions()
         moves: list[Move] = []
         history: History = []

@@ -16,7 +16,7 @@ from corral.domain.status import KernelStatus
 from corral.protocol.messages import LogShipment
 from corral.services.errors import Conflict, Fenced, InvalidInput
 from corral.settings import SchedulerSettings
-from corral.store import agents, kernels, logs, sessions
+from corral.store import agents, kernels, logs, sessions, users
 from corral.store.db import transaction
 from corral.store.records import KernelRecord, KernelReport, SessionRecord
 from corral.wakeup import Wakeup
@@ -169,7 +169,7 @@ class AgentProtocol:
                 # never passes a chunk that commits later) and the cap counts each drop once.
                 await sessions.lock(conn, found.session_id)
                 at = (shipment.kernel_id, shipment.stream, shipment.offset)
-                await logs.append(conn, found.session_id, *at, data, now)
+                await logs.append(conn, found.session_id, *at, data, now, shipment.generation)
                 await logs.enforce_cap(conn, found.session_id, self._log_cap)
                 if shipment.eof:
                     await logs.mark_done(conn, shipment.kernel_id)
@@ -201,10 +201,11 @@ async def _orders_for(conn: AsyncConnection, agent_id: str, checkpoint_root: str
     wanted = sorted({k.session_id for k in mine if k.status in _SPEC_STATUSES})
     by_session = {s.id: s for s in await sessions.get_many(conn, wanted)}
     addresses = await agents.addresses(conn) if wanted else {}
+    run_as = await users.run_as_of(conn, sorted({s.owner for s in by_session.values()}))
     out = []
     for k in mine:
         spec = (
-            _spec(by_session[k.session_id], k, addresses, checkpoint_root)
+            _spec(by_session[k.session_id], k, addresses, checkpoint_root, run_as)
             if k.status in _SPEC_STATUSES
             else {}
         )
@@ -225,7 +226,11 @@ async def _orders_for(conn: AsyncConnection, agent_id: str, checkpoint_root: str
 
 
 def _spec(
-    s: SessionRecord, k: KernelRecord, addresses: dict[str, str], checkpoint_root: str
+    s: SessionRecord,
+    k: KernelRecord,
+    addresses: dict[str, str],
+    checkpoint_root: str,
+    run_as: dict[str, dict[str, Any]],
 ) -> dict[str, Any]:
     hosts = [addresses.get(p.agent_id or "", "127.0.0.1") for p in s.kernels]
     master = s.kernels[0]
@@ -243,6 +248,7 @@ def _spec(
         "master_port": master.master_port,
         "pick_master_port": k.rank == 0,
         "attempt": s.attempt,
+        "resume_count": s.resume_count,
         "max_attempts": s.max_attempts,
         "checkpoint_dir": f"{checkpoint_root}/{s.root_session_id}" if checkpoint_root else None,
         "error_strategy": str(s.spec.error_strategy),
@@ -250,6 +256,8 @@ def _spec(
         "worker_name": worker_name(k.rank),
         "root_session_id": s.root_session_id,
         "timeout_grace": 10.0,
+        # The owner's uid/gid on agents started as root (else the agent's default account).
+        "run_as": run_as.get(s.owner),
     }
 
 

@@ -80,8 +80,10 @@ async def update(
     role: str | None,
     projects: Sequence[str] | None,
     priority_rules: Mapping[str, Any] | Unset | None = UNSET,
+    run_as: Mapping[str, Any] | Unset | None = UNSET,
 ) -> UserRecord:
-    """`priority_rules` is merged field by field into the user's own (None clears them)."""
+    """`priority_rules` is merged field by field into the user's own (None clears them); `run_as`
+    replaces their uid/gid mapping (None clears it)."""
     now = _now()
     async with transaction(engine) as conn:
         found = await _found(conn, name)
@@ -99,7 +101,11 @@ async def update(
             )
             check_priority_rules(cfg["priority_rules"])
             await users.set_config(conn, found.id, cfg)
-        what = f"role {role}; projects {projects}; priority rules {priority_rules}"
+        if not isinstance(run_as, Unset):
+            cfg = dict(await users.config_of(conn, found.id))
+            cfg["run_as"] = dict(run_as) if run_as else None
+            await users.set_config(conn, found.id, cfg)
+        what = f"role {role}; projects {projects}; priority rules {priority_rules}; run as {run_as}"
         await config.audit(conn, who.name, "user.update", name, what, now)
     return await get(engine, name)
 

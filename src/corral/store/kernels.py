@@ -10,6 +10,7 @@ import structlog
 from sqlalchemy import bindparam, insert, literal, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from corral.domain.cause import TerminationReason
 from corral.domain.devices import assign_devices
 from corral.domain.placement import Placement
 from corral.domain.status import KERNEL_ON_AGENT, TERMINAL_KERNEL, TERMINAL_SESSION, KernelStatus
@@ -141,7 +142,10 @@ async def apply_report(conn: AsyncConnection, agent_id: str, report: KernelRepor
 
     The caller checks the agent's epoch in the same transaction (once per batch of reports).
     """
-    values: dict[str, Any] = {"status": str(report.status), "status_changed_at": now}
+    status = report.status
+    if status in TERMINAL_KERNEL and await _suspending(conn, report.kernel_id):
+        return await _suspend(conn, agent_id, report, now)
+    values: dict[str, Any] = {"status": str(status), "status_changed_at": now}
     if report.status in (KernelStatus.RUNNING, KernelStatus.CREATING):
         values["started"] = True
     if report.master_port is not None:
@@ -186,6 +190,37 @@ async def apply_report(conn: AsyncConnection, agent_id: str, report: KernelRepor
             .where(sessions.c.id == of_kernel, sessions.c.started_at.is_(None))
             .values(started_at=now)
         )
+    return bool(result.rowcount)
+
+
+async def _suspending(conn: AsyncConnection, kernel_id: str) -> bool:
+    """Its session is being suspended (preemption in suspend mode)."""
+    of_kernel = select(kernels.c.session_id).where(kernels.c.id == kernel_id).scalar_subquery()
+    reason = select(sessions.c.termination_reason).where(sessions.c.id == of_kernel)
+    return (await conn.execute(reason)).scalar() == str(TerminationReason.SUSPENDED)
+
+
+async def _suspend(conn: AsyncConnection, agent_id: str, report: KernelReport, now: datetime) -> bool:
+    """A suspended session's kernel has stopped: it waits SUSPENDED, its allocation freed. How it
+    ended is kept in its detail only: it is not an outcome (a resumed kernel starts afresh)."""
+    ended = {"exit_code": report.exit_code, "signal": report.signal, "oom_killed": report.oom_killed}
+    result = await conn.execute(
+        update(kernels)
+        .where(
+            kernels.c.id == report.kernel_id,
+            kernels.c.agent_id == agent_id,
+            kernels.c.generation == report.generation,
+            kernels.c.status.in_([str(s) for s in kernel_sources(KernelStatus.SUSPENDED)]),
+        )
+        .values(
+            status=str(KernelStatus.SUSPENDED),
+            status_changed_at=now,
+            detail={**(report.detail or {}), "suspended": ended},
+            logs_done=or_(kernels.c.logs_done, literal(report.output_done)),
+        )
+    )
+    if result.rowcount:
+        await release(conn, [report.kernel_id], now)
     return bool(result.rowcount)
 
 

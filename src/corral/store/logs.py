@@ -56,12 +56,16 @@ async def append(
     offset: int,
     data: bytes,
     now: datetime,
+    generation: int = 0,
 ) -> None:
-    """Store bytes at `offset` of a stream; a resend of what is already stored is ignored, and a gap
+    """Store bytes at `offset` of a stream of one placement (`generation`: a resumed kernel writes
+    new files, from offset 0 again); a resend of what is already stored is ignored, and a gap
     before `offset` (the agent skipped output the cap would drop) is counted as dropped."""
     stored = await conn.execute(
         select(func.max(kernel_logs.c.offset + kernel_logs.c.size)).where(
-            kernel_logs.c.kernel_id == kernel_id, kernel_logs.c.stream == stream
+            kernel_logs.c.kernel_id == kernel_id,
+            kernel_logs.c.generation == generation,
+            kernel_logs.c.stream == stream,
         )
     )
     end = stored.scalar() or 0
@@ -77,6 +81,7 @@ async def append(
                 "session_id": session_id,
                 "kernel_id": kernel_id,
                 "stream": stream,
+                "generation": generation,
                 "offset": offset,
                 "data": piece,
                 "size": len(piece),

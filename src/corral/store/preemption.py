@@ -56,13 +56,12 @@ async def release(conn: AsyncConnection, session_ids: Sequence[str]) -> None:
 
 
 async def live(conn: AsyncConnection, session_ids: Sequence[str]) -> set[str]:
-    """Those of the sessions that have not ended."""
+    """Those of the sessions that still hold capacity (not ended, not suspended)."""
     if not session_ids:
         return set()
+    gone = [str(s) for s in TERMINAL_SESSION | {SessionStatus.SUSPENDED}]
     rows = await conn.execute(
-        select(sessions.c.id).where(
-            sessions.c.id.in_(list(session_ids)), sessions.c.status.not_in([str(s) for s in TERMINAL_SESSION])
-        )
+        select(sessions.c.id).where(sessions.c.id.in_(list(session_ids)), sessions.c.status.not_in(gone))
     )
     return {str(r.id) for r in rows}
 

@@ -87,6 +87,7 @@ class SessionRecord:
     retry_after: datetime | None
     phase_tries: int
     reschedule_count: int
+    resume_count: int
     attempt: int
     manual_retry: bool
     total_retries: int

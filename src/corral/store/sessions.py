@@ -8,9 +8,10 @@ from collections.abc import Collection, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Select, and_, func, insert, or_, select, update
+from sqlalchemy import Select, and_, case, func, insert, literal, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from corral.domain.cause import TerminationReason
 from corral.domain.status import TERMINAL_SESSION, KernelStatus, SessionStatus
 from corral.domain.transitions import kernel_sources, session_move_allowed
 from corral.store import convert, journal
@@ -51,6 +52,7 @@ async def insert_session(conn: AsyncConnection, new: NewSession, now: datetime) 
         avoid_agent=new.avoid_agent,
         phase_tries=0,
         reschedule_count=0,
+        resume_count=0,
         created_at=now,
     )
     kernel_rows: list[dict[str, Any]] = []
@@ -251,7 +253,7 @@ async def apply_moves(conn: AsyncConnection, moves: Sequence[Move], now: datetim
             if moved and kernel_dst is not None:
                 await move_kernels_of(conn, list(moved), kernel_dst, now)
             if moved and dst is SessionStatus.PENDING:
-                await _back_to_queue(conn, list(moved), now)
+                await _back_to_queue(conn, list(moved), now, resumed=src is SessionStatus.SUSPENDED)
     await journal.add_events(
         conn, [(m.session_id, "session.status_changed", m.src, m.dst, {}) for m in won], now
     )
@@ -271,8 +273,11 @@ async def move_kernels_of(
     )
 
 
-async def _back_to_queue(conn: AsyncConnection, session_ids: list[str], now: datetime) -> None:
-    """Re-scheduling: allocations released, kernels detached from their agents."""
+async def _back_to_queue(
+    conn: AsyncConnection, session_ids: list[str], now: datetime, resumed: bool = False
+) -> None:
+    """Re-scheduling (or resuming a suspended session): allocations released, kernels detached from
+    their agents, to be placed afresh as a new generation."""
     await conn.execute(
         update(allocations)
         .where(allocations.c.session_id.in_(session_ids), allocations.c.released_at.is_(None))
@@ -288,14 +293,13 @@ async def _back_to_queue(conn: AsyncConnection, session_ids: list[str], now: dat
             kill_forced=False,
             logs_done=False,
             log_dropped=0,
+            kill_grace=None,
+            devices=None,
             generation=kernels.c.generation + 1,
         )
     )
-    await conn.execute(
-        update(sessions)
-        .where(sessions.c.id.in_(session_ids))
-        .values(reschedule_count=sessions.c.reschedule_count + 1)
-    )
+    counter = sessions.c.resume_count if resumed else sessions.c.reschedule_count
+    await conn.execute(update(sessions).where(sessions.c.id.in_(session_ids)).values({counter: counter + 1}))
 
 
 async def bump_tries(conn: AsyncConnection, session_ids: list[str]) -> dict[str, int]:
@@ -314,7 +318,12 @@ async def bump_tries(conn: AsyncConnection, session_ids: list[str]) -> dict[str,
 async def request_termination(
     conn: AsyncConnection, session_id: str, reason: str, message: str, now: datetime
 ) -> bool:
-    """Record why a session must stop; False when it has already ended.  The first reason wins."""
+    """Record why a session must stop; False when it has already ended.  The first reason wins,
+    except that a stop for good (a cancel, a deadline) replaces a suspension in progress."""
+    suspending = and_(
+        sessions.c.termination_reason == str(TerminationReason.SUSPENDED),
+        literal(reason) != str(TerminationReason.SUSPENDED),
+    )
     result = await conn.execute(
         update(sessions)
         .where(
@@ -322,8 +331,12 @@ async def request_termination(
             sessions.c.status.not_in([str(s) for s in TERMINAL_SESSION]),
         )
         .values(
-            termination_reason=func.coalesce(sessions.c.termination_reason, reason),
-            termination_message=func.coalesce(sessions.c.termination_message, message),
+            termination_reason=case(
+                (suspending, reason), else_=func.coalesce(sessions.c.termination_reason, reason)
+            ),
+            termination_message=case(
+                (suspending, message), else_=func.coalesce(sessions.c.termination_message, message)
+            ),
             termination_requested_at=func.coalesce(sessions.c.termination_requested_at, now),
         )
     )
@@ -332,6 +345,16 @@ async def request_termination(
             conn, [(session_id, "session.termination_requested", None, None, {"reason": reason})], now
         )
     return bool(result.rowcount)
+
+
+async def clear_termination_request(conn: AsyncConnection, session_ids: list[str]) -> None:
+    """A suspension is done: the session waits without a request, so a later cancel is its own."""
+    if session_ids:
+        await conn.execute(
+            update(sessions)
+            .where(sessions.c.id.in_(session_ids))
+            .values(termination_reason=None, termination_message=None, termination_requested_at=None)
+        )
 
 
 async def due_deadlines(conn: AsyncConnection, resource_group: str, now: datetime) -> list[SessionRecord]:

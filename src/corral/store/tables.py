@@ -156,6 +156,8 @@ sessions = Table(
     Column("retry_after", UTCDateTime, nullable=True),
     Column("phase_tries", Integer, nullable=False, default=0),
     Column("reschedule_count", Integer, nullable=False, default=0),
+    # Suspend mode: times it was resumed (its kernels see it as $CORRAL_RESUME_COUNT).
+    Column("resume_count", Integer, nullable=False, default=0, server_default="0"),
     Column("attempt", Integer, nullable=False, default=1, server_default="1"),
     Column("manual_retry", Boolean, nullable=False, default=False, server_default=false()),
     # Budget-consuming retries of the whole chain (the global cap), free requeues so far, and
@@ -267,13 +269,15 @@ kernel_logs = Table(
     Column("session_id", ID, nullable=False),
     Column("kernel_id", ID, nullable=False),
     Column("stream", String(8), nullable=False),
+    # The kernel's placement: a resumed kernel's new files start at offset 0 again.
+    Column("generation", Integer, nullable=False, default=0, server_default="0"),
     Column("offset", BigInteger, nullable=False),
     # Bytes, as the kernel wrote them (NULs and invalid UTF-8 included).
     Column("data", LargeBinary, nullable=False),
     Column("size", Integer, nullable=False, server_default="0"),
     Column("created_at", UTCDateTime, nullable=False),
     Index("ix_kernel_logs_session", "session_id", "id"),
-    Index("uq_kernel_logs_chunk", "kernel_id", "stream", "offset", unique=True),
+    Index("uq_kernel_logs_chunk", "kernel_id", "generation", "stream", "offset", unique=True),
 )
 
 # Which manager runs a resource group's scheduling loop (a lease, so a dead holder is replaced).

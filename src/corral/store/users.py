@@ -58,6 +58,14 @@ async def config_of(conn: AsyncConnection, user_id: str) -> dict[str, Any]:
     return dict(row.config or {}) if row else {}
 
 
+async def run_as_of(conn: AsyncConnection, names: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """Each named user's uid/gid mapping (users without one are left out)."""
+    if not names:
+        return {}
+    rows = await conn.execute(select(users.c.name, users.c.config).where(users.c.name.in_(list(names))))
+    return {r.name: dict(r.config["run_as"]) for r in rows if r.config and r.config.get("run_as")}
+
+
 async def _memberships(conn: AsyncConnection, user_ids: Sequence[str]) -> dict[str, list[str]]:
     rows = await conn.execute(
         select(project_members.c.user_id, projects.c.name)

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from fastapi import APIRouter
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field
 
 from corral.api.state import Admin, State
-from corral.domain.preemption import PreemptionMode, PreemptionOrder
 from corral.protocol.types import STRICT
 from corral.services import groups as svc
 
@@ -19,19 +18,15 @@ class GroupPatch(BaseModel):
     model_config = STRICT
 
     preemptible_priority: int | None = Field(None, ge=0, le=100, description="only sessions at or below it")
-    preemption_order: PreemptionOrder | None = Field(None, description="oldest or newest first")
-    preemption_mode: PreemptionMode | None = Field(
-        None, description="terminate (requeued by the retry engine)"
+    # Literals, not the enums: a strict model takes no string for an enum, and JSON has no enums.
+    preemption_order: Literal["oldest", "newest"] | None = Field(None, description="oldest or newest first")
+    preemption_mode: Literal["terminate", "suspend"] | None = Field(
+        None,
+        description="terminate (victims end and are requeued by the retry engine) or suspend (victims "
+        "keep their ids, wait SUSPENDED at their place in the queue and are resumed)",
     )
     grace_period: float | None = Field(None, ge=0, le=3600, description="seconds from SIGTERM to SIGKILL")
     min_runtime: float | None = Field(None, ge=0, le=7 * 86400, description="younger sessions are spared")
-
-    @field_validator("preemption_mode")
-    @classmethod
-    def _mode(cls, value: PreemptionMode | None) -> PreemptionMode | None:
-        if value is PreemptionMode.SUSPEND:
-            raise ValueError("suspend is not available yet: use terminate")
-        return value
 
 
 class GroupOut(BaseModel):

@@ -28,6 +28,17 @@ class UserIn(BaseModel):
     projects: list[Name] = Field(default_factory=list, max_length=256, description="project names")
 
 
+# Not 0: a mapping never makes anyone's kernels root (that takes an agent flag).
+PosixId = Annotated[int, Field(ge=1, le=2**31 - 2)]
+
+
+class RunAsIn(BaseModel):
+    model_config = STRICT
+
+    uid: PosixId = Field(description="the uid this user's kernels run as on agents started as root")
+    gid: PosixId | None = Field(None, description="their group (default: the uid's primary group)")
+
+
 class UserPatch(BaseModel):
     model_config = STRICT
 
@@ -36,6 +47,7 @@ class UserPatch(BaseModel):
     priority_rules: PriorityRulesIn | None = Field(
         None, description="override their projects' rules, merged field by field; null clears"
     )
+    run_as: RunAsIn | None = Field(None, description="the account their kernels run as; null clears")
 
 
 class UserOut(BaseModel):
@@ -43,6 +55,7 @@ class UserOut(BaseModel):
     role: str
     projects: list[str]
     priority_rules: dict[str, Any] = Field(description="only the fields set on this user")
+    run_as: dict[str, int] | None = Field(description="uid (and gid) their kernels run as, if mapped")
     created_at: datetime
 
     @classmethod
@@ -52,6 +65,7 @@ class UserOut(BaseModel):
             role=u.role,
             projects=list(u.projects),
             priority_rules=u.config.get("priority_rules") or {},
+            run_as=u.config.get("run_as") or None,
             created_at=u.created_at,
         )
 
@@ -96,7 +110,10 @@ async def update_user(name: str, body: UserPatch, who: Admin, state: State) -> U
     rules: dict[str, Any] | svc.Unset | None = svc.UNSET
     if "priority_rules" in body.model_fields_set:
         rules = body.priority_rules.to_json() if body.priority_rules else None
-    return UserOut.of(await svc.update(state.engine, who, name, body.role, body.projects, rules))
+    run_as: dict[str, Any] | svc.Unset | None = svc.UNSET
+    if "run_as" in body.model_fields_set:
+        run_as = body.run_as.model_dump(exclude_none=True) if body.run_as else None
+    return UserOut.of(await svc.update(state.engine, who, name, body.role, body.projects, rules, run_as))
 
 
 @router.post("/users/{name}/keys", status_code=201, response_model=NewKeyOut)

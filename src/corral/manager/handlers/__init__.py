@@ -15,6 +15,7 @@ from corral.manager.handlers.promote_running import PromoteToRunning
 from corral.manager.handlers.promote_terminated import PromoteToTerminated
 from corral.manager.handlers.schedule_new import ScheduleNewSessions
 from corral.manager.handlers.start import StartSessions
+from corral.manager.handlers.suspend import SuspendSessions
 from corral.manager.handlers.terminate import TerminateSessions
 
 
@@ -31,6 +32,7 @@ def cycle_handlers() -> list[LifecycleHandler | SessionPromotionHandler]:
         DetectTermination(),
         TerminateSessions(),
         PromoteToTerminated(),
+        SuspendSessions(),
         ScheduleNewSessions(),
         PrepareSessions(),
         StartSessions(),

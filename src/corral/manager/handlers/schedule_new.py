@@ -1,4 +1,5 @@
-"""ScheduleNewSessions: PENDING -> SCHEDULED, placing whole gangs in queue order."""
+"""ScheduleNewSessions: PENDING -> SCHEDULED, placing whole gangs in queue order; a SUSPENDED session
+whose turn has come and that fits is resumed (SUSPENDED -> PENDING -> SCHEDULED in one cycle)."""
 
 from __future__ import annotations
 
@@ -9,20 +10,27 @@ from typing import Any
 from corral.domain.backfill import Hold, Occupant, free_of, head_hold, may_use_held
 from corral.domain.cause import Cause, TerminationReason
 from corral.domain.placement import AgentSnapshot, apply_placement, place_gang
-from corral.domain.preemption import RunningSession, candidates, choose_victims, freed, group_settings
+from corral.domain.preemption import (
+    PreemptionMode,
+    RunningSession,
+    candidates,
+    choose_victims,
+    freed,
+    group_settings,
+)
 from corral.domain.queue import QueueEntry, queue_order
 from corral.domain.resources import ResourceSlots
 from corral.domain.scheduling import Skip, StatusTransitions, TransitionStatus
 from corral.domain.status import AgentStatus, KernelStatus, SessionStatus
 from corral.manager.handlers.base import HandlerContext, LifecycleHandler, LifecycleResult
 from corral.store import agents, journal, preemption, sessions
-from corral.store.records import AgentRecord, SessionRecord
+from corral.store.records import AgentRecord, Move, SessionRecord
 
 
 class ScheduleNewSessions(LifecycleHandler):
     name = "ScheduleNewSessions"
-    target_session_statuses = frozenset({SessionStatus.PENDING})
-    target_kernel_statuses = frozenset({KernelStatus.PENDING})
+    target_session_statuses = frozenset({SessionStatus.PENDING, SessionStatus.SUSPENDED})
+    target_kernel_statuses = frozenset({KernelStatus.PENDING, KernelStatus.SUSPENDED})
     failure_cause = Cause.SCHEDULER_TIMEOUT
     # Placement looks at the head of the queue; sessions further back are reached as it drains.
     queue_window = 512
@@ -38,8 +46,8 @@ class ScheduleNewSessions(LifecycleHandler):
         )
 
     async def execute(self, ctx: HandlerContext, targets: Sequence[SessionRecord]) -> LifecycleResult:
-        result = LifecycleResult(placements={})
-        assert result.placements is not None
+        result = LifecycleResult(placements={}, moved={})
+        assert result.placements is not None and result.moved is not None
         await agents.lock_group(ctx.conn, ctx.resource_group)
         registered = await agents.list_agents(ctx.conn, ctx.resource_group)
         snapshot = [
@@ -61,6 +69,8 @@ class ScheduleNewSessions(LifecycleHandler):
         hold: Hold | None = None
         for entry in ready:
             s = by_id[entry.session_id]
+            if s.status is SessionStatus.SUSPENDED and s.termination_reason:
+                continue  # cancelled while suspended: ApplyTerminationRequests ends it
             needs = [s.resources] * s.cluster_size  # every kernel of a session asks for the same slots
             mine = [a for a in snapshot if held_by.get(a.agent_id, s.id) == s.id]
             if hold is not None and not may_use_held(hold, s.spec.timeout, ctx.now):
@@ -79,6 +89,11 @@ class ScheduleNewSessions(LifecycleHandler):
                 if hold is None and s.id not in reserved:
                     hold = await _hold_for(ctx, s, registered, held_by)
                 continue
+            if s.status is SessionStatus.SUSPENDED:
+                if not await _resume(ctx, s):
+                    continue
+                result.moved[s.id] = SessionStatus.PENDING
+                note += f" (resumed, resume {s.resume_count + 1})"
             snapshot = apply_placement(snapshot, needs, placement)
             result.placements[s.id] = placement
             result.success(s.id, "placed on " + ", ".join(placement.agent_ids) + note)
@@ -92,6 +107,18 @@ class ScheduleNewSessions(LifecycleHandler):
                 why += f"; agents {', '.join(sorted(hold.agent_ids))} held for it{until} (first in line)"
             result.skipped.append(Skip(s.id, why))
         return result
+
+
+async def _resume(ctx: HandlerContext, s: SessionRecord) -> bool:
+    """SUSPENDED -> PENDING with its kernels, as a new generation; False when another manager won."""
+    move = Move(s.id, SessionStatus.SUSPENDED, SessionStatus.PENDING, KernelStatus.PENDING)
+    if not await sessions.apply_moves(ctx.conn, [move], ctx.now):
+        return False
+    why = f"resumed at its place in the queue (resume {s.resume_count + 1}); kernels start afresh"
+    await journal.add_history(
+        ctx.conn, [(s.id, "Resume", "RESUMED", SessionStatus.SUSPENDED, SessionStatus.PENDING, why)], ctx.now
+    )
+    return True
 
 
 async def _hold_for(
@@ -163,10 +190,12 @@ async def _preempt(
         assert target is not None  # choose_victims checked it
         ids = [v.session_id for v in victims]
         why = f"preempted by session {s.id} (priority {s.priority}) to make room for it"
+        reason = TerminationReason.PREEMPTED
+        if settings.preemption_mode is PreemptionMode.SUSPEND:
+            reason = TerminationReason.SUSPENDED
+            why += " (suspended: it resumes at its place in the queue)"
         for v in victims:
-            await sessions.request_termination(
-                ctx.conn, v.session_id, TerminationReason.PREEMPTED, why, ctx.now
-            )
+            await sessions.request_termination(ctx.conn, v.session_id, reason, why, ctx.now)
         await journal.add_history(
             ctx.conn,
             [(v.session_id, "Preemption", "PREEMPTED", SessionStatus.RUNNING, None, why) for v in victims],

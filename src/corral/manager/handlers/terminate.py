@@ -37,7 +37,7 @@ class TerminateSessions(LifecycleHandler):
     target_session_statuses = frozenset({SessionStatus.TERMINATING})
     # Sessions whose kernels have all ended are PromoteToTerminated's; the rest are ours, those
     # with kernels already told to stop included (their time in TERMINATING is bounded here).
-    target_kernel_statuses = _NOT_STARTED | _RUNNING | {KernelStatus.TERMINATING}
+    target_kernel_statuses = _NOT_STARTED | _RUNNING | {KernelStatus.TERMINATING, KernelStatus.SUSPENDED}
     termination_requested = None
 
     @classmethod
@@ -56,6 +56,9 @@ class TerminateSessions(LifecycleHandler):
         limit = ctx.limits.timeouts.get(SessionStatus.TERMINATING)
         for s in targets:
             idle = [k.id for k in s.kernels if k.status in _NOT_STARTED]
+            if s.termination_reason != TerminationReason.SUSPENDED:
+                # A suspended session cancelled (or past its deadline): its kernels have no process.
+                idle += [k.id for k in s.kernels if k.status is KernelStatus.SUSPENDED]
             live = [k.id for k in s.kernels if k.status in _RUNNING]
             waited = ctx.now - s.status_changed_at
             stuck = [k for k in s.kernels if k.status is KernelStatus.TERMINATING]
@@ -82,7 +85,7 @@ class TerminateSessions(LifecycleHandler):
                     )
                 to_fence |= fence
             never_started += idle
-            if s.termination_reason == TerminationReason.PREEMPTED:
+            if s.termination_reason in (TerminationReason.PREEMPTED, TerminationReason.SUSPENDED):
                 preempted += live
             else:
                 to_kill += live
