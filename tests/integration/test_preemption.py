@@ -148,6 +148,20 @@ def test_group_settings_are_validated(full: Cluster) -> None:
         resp = c.http.patch("/api/v1/resource-groups/default", json=body)
         assert resp.status_code == 422 and field in resp.text, (body, resp.text)
     assert c.http.patch("/api/v1/resource-groups/none-such", json={}).status_code == 404
+    assert c.http.patch("/api/v1/resource-groups/default", json={"pending_timeout": -1}).status_code == 422
+
+
+def test_queue_settings_apply_per_group_from_the_next_cycle(full: Cluster) -> None:
+    c = full
+    fill(c)
+    big = c.submit(command=["true"], priority=1, resources={"cpu": 1})  # full, and no one to preempt
+    poll(lambda: any("no agent" in h["message"] for h in c.history(big["id"])), 10, "it to be judged")
+    assert c.session(big["id"])["status"] == "PENDING"  # pending_timeout is off by default
+    shown = c.corral_json("rg", "set", "default", "pending_timeout=1", "max_reschedules=2")
+    assert (shown["pending_timeout"], shown["max_reschedules"]) == (1, 2)
+    ended = c.wait(big["id"], timeout=15)
+    assert (ended["status"], ended["cause"]) == ("CANCELLED", "scheduler_timeout"), ended
+    assert c.corral_json("rg", "set", "default", "pending_timeout=0")["pending_timeout"] == 0
     got = c.corral_json("rg", "get", "default")
     assert (got["preemptible_priority"], got["preemption_mode"]) == (5, "terminate")
     assert got["agents"] == ["agent-a", "agent-b"]

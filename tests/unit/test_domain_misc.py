@@ -9,7 +9,7 @@ import pytest
 from corral.domain.cause import Cause, KernelOutcome, TerminationReason
 from corral.domain.exits import normalise_exit
 from corral.domain.final import final_verdict
-from corral.domain.judge import PhaseLimits, gives_up, is_expired, reschedules_exhausted
+from corral.domain.judge import PhaseLimits, for_group, gives_up, is_expired, reschedules_exhausted
 from corral.domain.queue import QueueEntry, queue_order
 from corral.domain.status import KernelStatus as K
 from corral.domain.status import SessionResult
@@ -102,3 +102,15 @@ def test_judgements_use_the_clock_given() -> None:
     assert not is_expired(S.PENDING, T0, T0 + timedelta(days=9), limits)  # pending_timeout off by default
     assert [gives_up(n, limits) for n in (1, 2, 3)] == [False, False, True]
     assert [reschedules_exhausted(n, limits) for n in (1, 2)] == [False, True]
+
+
+def test_a_groups_queue_settings_override_the_managers() -> None:
+    base = PhaseLimits(timeouts={S.PENDING: None, S.PREPARING: timedelta(60)})
+    assert for_group(base, None) is base and for_group(base, {}) is base
+    waits = for_group(base, {"pending_timeout": 5, "max_reschedules": 0})
+    assert waits.timeouts[S.PENDING] == timedelta(seconds=5)
+    assert waits.timeouts[S.PREPARING] == timedelta(60) and waits.max_reschedules == 0
+    # 0 switches the timeout off again, whatever the manager's; unset keys keep the manager's.
+    strict = PhaseLimits(timeouts={S.PENDING: timedelta(seconds=9)}, max_reschedules=7)
+    forever = for_group(strict, {"pending_timeout": 0, "max_reschedules": None})
+    assert forever.timeouts[S.PENDING] is None and forever.max_reschedules == 7

@@ -9,7 +9,7 @@ import typer
 from corral.cli.client import Api, fail
 from corral.cli.output import Format, OutputOpt, emit
 
-app = typer.Typer(help="Resource groups and their preemption settings (admin).", no_args_is_help=True)
+app = typer.Typer(help="Resource groups: preemption and queue settings (admin).", no_args_is_help=True)
 
 COLUMNS = [
     ("NAME", "name"),
@@ -18,9 +18,17 @@ COLUMNS = [
     ("MODE", "preemption_mode"),
     ("GRACE", "grace_period"),
     ("MIN RUNTIME", "min_runtime"),
+    ("PENDING TIMEOUT", "pending_timeout"),
+    ("MAX RESCHEDULES", "max_reschedules"),
     ("AGENTS", "agents"),
 ]
-NUMBERS = {"preemptible_priority": int, "grace_period": float, "min_runtime": float}
+NUMBERS = {
+    "preemptible_priority": int,
+    "grace_period": float,
+    "min_runtime": float,
+    "pending_timeout": float,
+    "max_reschedules": int,
+}
 
 
 @app.command("list")
@@ -42,7 +50,8 @@ def set_(
         list[str],
         typer.Argument(
             help="KEY=VALUE: preemptible_priority (0..100), preemption_order (oldest|newest), "
-            "preemption_mode (terminate), grace_period (s), min_runtime (s)"
+            "preemption_mode (terminate|suspend), grace_period (s), min_runtime (s); queue: "
+            "pending_timeout (s, 0: wait for ever), max_reschedules"
         ),
     ],
     output: Format = OutputOpt,

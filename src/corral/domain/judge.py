@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from corral.domain.status import SessionStatus
@@ -21,6 +21,23 @@ class PhaseLimits:
     """Returns to PENDING before the session fails with scheduler_timeout."""
     declare_gone_after: timedelta = timedelta(seconds=35)
     """Silence after which an agent has certainly killed its kernels (fence timeout + margin)."""
+
+
+def for_group(base: PhaseLimits, queue: Mapping[str, object] | None) -> PhaseLimits:
+    """A resource group's queue settings over the manager's: `pending_timeout` (seconds, 0 = a
+    queued session waits for ever) and `max_reschedules`; an unset key keeps the manager's."""
+    if not queue:
+        return base
+    limits = base
+    pending = queue.get("pending_timeout")
+    if isinstance(pending, int | float):
+        timeouts = dict(base.timeouts)
+        timeouts[SessionStatus.PENDING] = timedelta(seconds=pending) if pending > 0 else None
+        limits = replace(limits, timeouts=timeouts)
+    reschedules = queue.get("max_reschedules")
+    if isinstance(reschedules, int):
+        limits = replace(limits, max_reschedules=reschedules)
+    return limits
 
 
 def is_expired(status: SessionStatus, since: datetime, now: datetime, limits: PhaseLimits) -> bool:

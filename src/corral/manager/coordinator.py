@@ -12,7 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from corral.domain.cause import TerminationReason
 from corral.domain.final import FinalVerdict
-from corral.domain.judge import PhaseLimits, gives_up, is_expired, reschedules_exhausted
+from corral.domain.judge import PhaseLimits, for_group, gives_up, is_expired, reschedules_exhausted
 from corral.domain.scheduling import KernelMatchType, SchedulingResult, TransitionStatus
 from corral.domain.status import TERMINAL_SESSION, KernelStatus, SessionResult, SessionStatus
 from corral.manager.handlers.base import (
@@ -21,7 +21,7 @@ from corral.manager.handlers.base import (
     LifecycleResult,
     SessionPromotionHandler,
 )
-from corral.store import journal, kernels, sessions
+from corral.store import journal, kernels, preemption, sessions
 from corral.store.db import transaction
 from corral.store.records import Move, SessionRecord
 
@@ -76,7 +76,7 @@ class Coordinator:
         self._engine = engine
         self._rg = resource_group
         self._handlers = list(handlers)
-        self._limits = limits
+        self._base_limits = self._limits = limits
         self._clock = clock
         self._on_change = on_change
         self._on_ended = on_ended
@@ -87,6 +87,9 @@ class Coordinator:
         seconds; a cycle woken by an agent's report has no need of them)."""
         async with self._engine.connect() as conn:
             present = await sessions.live_statuses(conn, self._rg)
+            # The group's queue settings, as they are now: a change takes effect from this cycle.
+            group = await preemption.group_config(conn, self._rg)
+        self._limits = for_group(self._base_limits, (group or {}).get("queue"))
         moved = 0
         for handler in self._handlers:
             if not _may_have_targets(handler, present) or (handler.expiry_only and not timed):

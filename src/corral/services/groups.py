@@ -1,4 +1,4 @@
-"""Resource groups' preemption settings (admin)."""
+"""Resource groups' preemption and queue settings (admin)."""
 
 from __future__ import annotations
 
@@ -14,9 +14,18 @@ from corral.store import agents, config, preemption
 from corral.store.auth import Principal
 from corral.store.db import transaction
 
+# Stored under "queue": the coordinator's limits for the group (None: the manager's setting).
+QUEUE_KEYS = ("pending_timeout", "max_reschedules")
+
 
 def _view(name: str, cfg: Mapping[str, Any], members: list[str]) -> dict[str, Any]:
-    return {"name": name, **group_settings(cfg.get("preemption")).to_json(), "agents": members}
+    queue = cfg.get("queue") or {}
+    return {
+        "name": name,
+        **group_settings(cfg.get("preemption")).to_json(),
+        **{k: queue.get(k) for k in QUEUE_KEYS},
+        "agents": members,
+    }
 
 
 async def listed(engine: AsyncEngine) -> list[dict[str, Any]]:
@@ -43,7 +52,12 @@ async def update(
         cfg = await preemption.group_config(conn, name)
         if cfg is None:
             raise NotFound(f"no resource group {name[:80]!r}", {"field": "name"})
-        cfg["preemption"] = {**cfg.get("preemption", {}), **changes}
+        queue = {k: v for k, v in changes.items() if k in QUEUE_KEYS}
+        cfg["preemption"] = {
+            **cfg.get("preemption", {}),
+            **{k: v for k, v in changes.items() if k not in queue},
+        }
+        cfg["queue"] = {**cfg.get("queue", {}), **queue}
         await preemption.set_group_config(conn, name, cfg)
         what = ", ".join(f"{k}={v}" for k, v in sorted(changes.items())) or "nothing"
         await config.audit(conn, who.name, "resource_group.update", name, what, now)

@@ -27,6 +27,12 @@ class GroupPatch(BaseModel):
     )
     grace_period: float | None = Field(None, ge=0, le=3600, description="seconds from SIGTERM to SIGKILL")
     min_runtime: float | None = Field(None, ge=0, le=7 * 86400, description="younger sessions are spared")
+    pending_timeout: float | None = Field(
+        None, ge=0, le=365 * 86400, description="seconds a session may wait queued (0: for ever)"
+    )
+    max_reschedules: int | None = Field(
+        None, ge=0, le=1000, description="returns to the queue before a session fails (scheduler_timeout)"
+    )
 
 
 class GroupOut(BaseModel):
@@ -36,6 +42,8 @@ class GroupOut(BaseModel):
     preemption_mode: str
     grace_period: float
     min_runtime: float
+    pending_timeout: float | None = Field(description="None: the manager's CORRAL_PENDING_TIMEOUT")
+    max_reschedules: int | None = Field(description="None: the manager's CORRAL_MAX_RESCHEDULES")
     agents: list[str]
 
 
