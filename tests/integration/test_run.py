@@ -106,6 +106,9 @@ def test_history_lists_each_outcome_with_handler_message_and_time(cluster: Clust
     ):
         assert expected in handlers
     assert all(r["created_at"] and r["result"] for r in rows)
+    # Prepared and started by its agent in one go, every status is still recorded, in order.
+    moves = [r["to_status"] for r in rows if r["to_status"]]
+    assert moves == ["SCHEDULED", "PREPARING", "PREPARED", "CREATING", "RUNNING", "TERMINATING", "TERMINATED"]
     placed = next(r for r in rows if r["handler"] == "ScheduleNewSessions")
     assert placed["message"].startswith("placed on agent-")
     table = cluster.corral("session", "history", s["id"])

@@ -478,7 +478,11 @@ class Agent:
             runner.force_kill() if o.force else runner.kill(o.grace)
             return
         if o.status in (KernelStatus.PREPARING, KernelStatus.PULLING) and existing is None:
-            self._runner(o).prepare(o.spec, self.cfg.images)
+            runner = self._runner(o)
+            runner.prepare(o.spec, self.cfg.images)
+            if o.spec.get("start_at_once") and runner.prepared and not runner.ended:
+                self.shipping[runner.key] = runner.logs
+                runner.start(o.spec, report_creating=True)
         elif o.status is KernelStatus.CREATING:
             runner = self._runner(o)
             if not runner.prepared and not runner.ended:

@@ -199,7 +199,9 @@ class KernelRunner:
             return f"cannot give the kernel's files to uid {account.uid}: {exc}"
         return None
 
-    def start(self, spec: dict[str, Any]) -> None:
+    def start(self, spec: dict[str, Any], report_creating: bool = False) -> None:
+        """Start it. `report_creating`: it starts without a start order (prepare and start), so the
+        agent itself reports PREPARED -> CREATING, before RUNNING, as the manager's order would."""
         # One directory per retry chain: every attempt sees what the previous ones saved.
         given = spec.get("checkpoint_dir")
         checkpoint = Path(given) if given else self.work_dir / "checkpoints" / spec["root_session_id"]
@@ -239,6 +241,8 @@ class KernelRunner:
             "grace": self.grace,
         }
         self.started = True
+        if report_creating:
+            self._say(KernelStatus.CREATING)
         sent = self.link.send(command)
         if not sent:
             self._end(

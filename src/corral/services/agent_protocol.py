@@ -247,6 +247,10 @@ def _spec(
         "master_addr": hosts[0],
         "master_port": master.master_port,
         "pick_master_port": k.rank == 0,
+        # "Prepare and start": a one-kernel session has no rendezvous to wait for, so its agent
+        # starts it as soon as it is prepared (one round trip, not two); a gang's kernels wait for
+        # the start order, which comes once every one is prepared and rank 0's port is known.
+        "start_at_once": s.cluster_size == 1,
         "attempt": s.attempt,
         "resume_count": s.resume_count,
         "max_attempts": s.max_attempts,
