@@ -100,6 +100,13 @@ def _rss(pid: int) -> int:
         return 0
 
 
+def _pgid(pid: int) -> int:
+    try:
+        return os.getpgid(pid)
+    except (ProcessLookupError, PermissionError):
+        return -1
+
+
 def _signal(pids: set[int] | list[int], sig: int) -> None:
     for pid in pids:
         try:
@@ -195,8 +202,11 @@ class Supervisor:
         if k is not None and k.term_deadline is None:
             k.by_us = True
             # The order's grace (a resource group's, for preemption) over the agent's default.
-            k.term_deadline = time.monotonic() + (k.grace if grace is None else grace)
+            wait = k.grace if grace is None else grace
+            k.term_deadline = time.monotonic() + wait
             self._signal_tree(k, signal.SIGTERM)
+            if wait <= 0:
+                self._signal_tree(k, signal.SIGKILL)  # no grace: not even until the next tick
 
     def kill(self, key: str) -> None:
         k = self._find(key)
@@ -212,11 +222,14 @@ class Supervisor:
         return {k.pid, *k.members}
 
     def _signal_tree(self, k: Kernel, sig: int) -> None:
+        """Each process of the kernel gets `sig` once. The tree is read before signalling: a SIGTERM
+        trap's commands, forked in response, must not get a second SIGTERM meant for their parent."""
+        tree = self._tree(k)
         try:
             os.killpg(k.pid, sig)  # the kernel's session/process group (it was started with setsid)
         except (ProcessLookupError, PermissionError):
             pass
-        _signal(self._tree(k), sig)
+        _signal({p for p in tree if _pgid(p) != k.pid}, sig)  # those that left its group (setsid)
 
     def _finish(self, k: Kernel, status: int) -> None:
         exited_at = time.time_ns()

@@ -77,6 +77,7 @@ class Coordinator:
         self._rg = resource_group
         self._handlers = list(handlers)
         self._base_limits = self._limits = limits
+        self._requested = 0
         self._clock = clock
         self._on_change = on_change
         self._on_ended = on_ended
@@ -90,6 +91,7 @@ class Coordinator:
             # The group's queue settings, as they are now: a change takes effect from this cycle.
             group = await preemption.group_config(conn, self._rg)
         self._limits = for_group(self._base_limits, (group or {}).get("queue"))
+        self._requested = 0
         moved = 0
         for handler in self._handlers:
             if not _may_have_targets(handler, present) or (handler.expiry_only and not timed):
@@ -102,7 +104,9 @@ class Coordinator:
             moved += len(won)
             if self._on_ended is not None and any(m.dst in TERMINAL_SESSION for m in won):
                 self._on_ended()  # the retry engine decides ended attempts at once, not on its poll
-        return moved
+        # Requests written this cycle (a preemptor's victims) count as work: the loop runs the next
+        # cycle at once instead of waiting its interval to stop them.
+        return moved + self._requested
 
     async def run_handler(self, handler: Handler) -> int:
         """One handler in its own transaction; returns how many sessions changed status."""
@@ -142,6 +146,7 @@ class Coordinator:
                 acted = bool(won)
             else:
                 result = await handler.execute(ctx, targets)
+                self._requested += result.requested
                 won, history = await self._judge(ctx, handler, result, targets, overdue)
                 acted = bool(won or result.successes)
             won_ids = {m.session_id for m in won}

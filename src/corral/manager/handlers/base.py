@@ -41,6 +41,8 @@ class LifecycleResult(HandlerResult):
     """ScheduleNewSessions: where each placed session's kernels go."""
     finals: dict[str, FinalVerdict] | None = None
     """Handlers that end sessions: the verdict per session."""
+    requested: int = 0
+    """Termination requests it wrote (preemption): the next cycle, run at once, applies them."""
     moved: dict[str, SessionStatus] | None = None
     """Targets the handler itself moved first (a resumed session is PENDING now, not SUSPENDED)."""
 

@@ -99,7 +99,7 @@ class ScheduleNewSessions(LifecycleHandler):
             result.success(s.id, "placed on " + ", ".join(placement.agent_ids) + note)
         placed = set(result.placements)
         await preemption.release(ctx.conn, [sid for sid in reserved if sid in placed])
-        preempting = await _preempt(ctx, unplaced, snapshot, reserved, held_by)
+        preempting = await _preempt(ctx, unplaced, snapshot, reserved, held_by, result)
         for s in unplaced:
             why = preempting.get(s.id) or _why_waiting(s, registered, ctx.resource_group)
             if hold is not None and hold.session_id == s.id and s.id not in preempting:
@@ -151,6 +151,7 @@ async def _preempt(
     snapshot: Sequence[AgentSnapshot],
     reserved: dict[str, dict[str, Any]],
     held_by: dict[str, str],
+    result: LifecycleResult,
 ) -> dict[str, str]:
     """For the first waiting session (in queue order) that running work of lower priority can make
     room for: ask a minimal set of victims to stop and hold the agents they free.  One preemptor per
@@ -196,6 +197,7 @@ async def _preempt(
             why += " (suspended: it resumes at its place in the queue)"
         for v in victims:
             await sessions.request_termination(ctx.conn, v.session_id, reason, why, ctx.now)
+        result.requested += len(victims)
         await journal.add_history(
             ctx.conn,
             [(v.session_id, "Preemption", "PREEMPTED", SessionStatus.RUNNING, None, why) for v in victims],
