@@ -142,10 +142,9 @@ async def apply_report(conn: AsyncConnection, agent_id: str, report: KernelRepor
 
     The caller checks the agent's epoch in the same transaction (once per batch of reports).
     """
-    status = report.status
-    if status in TERMINAL_KERNEL and await _suspending(conn, report.kernel_id):
+    if report.status in TERMINAL_KERNEL and await _suspending(conn, report.kernel_id):
         return await _suspend(conn, agent_id, report, now)
-    values: dict[str, Any] = {"status": str(status), "status_changed_at": now}
+    values: dict[str, Any] = {"status": str(report.status), "status_changed_at": now}
     if report.status in (KernelStatus.RUNNING, KernelStatus.CREATING):
         values["started"] = True
     if report.master_port is not None:
@@ -168,20 +167,10 @@ async def apply_report(conn: AsyncConnection, agent_id: str, report: KernelRepor
         )
         if report.exit_code is not None or report.signal is not None:
             values["started"] = True
-    result = await conn.execute(
-        update(kernels)
-        .where(
-            kernels.c.id == report.kernel_id,
-            kernels.c.agent_id == agent_id,
-            # A re-placed kernel is a new generation: reports about an earlier placement are stale.
-            kernels.c.generation == report.generation,
-            kernels.c.status.in_([str(s) for s in kernel_sources(report.status)]),
-        )
-        .values(**values)
-    )
-    if result.rowcount and report.status in TERMINAL_KERNEL:
+    moved = await _guarded(conn, agent_id, report, report.status, values)
+    if moved and report.status in TERMINAL_KERNEL:
         await release(conn, [report.kernel_id], now)
-    if result.rowcount and values.get("started") and report.status is not KernelStatus.CREATING:
+    if moved and values.get("started") and report.status is not KernelStatus.CREATING:
         # A session has started when its first process has, even one that ended before a cycle
         # promoted the session to RUNNING (its time budget and its history count from then).
         of_kernel = select(kernels.c.session_id).where(kernels.c.id == report.kernel_id).scalar_subquery()
@@ -190,6 +179,24 @@ async def apply_report(conn: AsyncConnection, agent_id: str, report: KernelRepor
             .where(sessions.c.id == of_kernel, sessions.c.started_at.is_(None))
             .values(started_at=now)
         )
+    return moved
+
+
+async def _guarded(
+    conn: AsyncConnection, agent_id: str, report: KernelReport, status: KernelStatus, values: dict[str, Any]
+) -> bool:
+    """The report's move to `status`, only for this agent's current placement from a legal source."""
+    result = await conn.execute(
+        update(kernels)
+        .where(
+            kernels.c.id == report.kernel_id,
+            kernels.c.agent_id == agent_id,
+            # A re-placed kernel is a new generation: reports about an earlier placement are stale.
+            kernels.c.generation == report.generation,
+            kernels.c.status.in_([str(s) for s in kernel_sources(status)]),
+        )
+        .values(**values)
+    )
     return bool(result.rowcount)
 
 
@@ -204,24 +211,16 @@ async def _suspend(conn: AsyncConnection, agent_id: str, report: KernelReport, n
     """A suspended session's kernel has stopped: it waits SUSPENDED, its allocation freed. How it
     ended is kept in its detail only: it is not an outcome (a resumed kernel starts afresh)."""
     ended = {"exit_code": report.exit_code, "signal": report.signal, "oom_killed": report.oom_killed}
-    result = await conn.execute(
-        update(kernels)
-        .where(
-            kernels.c.id == report.kernel_id,
-            kernels.c.agent_id == agent_id,
-            kernels.c.generation == report.generation,
-            kernels.c.status.in_([str(s) for s in kernel_sources(KernelStatus.SUSPENDED)]),
-        )
-        .values(
-            status=str(KernelStatus.SUSPENDED),
-            status_changed_at=now,
-            detail={**(report.detail or {}), "suspended": ended},
-            logs_done=or_(kernels.c.logs_done, literal(report.output_done)),
-        )
-    )
-    if result.rowcount:
+    values = {
+        "status": str(KernelStatus.SUSPENDED),
+        "status_changed_at": now,
+        "detail": {**(report.detail or {}), "suspended": ended},
+        "logs_done": or_(kernels.c.logs_done, literal(report.output_done)),
+    }
+    moved = await _guarded(conn, agent_id, report, KernelStatus.SUSPENDED, values)
+    if moved:
         await release(conn, [report.kernel_id], now)
-    return bool(result.rowcount)
+    return moved
 
 
 async def orders_for(conn: AsyncConnection, agent_id: str) -> list[KernelRecord]:
