@@ -1,7 +1,9 @@
 """Throughput: an embedded Corral (manager + 2 agents declaring 32 CPUs each) runs N 1-CPU `true`
 sessions; prints sessions/s from the first submit to the last terminal status.
 
-    .venv/bin/python bench/throughput.py --n 1000 [--database-url postgresql+asyncpg://...]
+    .venv/bin/python bench/throughput.py --n 1000 [--array] [--database-url postgresql+asyncpg://...]
+
+With --array the N sessions are one job array (one request, one transaction) instead of N requests.
 """
 
 from __future__ import annotations
@@ -28,6 +30,14 @@ TERMINAL = ("TERMINATED", "CANCELLED", "ERROR")
 
 def start(cmd: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
     return subprocess.Popen(cmd, env=env, stdout=log.open("ab"), stderr=subprocess.STDOUT)
+
+
+def submit_array(http: httpx.Client, n: int) -> float:
+    first = time.monotonic()
+    body = {"command": ["true"], "resources": {"cpu": 1}, "name": "bench", "array": f"0-{n - 1}"}
+    resp = http.post("/api/v1/sessions", json=body)
+    resp.raise_for_status()
+    return time.monotonic() - first
 
 
 async def submit_all(url: str, key: str, n: int, concurrency: int) -> float:
@@ -72,6 +82,7 @@ def main() -> int:
     parser.add_argument("--cpus", type=int, default=32, help="CPUs each of the 2 agents declares")
     parser.add_argument("--concurrency", type=int, default=8, help="parallel submitters")
     parser.add_argument("--database-url", default="", help="default: a fresh SQLite file")
+    parser.add_argument("--array", action="store_true", help="submit the N sessions as one job array")
     args = parser.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="corral-bench-"))
@@ -132,11 +143,15 @@ def main() -> int:
             time.sleep(0.1)
         print(
             f"corral bench: {args.n} sessions, 2 agents x {args.cpus} CPUs, "
-            f"{'PostgreSQL' if args.database_url else 'SQLite'}",
+            f"{'PostgreSQL' if args.database_url else 'SQLite'}, "
+            f"{'one array' if args.array else 'N submits'}, {os.cpu_count()} cores",
             flush=True,
         )
         started = time.monotonic()
-        submit_seconds = asyncio.run(submit_all(url, key, args.n, args.concurrency))
+        if args.array:
+            submit_seconds = submit_array(http, args.n)
+        else:
+            submit_seconds = asyncio.run(submit_all(url, key, args.n, args.concurrency))
         print(f"submitted in {submit_seconds:.2f}s ({args.n / submit_seconds:.0f} submits/s)", flush=True)
         last = -1
         while True:

@@ -83,6 +83,8 @@ def kernel_env(
         # `import corral_worker` works in any kernel's python3, with nothing installed.
         PYTHONPATH=os.pathsep.join(p for p in (str(worker_lib), env.get("PYTHONPATH", "")) if p),
     )
+    if spec.get("array_id") is not None:
+        env.update(CORRAL_ARRAY_ID=str(spec["array_id"]), CORRAL_ARRAY_INDEX=str(int(spec["array_index"])))
     return env
 
 

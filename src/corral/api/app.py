@@ -14,7 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from corral.api import errors
 from corral.api.limits import BodyLimit
-from corral.api.routes import agents, events, groups, policies, projects, sessions, users
+from corral.api.routes import agents, arrays, events, groups, policies, projects, sessions, users
 from corral.api.routes import cluster as cluster_routes
 from corral.api.state import AppState
 from corral.manager.loop import Scheduler
@@ -101,6 +101,7 @@ def create_app(
         BodyLimit, user_limit=settings.max_request_bytes, agent_limit=settings.max_agent_request_bytes
     )
     app.include_router(sessions.router)
+    app.include_router(arrays.router)
     app.include_router(agents.router)
     app.include_router(events.router)
     app.include_router(policies.router)

@@ -19,6 +19,7 @@ from pydantic import (
     model_validator,
 )
 
+from corral.domain.arrays import ELEMENT_KEY_MARK, MAX_ELEMENTS, MAX_INDEX, parse_indices
 from corral.domain.cause import NEVER_RETRIABLE, Cause
 from corral.domain.error_record import ErrorRecord, error_record
 from corral.domain.failure import kernel_conditions
@@ -132,13 +133,31 @@ class SessionCreate(BaseModel):
     creation_id: (
         Annotated[str, StringConstraints(min_length=1, max_length=200), AfterValidator(clean_text)] | None
     ) = None
+    array: Annotated[str, StringConstraints(max_length=200)] | None = Field(
+        None,
+        description="a job array: one session per index, e.g. '0-49', '1-1000:10', '1,3,5' (at most "
+        f"{MAX_ELEMENTS} elements, indices up to {MAX_INDEX}); each sees $CORRAL_ARRAY_INDEX",
+    )
 
     @field_validator("creation_id")
     @classmethod
     def _creation_id(cls, value: str | None) -> str | None:
         if value is not None and RETRY_KEY_MARK in value:
             raise ValueError(f"{RETRY_KEY_MARK!r} is reserved for the keys of retries")
+        if value is not None and ELEMENT_KEY_MARK in value:
+            raise ValueError(f"{ELEMENT_KEY_MARK!r} is reserved for the keys of array elements")
         return value
+
+    @field_validator("array")
+    @classmethod
+    def _array(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_indices(value)  # ArrayError is a ValueError: a 422 naming `array`
+        return value
+
+    def indices(self) -> tuple[int, ...] | None:
+        """The array's indices (None: a single session)."""
+        return parse_indices(self.array) if self.array is not None else None
 
     @field_validator("command")
     @classmethod
@@ -371,6 +390,8 @@ class SessionOut(BaseModel):
     retry_after: datetime | None
     retry_chain: list[str] = Field(description="ids of every attempt of the chain, first to last")
     resume_count: int = Field(description="times it was resumed after a suspension (suspend-mode preemption)")
+    array_id: str | None = Field(None, description="the job array it is an element of")
+    array_index: int | None = Field(None, description="its index there ($CORRAL_ARRAY_INDEX)")
     manual_retry: bool
     creation_id: str | None
     termination_reason: str | None
@@ -427,6 +448,8 @@ class SessionOut(BaseModel):
             retry_after=s.retry_after,
             retry_chain=[c["id"] for c in chain] if chain else [s.id],
             resume_count=s.resume_count,
+            array_id=spec.array_id,
+            array_index=spec.array_index,
             manual_retry=s.manual_retry,
             creation_id=spec.creation_id,
             error_strategy=str(spec.error_strategy),

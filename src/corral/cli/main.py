@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from corral.cli import admin, groups, session, users
+from corral.cli import admin, arrays, groups, session, users
 from corral.cli.client import Api, fail, load_saved, save_config
 from corral.cli.output import Format, OutputOpt, emit
 from corral.cli.run import run
@@ -24,6 +24,7 @@ app = typer.Typer(
 )
 app.command(context_settings={"allow_interspersed_args": False})(run)
 app.add_typer(session.app, name="session")
+app.add_typer(arrays.app, name="array")
 app.add_typer(admin.policy_app, name="policy")
 app.add_typer(admin.config_app, name="config")
 app.add_typer(admin.project_app, name="project")

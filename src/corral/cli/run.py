@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 
+from corral.cli import arrays
 from corral.cli.client import Api, fail
 from corral.cli.follow import Chain, exit_code_of
 from corral.cli.output import Format, OutputOpt, emit
@@ -76,6 +77,13 @@ def run(
         list[str] | None,
         typer.Option("--policy", help="a named retry policy to add (repeat)", rich_help_panel=RETRY),
     ] = None,
+    array: Annotated[
+        str | None,
+        typer.Option(
+            help="a job array: one session per index, e.g. 0-49, 1-1000:10, 1,3,5; each sees "
+            "$CORRAL_ARRAY_INDEX (followed with a progress bar, not its output)"
+        ),
+    ] = None,
     prefix: Annotated[
         bool | None, typer.Option("--prefix/--no-prefix", help="prefix lines with rank")
     ] = None,
@@ -88,6 +96,9 @@ def run(
     With a retry policy, each attempt is followed in turn ("attempt 2 of 4 after ..." on stderr).
     Exits with the last attempt's code: the root-cause kernel's exit code, 137 for an OOM kill,
     1 when there is no kernel exit code (agent lost, timeout, cancel), 0 on success.
+
+    With --array, one session per index, followed with a progress bar (their output: corral
+    session logs); exits 0 only if every element succeeded.
     """
     if not command:
         raise fail("no command given: corral run [OPTIONS] -- CMD [ARGS...]", 2)
@@ -144,6 +155,22 @@ def run(
     if policy:
         body["retry_policies"] = policy
     api = Api()
+    if array is not None:
+        body["array"] = array
+        made = api.call("POST", "/sessions", json=body)
+        if detach:
+            typer.echo(made["array_id"]) if output is Format.table else emit(made, output)
+            return
+        if not quiet:
+            print(f"corral: array {made['array_id']}: {made['size']} sessions", file=sys.stderr)
+        try:
+            ended = arrays.wait_for(api, made["array_id"], quiet)
+        except KeyboardInterrupt:
+            print(f"\ncorral: cancelling array {made['array_id'][:8]}", file=sys.stderr)
+            with contextlib.suppress(typer.Exit):
+                api.call("POST", f"/arrays/{made['array_id']}/cancel")
+            raise typer.Exit(130) from None
+        raise typer.Exit(arrays.exit_code(ended))
     session = api.call("POST", "/sessions", json=body)
     if detach:
         if output is Format.table:

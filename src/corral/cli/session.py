@@ -30,10 +30,14 @@ SessionId = Annotated[str, typer.Argument(help="session id")]
 def list_sessions(
     status: Annotated[list[str] | None, typer.Option(help="only these statuses")] = None,
     limit: Annotated[int, typer.Option(help="at most this many")] = 50,
+    array: Annotated[str | None, typer.Option(help="only this job array's elements, by index")] = None,
     output: Format = OutputOpt,
 ) -> None:
-    """List sessions, newest first."""
-    rows = Api().call("GET", "/sessions", params={"status": status or [], "limit": limit})
+    """List sessions, newest first (an array's elements by index)."""
+    params: dict[str, object] = {"status": status or [], "limit": limit}
+    if array is not None:
+        params["array"] = array
+    rows = Api().call("GET", "/sessions", params=params)
     emit(rows, output, SESSION_COLUMNS)
 
 

@@ -175,6 +175,10 @@ class SessionSpec:
     """Named policies this session adds."""
     creation_id: str | None = None
     """Idempotency key, unique per owner."""
+    array_id: str | None = None
+    """The job array it is an element of (None: a session of its own)."""
+    array_index: int | None = None
+    """Its index in that array (its kernels see $CORRAL_ARRAY_INDEX)."""
 
     @property
     def max_retries(self) -> int:

@@ -253,6 +253,8 @@ def _spec(
         "start_at_once": s.cluster_size == 1,
         "attempt": s.attempt,
         "resume_count": s.resume_count,
+        "array_id": s.spec.array_id,
+        "array_index": s.spec.array_index,
         "max_attempts": s.max_attempts,
         "checkpoint_dir": f"{checkpoint_root}/{s.root_session_id}" if checkpoint_root else None,
         "error_strategy": str(s.spec.error_strategy),

@@ -70,13 +70,13 @@ async def create(
         if not spec.creation_id:
             raise
         async with engine.connect() as conn:
-            earlier = await _earlier(conn, who, spec)
-        if earlier is None:
+            found = await earlier(conn, who, spec)
+        if found is None:
             raise
-        return earlier, False
+        return found, False
 
 
-async def _earlier(conn: AsyncConnection, who: Principal, spec: SessionSpec) -> SessionRecord | None:
+async def earlier(conn: AsyncConnection, who: Principal, spec: SessionSpec) -> SessionRecord | None:
     """The caller's session made with this creation_id (409 if for a different request)."""
     assert spec.creation_id is not None
     earlier = await sessions.find_creation(conn, who.name, spec.creation_id)
@@ -128,25 +128,12 @@ async def _create(
     now = _now()
     async with transaction(engine) as conn:
         if spec.creation_id:
-            found = await _earlier(conn, who, spec)
+            found = await earlier(conn, who, spec)
             if found is not None:
                 return found, False
-        if not await _known(conn, "resource_group", spec.resource_group, agents.resource_group_exists):
-            raise InvalidInput("resource_group", f"unknown resource group {spec.resource_group!r}")
-        if not await _known(conn, "project", spec.project, auth.project_exists):
-            raise InvalidInput("project", f"unknown project {spec.project!r}")
-        if not who.is_admin and spec.project not in who.projects:
-            raise Forbidden(f"you are not a member of project {spec.project!r}", {"field": "project"})
-        await _check_fits(conn, spec)
-        await policies.check_names(conn, list(spec.retry_policies), "retry_policies")
-        session_id = str(uuid.uuid4())
         request_digest = spec.digest()
-        project_cfg = await config.project_config(conn, spec.project) or {}
-        spec = replace(
-            spec,
-            priority=await _priority(conn, who, project_cfg, requested_priority),
-            retry_policy=await _effective_policy(conn, spec, retry_fields, project_cfg),
-        )
+        spec = await prepared(conn, who, spec, retry_fields, requested_priority)
+        session_id = str(uuid.uuid4())
         new = NewSession(
             id=session_id,
             name=spec.name or f"session-{session_id[:8]}",
@@ -156,6 +143,31 @@ async def _create(
         )
         created = await sessions.insert_session(conn, new, now)
     return created, True
+
+
+async def prepared(
+    conn: AsyncConnection,
+    who: Principal,
+    spec: SessionSpec,
+    retry_fields: Mapping[str, Any] | None,
+    requested_priority: int | None,
+) -> SessionSpec:
+    """The spec checked against the cluster and the caller's rights, with its priority and its
+    effective retry policy filled in (what every new session goes through)."""
+    if not await _known(conn, "resource_group", spec.resource_group, agents.resource_group_exists):
+        raise InvalidInput("resource_group", f"unknown resource group {spec.resource_group!r}")
+    if not await _known(conn, "project", spec.project, auth.project_exists):
+        raise InvalidInput("project", f"unknown project {spec.project!r}")
+    if not who.is_admin and spec.project not in who.projects:
+        raise Forbidden(f"you are not a member of project {spec.project!r}", {"field": "project"})
+    await _check_fits(conn, spec)
+    await policies.check_names(conn, list(spec.retry_policies), "retry_policies")
+    project_cfg = await config.project_config(conn, spec.project) or {}
+    return replace(
+        spec,
+        priority=await _priority(conn, who, project_cfg, requested_priority),
+        retry_policy=await _effective_policy(conn, spec, retry_fields, project_cfg),
+    )
 
 
 _capacity_cache: dict[str, tuple[float, list[ResourceSlots]]] = {}
@@ -209,13 +221,19 @@ async def get(engine: AsyncEngine, who: Principal, session_id: str) -> SessionRe
 
 
 async def list_visible(
-    engine: AsyncEngine, who: Principal, statuses: list[str] | None, limit: int, offset: int
+    engine: AsyncEngine,
+    who: Principal,
+    statuses: list[str] | None,
+    limit: int,
+    offset: int,
+    array_id: str | None = None,
 ) -> list[SessionRecord]:
     async with engine.connect() as conn:
         return await sessions.list_sessions(
             conn,
             projects=None if who.is_admin else who.projects,
             statuses=statuses,
+            array_id=array_id,
             limit=limit,
             offset=offset,
         )
@@ -261,7 +279,7 @@ async def cancel(engine: AsyncEngine, who: Principal, session_id: str) -> Sessio
     return await get(engine, who, stopped)
 
 
-def _may_retry(s: SessionRecord) -> bool:
+def may_retry(s: SessionRecord) -> bool:
     """Whether the engine could still make a retry of this ended attempt."""
     return (
         s.result is not SessionResult.SUCCESS
@@ -281,7 +299,7 @@ async def _stop_chain(engine: AsyncEngine, who: Principal, root_session_id: str)
                     conn, latest.id, TerminationReason.USER_CANCELLED, reason, now
                 ):
                     return latest.id
-            elif latest.retry_state is not None or not _may_retry(latest):
+            elif latest.retry_state is not None or not may_retry(latest):
                 return None
             elif await retries.stop_undecided(conn, latest.id, f"retries stopped by {who.name}"):
                 await journal.add_history(
@@ -314,73 +332,78 @@ async def chain_rows(
 async def retry(engine: AsyncEngine, who: Principal, session_id: str) -> SessionRecord:
     """A manual retry: a new attempt after the chain's latest one, which must have ended."""
     found = await get(engine, who, session_id)
-    now = _now()
     async with transaction(engine) as conn:
-        chain = await retries.chain(conn, found.root_session_id)
-        latest = chain[-1]
-        await sessions.lock(conn, latest.id)
-        if latest.spec.type is not SessionType.BATCH:
-            raise Conflict(f"only batch sessions are retried ({latest.spec.type})", {"field": "type"})
-        if latest.status not in TERMINAL_SESSION or latest.next_attempt_id is not None:
-            raise Conflict(
-                f"the latest attempt {latest.id} of this chain has not ended ({latest.status})",
-                {"field": "status", "session_id": latest.id},
-            )
-        child_id = str(uuid.uuid4())
-        attempt = latest.attempt + 1
-        child = NewSession(
-            id=child_id,
-            name=attempt_name(latest.name, attempt),
-            owner=latest.owner,
-            spec=replace(
-                latest.spec,
-                creation_id=attempt_creation_id(latest.spec.creation_id, latest.root_session_id, attempt),
-            ),
-            parent_session_id=latest.id,
-            root_session_id=latest.root_session_id,
-            chain_submitted_at=latest.chain_submitted_at,
-            attempt=attempt,
-            manual_retry=True,
-            # A fresh budget (retry_count and rule counters start again; the cluster's cap on the
-            # chain does not): the attempts so far lie outside it ("attempt N of M" counts on).
-            total_retries=latest.total_retries,
-            free_requeues=latest.attempt,
-            first_started_at=None,
-            retry_cause=str(latest.cause) if latest.cause else None,
-        )
-        try:
-            await sessions.insert_session(conn, child, now)
-        except IntegrityError:
-            raise Conflict("the retry engine has just retried this attempt", {"field": "status"}) from None
-        state = latest.retry_state or "failed"
-        await retries.decide(conn, latest.id, state, latest.retry_reason or "manually retried", child_id)
-        reason = f"manual, {latest.cause or 'unknown'}, attempt {attempt}"
-        await journal.add_history(
-            conn,
-            [
-                (
-                    latest.id,
-                    "ManualRetry",
-                    "RETRY",
-                    latest.status,
-                    None,
-                    f"{reason} by {who.name}; next attempt {child_id}",
-                )
-            ],
-            now,
-        )
-        await config.audit(conn, who.name, "retry.manual", child_id, reason, now)
-        await journal.add_events(
-            conn,
-            [
-                (
-                    latest.id,
-                    "session.retry_scheduled",
-                    None,
-                    None,
-                    {"attempt": attempt, "child_id": child_id, "manual": True},
-                )
-            ],
-            now,
-        )
+        latest = (await retries.chain(conn, found.root_session_id))[-1]
+        child_id = await retry_latest(conn, who, latest, _now())
     return await get(engine, who, child_id)
+
+
+async def retry_latest(conn: AsyncConnection, who: Principal, latest: SessionRecord, now: datetime) -> str:
+    """Make the manual retry after `latest`, the last attempt of its chain; returns the child's id."""
+    await sessions.lock(conn, latest.id)
+    if latest.spec.type is not SessionType.BATCH:
+        raise Conflict(f"only batch sessions are retried ({latest.spec.type})", {"field": "type"})
+    if latest.status not in TERMINAL_SESSION or latest.next_attempt_id is not None:
+        raise Conflict(
+            f"the latest attempt {latest.id} of this chain has not ended ({latest.status})",
+            {"field": "status", "session_id": latest.id},
+        )
+    child_id = str(uuid.uuid4())
+    attempt = latest.attempt + 1
+    child = NewSession(
+        id=child_id,
+        name=attempt_name(latest.name, attempt),
+        owner=latest.owner,
+        spec=replace(
+            latest.spec,
+            creation_id=attempt_creation_id(latest.spec.creation_id, latest.root_session_id, attempt),
+        ),
+        parent_session_id=latest.id,
+        root_session_id=latest.root_session_id,
+        chain_submitted_at=latest.chain_submitted_at,
+        attempt=attempt,
+        manual_retry=True,
+        # A fresh budget (retry_count and rule counters start again; the cluster's cap on the
+        # chain does not): the attempts so far lie outside it ("attempt N of M" counts on).
+        total_retries=latest.total_retries,
+        free_requeues=latest.attempt,
+        first_started_at=None,
+        retry_cause=str(latest.cause) if latest.cause else None,
+    )
+    try:
+        async with conn.begin_nested():
+            await sessions.insert_session(conn, child, now)
+    except IntegrityError:
+        raise Conflict("the retry engine has just retried this attempt", {"field": "status"}) from None
+    state = latest.retry_state or "failed"
+    await retries.decide(conn, latest.id, state, latest.retry_reason or "manually retried", child_id)
+    reason = f"manual, {latest.cause or 'unknown'}, attempt {attempt}"
+    await journal.add_history(
+        conn,
+        [
+            (
+                latest.id,
+                "ManualRetry",
+                "RETRY",
+                latest.status,
+                None,
+                f"{reason} by {who.name}; next attempt {child_id}",
+            )
+        ],
+        now,
+    )
+    await config.audit(conn, who.name, "retry.manual", child_id, reason, now)
+    await journal.add_events(
+        conn,
+        [
+            (
+                latest.id,
+                "session.retry_scheduled",
+                None,
+                None,
+                {"attempt": attempt, "child_id": child_id, "manual": True},
+            )
+        ],
+        now,
+    )
+    return child_id

@@ -45,6 +45,8 @@ _SPEC_COLUMNS = (
     "retry_policies",
     "creation_id",
     "spec_hash",
+    "array_id",
+    "array_index",
 )
 
 
@@ -67,6 +69,8 @@ def spec_columns(spec: SessionSpec) -> dict[str, Any]:
         "retry_policies": list(spec.retry_policies),
         "creation_id": spec.creation_id,
         "spec_hash": spec.digest(),
+        "array_id": spec.array_id,
+        "array_index": spec.array_index,
     }
 
 
@@ -89,6 +93,8 @@ def spec(m: Mapping[str, Any]) -> SessionSpec:
         retry_policy=RetryPolicy.from_json(policy) if policy else None,
         retry_policies=tuple(m["retry_policies"] or ()),
         creation_id=m["creation_id"],
+        array_id=m["array_id"],
+        array_index=m["array_index"],
     )
 
 

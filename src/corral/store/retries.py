@@ -127,12 +127,23 @@ async def decide(
 
 async def stop_undecided(conn: AsyncConnection, session_id: str, reason: str) -> bool:
     """Decide an ended attempt "no retry" unless the engine has decided it already."""
-    result = await conn.execute(
-        update(sessions)
-        .where(sessions.c.id == session_id, sessions.c.retry_state.is_(None))
-        .values(retry_state="failed", retry_reason=reason)
-    )
-    return bool(result.rowcount)
+    return bool(await stop_undecided_many(conn, [session_id], reason))
+
+
+async def stop_undecided_many(conn: AsyncConnection, session_ids: Sequence[str], reason: str) -> list[str]:
+    """`stop_undecided` for many attempts; returns those it decided."""
+    stopped: list[str] = []
+    for chunk in range(0, len(session_ids), 500):
+        result = await conn.execute(
+            update(sessions)
+            .where(
+                sessions.c.id.in_(list(session_ids[chunk : chunk + 500])), sessions.c.retry_state.is_(None)
+            )
+            .values(retry_state="failed", retry_reason=reason)
+            .returning(sessions.c.id)
+        )
+        stopped += result.scalars()
+    return stopped
 
 
 async def chain(conn: AsyncConnection, root_session_id: str) -> list[SessionRecord]:

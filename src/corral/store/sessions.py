@@ -25,6 +25,28 @@ class RefusedTransition(Exception):
 
 async def insert_session(conn: AsyncConnection, new: NewSession, now: datetime) -> SessionRecord:
     """Insert a PENDING session with its kernels and its first event; returns what was written."""
+    return (await insert_sessions(conn, [new], now))[0]
+
+
+async def insert_sessions(
+    conn: AsyncConnection, news: Sequence[NewSession], now: datetime
+) -> list[SessionRecord]:
+    """Insert PENDING sessions with their kernels and first events in three statements (an array of
+    a thousand costs what one session does, plus the rows)."""
+    if not news:
+        return []
+    rows = [_session_row(new, now) for new in news]
+    kernel_rows = [_kernel_rows(new, row["resources"], now) for new, row in zip(news, rows, strict=True)]
+    await conn.execute(insert(sessions), rows)  # bound parameters: the compiled statement is reused
+    await conn.execute(insert(kernels), [k for ks in kernel_rows for k in ks])
+    await journal.add_events(conn, [(new.id, "session.created", None, "PENDING", {}) for new in news], now)
+    return [
+        convert.session(row, tuple(convert.kernel(k) for k in ks))
+        for row, ks in zip(rows, kernel_rows, strict=True)
+    ]
+
+
+def _session_row(new: NewSession, now: datetime) -> dict[str, Any]:
     row: dict[str, Any] = {c.name: None for c in sessions.columns}
     row.update(convert.spec_columns(new.spec))
     if new.spec_hash is not None:
@@ -55,6 +77,10 @@ async def insert_session(conn: AsyncConnection, new: NewSession, now: datetime) 
         resume_count=0,
         created_at=now,
     )
+    return row
+
+
+def _kernel_rows(new: NewSession, resources: Any, now: datetime) -> list[dict[str, Any]]:
     kernel_rows: list[dict[str, Any]] = []
     for rank in range(new.spec.cluster_size):
         k: dict[str, Any] = {c.name: None for c in kernels.columns}
@@ -66,7 +92,7 @@ async def insert_session(conn: AsyncConnection, new: NewSession, now: datetime) 
             status=str(KernelStatus.PENDING),
             status_changed_at=now,
             generation=0,
-            resources=row["resources"],
+            resources=resources,
             kill_requested=False,
             kill_forced=False,
             logs_done=False,
@@ -80,10 +106,7 @@ async def insert_session(conn: AsyncConnection, new: NewSession, now: datetime) 
             detail={},
         )
         kernel_rows.append(k)
-    await conn.execute(insert(sessions), row)  # bound parameters: the compiled statement is reused
-    await conn.execute(insert(kernels), kernel_rows)
-    await journal.add_events(conn, [(new.id, "session.created", None, "PENDING", {})], now)
-    return convert.session(row, tuple(convert.kernel(k) for k in kernel_rows))
+    return kernel_rows
 
 
 async def find_creation(conn: AsyncConnection, owner: str, creation_id: str) -> tuple[str, str | None] | None:
@@ -131,10 +154,18 @@ async def list_sessions(
     *,
     projects: Collection[str] | None = None,
     statuses: Collection[str] | None = None,
+    array_id: str | None = None,
     limit: int = 100,
     offset: int = 0,
 ) -> list[SessionRecord]:
-    query = select(sessions).order_by(sessions.c.created_at.desc(), sessions.c.id).limit(limit).offset(offset)
+    """Newest first; an array's elements by index (each element's attempts in order)."""
+    query = select(sessions).limit(limit).offset(offset)
+    if array_id is not None:
+        query = query.where(sessions.c.array_id == array_id).order_by(
+            sessions.c.array_index, sessions.c.attempt
+        )
+    else:
+        query = query.order_by(sessions.c.created_at.desc(), sessions.c.id)
     if projects is not None:
         query = query.where(sessions.c.project.in_(list(projects)))
     if statuses:
@@ -320,31 +351,41 @@ async def request_termination(
 ) -> bool:
     """Record why a session must stop; False when it has already ended.  The first reason wins,
     except that a stop for good (a cancel, a deadline) replaces a suspension in progress."""
+    return bool(await request_terminations(conn, [session_id], reason, message, now))
+
+
+async def request_terminations(
+    conn: AsyncConnection, session_ids: Sequence[str], reason: str, message: str, now: datetime
+) -> list[str]:
+    """`request_termination` for many sessions in one statement; returns those not yet ended."""
     suspending = and_(
         sessions.c.termination_reason == str(TerminationReason.SUSPENDED),
         literal(reason) != str(TerminationReason.SUSPENDED),
     )
-    result = await conn.execute(
-        update(sessions)
-        .where(
-            sessions.c.id == session_id,
-            sessions.c.status.not_in([str(s) for s in TERMINAL_SESSION]),
+    stopped: list[str] = []
+    for chunk in range(0, len(session_ids), 500):
+        result = await conn.execute(
+            update(sessions)
+            .where(
+                sessions.c.id.in_(list(session_ids[chunk : chunk + 500])),
+                sessions.c.status.not_in([str(s) for s in TERMINAL_SESSION]),
+            )
+            .values(
+                termination_reason=case(
+                    (suspending, reason), else_=func.coalesce(sessions.c.termination_reason, reason)
+                ),
+                termination_message=case(
+                    (suspending, message), else_=func.coalesce(sessions.c.termination_message, message)
+                ),
+                termination_requested_at=func.coalesce(sessions.c.termination_requested_at, now),
+            )
+            .returning(sessions.c.id)
         )
-        .values(
-            termination_reason=case(
-                (suspending, reason), else_=func.coalesce(sessions.c.termination_reason, reason)
-            ),
-            termination_message=case(
-                (suspending, message), else_=func.coalesce(sessions.c.termination_message, message)
-            ),
-            termination_requested_at=func.coalesce(sessions.c.termination_requested_at, now),
-        )
+        stopped += result.scalars()
+    await journal.add_events(
+        conn, [(sid, "session.termination_requested", None, None, {"reason": reason}) for sid in stopped], now
     )
-    if result.rowcount:
-        await journal.add_events(
-            conn, [(session_id, "session.termination_requested", None, None, {"reason": reason})], now
-        )
-    return bool(result.rowcount)
+    return stopped
 
 
 async def clear_termination_request(conn: AsyncConnection, session_ids: list[str]) -> None:

@@ -148,6 +148,9 @@ sessions = Table(
     Column("retry_policies", JSON, nullable=False),
     Column("creation_id", String(255), nullable=True),
     Column("spec_hash", String(64), nullable=True),
+    # A job array's elements share its id; each keeps its index through retries.
+    Column("array_id", ID, nullable=True, index=True),
+    Column("array_index", Integer, nullable=True),
     # At most one child per session: two managers or a replayed event can never make two retries.
     Column("parent_session_id", ID, nullable=True, index=True, unique=True),
     Column("root_session_id", ID, nullable=False, index=True),

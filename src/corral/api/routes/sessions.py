@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Response
 
+from corral.api.array_schemas import ArrayOut, BulkCreate, BulkItemOut, BulkOut
 from corral.api.schemas import (
     ErrorRecordOut,
     HistoryOut,
@@ -18,24 +19,61 @@ from corral.api.schemas import (
 from corral.api.state import AppState, Caller, State
 from corral.domain.status import SessionStatus
 from corral.protocol.types import INT64_MAX
+from corral.services import arrays as array_service
 from corral.services import logs as log_service
 from corral.services import sessions as svc
+from corral.services.arrays import BulkItem
 from corral.services.errors import InvalidInput
 from corral.store.records import SessionRecord
 
 router = APIRouter(prefix="/api/v1/sessions", tags=["sessions"])
 
 
-@router.post("", status_code=201, response_model=SessionOut)
-async def create_session(body: SessionCreate, who: Caller, state: State, response: Response) -> SessionOut:
+def _asked(body: SessionCreate) -> tuple[dict[str, Any] | None, int | None]:
+    """The inline policy fields and the priority the request itself set."""
     fields = body.retry_policy.model_dump(mode="json", exclude_unset=True) if body.retry_policy else None
-    asked = body.priority if "priority" in body.model_fields_set else None
-    record, created = await svc.create(state.engine, who, body.to_spec(), fields, asked)
+    return fields, body.priority if "priority" in body.model_fields_set else None
+
+
+@router.post(
+    "",
+    status_code=201,
+    response_model=SessionOut | ArrayOut,
+    description="One session, or with `array` a job array (the response is then the array).",
+)
+async def create_session(
+    body: SessionCreate, who: Caller, state: State, response: Response
+) -> SessionOut | ArrayOut:
+    fields, asked = _asked(body)
+    indices = body.indices()
+    if indices is not None:
+        view, created = await array_service.create(state.engine, who, body.to_spec(), fields, asked, indices)
+        out: SessionOut | ArrayOut = ArrayOut.of(view)
+    else:
+        record, created = await svc.create(state.engine, who, body.to_spec(), fields, asked)
+        out = (await _out(state, [record]))[0]
     if created:
         state.wakeup.scheduler()
     else:
         response.status_code = 200
-    return (await _out(state, [record]))[0]
+    return out
+
+
+@router.post("/bulk", status_code=201, response_model=BulkOut, summary="Many sessions in one transaction")
+async def create_sessions(body: BulkCreate, who: Caller, state: State) -> BulkOut:
+    """All or none; an item with a creation_id the caller used before for the same request is that
+    earlier session (`created: false`), so a replayed request creates nothing new."""
+    items: list[BulkItem] = []
+    for item in body.sessions:
+        if item.array is not None:
+            raise InvalidInput(f"sessions[{len(items)}].array", "a bulk create takes single sessions")
+        fields, asked = _asked(item)
+        items.append(BulkItem(item.to_spec(), fields, asked))
+    made = await array_service.create_many(state.engine, who, items)
+    if any(created for _, created in made):
+        state.wakeup.scheduler()
+    outs = await _out(state, [record for record, _ in made])
+    return BulkOut(sessions=[BulkItemOut(created=c, session=o) for (_, c), o in zip(made, outs, strict=True)])
 
 
 @router.get("", response_model=list[SessionOut])
@@ -45,11 +83,14 @@ async def list_sessions(
     status: Annotated[list[str] | None, Query()] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     offset: Annotated[int, Query(ge=0, le=INT64_MAX)] = 0,
+    array: Annotated[
+        str | None, Query(max_length=64, description="only this job array's elements, by index")
+    ] = None,
 ) -> list[SessionOut]:
     for s in status or []:
         if s not in set(SessionStatus):
             raise InvalidInput("status", f"unknown status {s!r}")
-    found = await svc.list_visible(state.engine, who, status, limit, offset)
+    found = await svc.list_visible(state.engine, who, status, limit, offset, array_id=array)
     return await _out(state, found)
 
 
