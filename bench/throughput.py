@@ -86,6 +86,7 @@ def main() -> int:
     args = parser.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="corral-bench-"))
+    work.chmod(0o711)  # kernels run as the agents' unprivileged account: they must reach their dirs
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     key, token = "crl_bench_" + os.urandom(8).hex(), "bench-" + os.urandom(8).hex()
@@ -140,6 +141,8 @@ def main() -> int:
                 )
             )
         while len([a for a in http.get("/api/v1/agents").json() if a["status"] == "ALIVE"]) < 2:
+            if any(p.poll() is not None for p in procs):
+                raise SystemExit(f"an agent or the manager exited; see the logs in {work}")
             time.sleep(0.1)
         print(
             f"corral bench: {args.n} sessions, 2 agents x {args.cpus} CPUs, "
