@@ -17,18 +17,22 @@ from tests.support.tenants import client, make_user
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="identity switching needs an agent started as root")
 
-CORRAL_UID = pwd.getpwnam("corral").pw_uid if os.geteuid() == 0 else -1
+
+def corral_uid() -> int:
+    """The default kernel account's uid; read in the test, since the session fixture `kernel_account`
+    creates the account on a fresh machine (at collection time it may not exist yet)."""
+    return pwd.getpwnam("corral").pw_uid
 
 
 def test_a_root_agent_runs_kernels_as_its_unprivileged_account(cluster: Cluster) -> None:
     done = cluster.corral("run", "--", "sh", "-c", 'id -u; id -G; echo "$HOME"; touch "$HOME/x" && echo ok')
     assert done.returncode == 0, done.stderr
     uid, groups, home, ok = done.stdout.split("\n")[:4]
-    assert int(uid) == CORRAL_UID != 0
+    assert int(uid) == corral_uid() != 0
     assert "0" not in groups.split(), "no supplementary group of root's"
     assert not home.startswith("/root") and ok == "ok"
     listed = cluster.corral("agent", "list")
-    assert f"corral (uid {CORRAL_UID})" in listed.stdout, listed.stdout
+    assert f"corral (uid {corral_uid()})" in listed.stdout, listed.stdout
 
 
 def test_users_cannot_read_each_others_files(cluster: Cluster) -> None:
@@ -78,7 +82,7 @@ def test_limits_and_oom_detection_hold_for_an_unprivileged_kernel(cluster: Clust
     done = cluster.wait(s["id"])
     [k] = done["kernels"]
     assert (done["status"], done["cause"], k["oom_killed"]) == ("ERROR", "oom_killed", True), done
-    assert k["detail"]["uid"] == CORRAL_UID and k["detail"]["memory_mode"] != "watchdog"
+    assert k["detail"]["uid"] == corral_uid() and k["detail"]["memory_mode"] != "watchdog"
 
 
 def test_a_kernel_cannot_have_its_agent_ship_a_file_it_may_not_read(cluster: Cluster) -> None:

@@ -4,7 +4,7 @@ starts.  Pure, over a snapshot, the clock passed in."""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -58,7 +58,3 @@ def may_use_held(hold: Hold, timeout: int | None, now: datetime) -> bool:
     if hold.starts_by is None or timeout is None:
         return False
     return now + timedelta(seconds=timeout) <= hold.starts_by
-
-
-def free_of(agents: Sequence[AgentSnapshot], held: Collection[str]) -> list[AgentSnapshot]:
-    return [a for a in agents if a.agent_id not in held]

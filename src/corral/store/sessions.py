@@ -192,9 +192,29 @@ async def for_handler(
     With `queue_window`, only that many from the head of the queue (priority, chain submission,
     id), so a long queue is not re-read in full every cycle.
     """
-    query = select(sessions).where(
-        sessions.c.resource_group == resource_group, sessions.c.status.in_([str(s) for s in statuses])
-    )
+    if queue_window is not None and len(statuses) > 1:
+        # The head of each status's queue by index (ix_sessions_queue), merged: never a sort of the
+        # whole queue, however long it is.
+        found: list[SessionRecord] = []
+        for status in sorted(statuses):
+            found += await for_handler(
+                conn,
+                resource_group,
+                [status],
+                kernel_statuses=kernel_statuses,
+                absent_kernel_statuses=absent_kernel_statuses,
+                terminating_requested=terminating_requested,
+                queue_window=queue_window,
+                with_kernels=with_kernels,
+                changed_before=changed_before,
+                ready_at=ready_at,
+            )
+        found.sort(key=lambda s: (-s.priority, s.chain_submitted_at, s.id))
+        return found[:queue_window]
+    names = sorted(str(s) for s in statuses)
+    # One status by equality, so the queue index serves the ORDER BY as well as the WHERE.
+    in_status = sessions.c.status == names[0] if len(names) == 1 else sessions.c.status.in_(names)
+    query = select(sessions).where(sessions.c.resource_group == resource_group, in_status)
     if queue_window is not None:
         query = query.order_by(
             sessions.c.priority.desc(), sessions.c.chain_submitted_at, sessions.c.id

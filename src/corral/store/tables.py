@@ -178,7 +178,8 @@ sessions = Table(
     Column("retry_reason", Text, nullable=True),
     Column("next_attempt_id", ID, nullable=True),
     # A preemptor's hold on the agents its victims free: {"agents": [...], "victims": [...]}.
-    Column("reservation", JSON, nullable=True),
+    # SQL NULL when none (not JSON null), so the cycle's look-up of holds reads no other row.
+    Column("reservation", JSON(none_as_null=True), nullable=True),
     Column("termination_reason", String(32), nullable=True),
     Column("termination_message", Text, nullable=True),
     Column("termination_requested_at", UTCDateTime, nullable=True),
@@ -188,6 +189,15 @@ sessions = Table(
     Index("ix_sessions_rg_status", "resource_group", "status"),
     # Idempotency is per caller: another user's creation_id is never found, let alone returned.
     UniqueConstraint("owner", "creation_id", name="uq_sessions_owner_creation_id"),
+)
+# The scheduler reads the head of each status's queue by this index, never sorting the whole queue.
+Index(
+    "ix_sessions_queue",
+    sessions.c.resource_group,
+    sessions.c.status,
+    sessions.c.priority.desc(),
+    sessions.c.chain_submitted_at,
+    sessions.c.id,
 )
 
 kernels = Table(

@@ -7,9 +7,10 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
-from corral.domain.backfill import Hold, Occupant, free_of, head_hold, may_use_held
+from corral.domain.backfill import Hold, Occupant, head_hold, may_use_held
+from corral.domain.capacity import FreeCapacity
 from corral.domain.cause import Cause, TerminationReason
-from corral.domain.placement import AgentSnapshot, apply_placement, place_gang
+from corral.domain.placement import AgentSnapshot, place_gang
 from corral.domain.preemption import (
     PreemptionMode,
     RunningSession,
@@ -50,9 +51,10 @@ class ScheduleNewSessions(LifecycleHandler):
         assert result.placements is not None and result.moved is not None
         await agents.lock_group(ctx.conn, ctx.resource_group)
         registered = await agents.list_agents(ctx.conn, ctx.resource_group)
-        snapshot = [
+        # Read once per cycle; each placement then updates it in memory (no re-sorting, no queries).
+        free = FreeCapacity(
             AgentSnapshot(a.id, a.capacity - a.used) for a in registered if a.status is AgentStatus.ALIVE
-        ]
+        )
         by_id = {s.id: s for s in targets}
         # Agents a preemptor holds while its victims stop: nobody else is placed there (DESIGN §6).
         reserved = await preemption.reservations(ctx.conn, ctx.resource_group)
@@ -72,18 +74,18 @@ class ScheduleNewSessions(LifecycleHandler):
             if s.status is SessionStatus.SUSPENDED and s.termination_reason:
                 continue  # cancelled while suspended: ApplyTerminationRequests ends it
             needs = [s.resources] * s.cluster_size  # every kernel of a session asks for the same slots
-            mine = [a for a in snapshot if held_by.get(a.agent_id, s.id) == s.id]
+            excluded = {aid for aid, owner in held_by.items() if owner != s.id}
             if hold is not None and not may_use_held(hold, s.spec.timeout, ctx.now):
-                mine = free_of(mine, hold.agent_ids)
+                excluded |= hold.agent_ids
             note = ""
             placement = None
             if s.avoid_agent:
                 # Soft anti-affinity: any other agent first; the avoided one rather than waiting.
-                placement = place_gang(needs, mine, s.spec.placement, avoid=frozenset({s.avoid_agent}))
+                placement = free.place(needs, s.spec.placement, excluded | {s.avoid_agent})
                 if placement is None:
                     note = f" (anti-affinity: no agent but {s.avoid_agent} had room)"
             if placement is None:
-                placement = place_gang(needs, mine, s.spec.placement)
+                placement = free.place(needs, s.spec.placement, excluded)
             if placement is None:
                 unplaced.append(s)
                 if hold is None and s.id not in reserved:
@@ -94,12 +96,12 @@ class ScheduleNewSessions(LifecycleHandler):
                     continue
                 result.moved[s.id] = SessionStatus.PENDING
                 note += f" (resumed, resume {s.resume_count + 1})"
-            snapshot = apply_placement(snapshot, needs, placement)
+            free.take(needs, placement)
             result.placements[s.id] = placement
             result.success(s.id, "placed on " + ", ".join(placement.agent_ids) + note)
         placed = set(result.placements)
         await preemption.release(ctx.conn, [sid for sid in reserved if sid in placed])
-        preempting = await _preempt(ctx, unplaced, snapshot, reserved, held_by, result)
+        preempting = await _preempt(ctx, unplaced, free.snapshot(), reserved, held_by, result)
         for s in unplaced:
             why = preempting.get(s.id) or _why_waiting(s, registered, ctx.resource_group)
             if hold is not None and hold.session_id == s.id and s.id not in preempting:

@@ -1,0 +1,57 @@
+"""What every bench shares: percentiles, server timestamps, and the database it runs on (a new
+SQLite file, a throwaway PostgreSQL cluster with --postgres, or a URL given)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+
+def at(value: str) -> float:
+    """A server timestamp (ISO 8601) as seconds."""
+    return datetime.fromisoformat(value).timestamp()
+
+
+def pct(values: list[float], q: float) -> float:
+    """The q-quantile by nearest rank (q in 0..1)."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * (len(ordered) - 1) + 0.5))]
+
+
+def add_database_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--database-url", default="", help="default: a new SQLite file")
+    group.add_argument(
+        "--postgres", action="store_true", help="start a throwaway PostgreSQL cluster and use it"
+    )
+
+
+@contextmanager
+def database(args: argparse.Namespace, work: Path) -> Iterator[str]:
+    """The URL to run on, the PostgreSQL cluster stopped afterwards when this started it."""
+    if args.database_url:
+        yield args.database_url
+        return
+    if not args.postgres:
+        yield f"sqlite+aiosqlite:///{work}/corral.db"
+        return
+    from tests.support.postgres import start_postgres
+
+    server = start_postgres()
+    try:
+        server.psql("CREATE DATABASE corral_bench")
+        yield server.dsn("corral_bench")
+    finally:
+        server.stop()
+
+
+def machine(url: str) -> str:
+    """The line every bench prints first: core count and backend."""
+    return f"cores: {os.cpu_count()}  backend: {'postgresql' if url.startswith('postgresql') else 'sqlite'}"

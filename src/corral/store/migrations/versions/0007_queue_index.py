@@ -1,0 +1,30 @@
+"""the queue read by index: sessions in queue order per group and status; no hold is JSON null
+
+Revision ID: 0007
+Revises: 0006
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0007"
+down_revision = "0006"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    # Released holds were stored as JSON 'null': the look-up of holds decoded every pending row.
+    cast = "reservation::text" if op.get_bind().dialect.name == "postgresql" else "reservation"
+    op.execute(f"UPDATE sessions SET reservation = NULL WHERE {cast} = 'null'")
+    op.create_index(
+        "ix_sessions_queue",
+        "sessions",
+        ["resource_group", "status", sa.text("priority DESC"), "chain_submitted_at", "id"],
+    )
+
+
+def downgrade() -> None:
+    op.drop_index("ix_sessions_queue", table_name="sessions")
