@@ -7,34 +7,26 @@ before has ended); p50/p95 from submit to RUNNING and to TERMINATED, by the serv
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import tempfile
-from datetime import datetime
+from contextlib import ExitStack
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.common import add_database_options, at, database, machine, pct
 from tests.support.cluster import Cluster
-
-
-def at(value: str) -> float:
-    return datetime.fromisoformat(value).timestamp()
-
-
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * (len(ordered) - 1) + 0.5))]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=200)
-    parser.add_argument("--database-url", default="", help="default: a new SQLite file")
+    add_database_options(parser)
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="corral-bench-latency-"))
-    url = args.database_url or f"sqlite+aiosqlite:///{work}/corral.db"
+    databases = ExitStack()
+    url = databases.enter_context(database(args, work))
     c = Cluster(url, work)
     try:
         c.start_manager()
@@ -48,9 +40,7 @@ def main() -> None:
             assert s["result"] == "success", s
             running.append(at(s["started_at"]) - at(s["created_at"]))
             ended.append(at(s["terminated_at"]) - at(s["created_at"]))
-        print(
-            f"cores: {os.cpu_count()}  backend: {'postgresql' if url.startswith('postgresql') else 'sqlite'}"
-        )
+        print(machine(url))
         for name, values in (("submit -> RUNNING", running), ("submit -> TERMINATED", ended)):
             print(
                 f"{name}: p50 {pct(values, 0.5) * 1000:.0f} ms  p95 {pct(values, 0.95) * 1000:.0f} ms"
@@ -58,6 +48,7 @@ def main() -> None:
             )
     finally:
         c.close()
+        databases.close()
 
 
 if __name__ == "__main__":

@@ -11,12 +11,14 @@ import argparse
 import sys
 import tempfile
 import time
+from contextlib import ExitStack
 from datetime import datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.common import add_database_options, database, machine  # noqa: E402
 from tests.support.cluster import Cluster, poll  # noqa: E402
 
 WRITER = (
@@ -32,10 +34,11 @@ def main() -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--mib", type=int, default=200, help="MiB the kernel writes")
-    parser.add_argument("--database-url", default="", help="default: a fresh SQLite file")
+    add_database_options(parser)
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="corral-bench-logs-"))
-    url = args.database_url or f"sqlite+aiosqlite:///{work / 'corral.db'}"
+    databases = ExitStack()
+    url = databases.enter_context(database(args, work))
     cluster = Cluster(url, work, env={"CORRAL_LOOP_INTERVAL": "0.2"})
     try:
         cluster.start_manager()
@@ -53,14 +56,14 @@ def main() -> int:
         began, exited = float(start.read_text()), float(end.read_text())
         ended = datetime.fromisoformat(final["terminated_at"]).timestamp()
         size, wrote = args.mib, exited - began
-        backend = "postgresql" if "postgresql" in url else "sqlite"
-        print(f"backend                    {backend}")
+        print(machine(url))
         print(f"kernel wrote               {size} MiB in {wrote:.2f} s ({size / wrote:.0f} MiB/s)")
         print(f"shipped                    {size / (done - began):.0f} MiB/s (first byte written -> stored)")
         print(f"session ended              {ended - exited:.2f} s after the kernel exited")
         print(f"output complete            {done - exited:.2f} s after the kernel exited")
     finally:
         cluster.close()
+        databases.close()
     return 0
 
 

@@ -8,36 +8,28 @@ all running again (requeued by the retry engine at their old place).
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import tempfile
-from datetime import datetime
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.common import add_database_options, at, database, machine, pct
 from tests.support.cluster import Cluster, poll
-
-
-def at(value: str) -> float:
-    return datetime.fromisoformat(value).timestamp()
-
-
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * (len(ordered) - 1) + 0.5))]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--cpus", type=int, default=32, help="CPUs each of the 2 agents declares")
-    parser.add_argument("--database-url", default="", help="default: a new SQLite file")
+    add_database_options(parser)
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="corral-bench-preempt-"))
-    url = args.database_url or f"sqlite+aiosqlite:///{work}/corral.db"
+    databases = ExitStack()
+    url = databases.enter_context(database(args, work))
     c = Cluster(url, work)
     try:
         c.start_manager()
@@ -74,9 +66,7 @@ def main() -> None:
             children = poll(requeued, 120, "the victims to run again", interval=0.2)
             back.append(max(at(ch["started_at"]) for ch in children) - at(done["terminated_at"]))
             poll(all_running, 120, "the cluster to be full again", interval=0.2)
-        print(
-            f"cores: {os.cpu_count()}  backend: {'postgresql' if url.startswith('postgresql') else 'sqlite'}"
-        )
+        print(machine(url))
         print(
             f"cluster: 2 agents x {args.cpus} CPUs, {len(sleepers)} priority-1 sleepers; {args.rounds} rounds"
         )
@@ -88,6 +78,7 @@ def main() -> None:
         )
     finally:
         c.close()
+        databases.close()
 
 
 if __name__ == "__main__":

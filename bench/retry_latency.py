@@ -16,21 +16,24 @@ import statistics
 import sys
 import tempfile
 import time
+from contextlib import ExitStack
 from datetime import datetime
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.common import add_database_options, database, machine
 from tests.support.cluster import TERMINAL, Cluster, poll
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=200, help="failures to measure")
-    parser.add_argument("--database-url", default="", help="default: a new SQLite file")
+    add_database_options(parser)
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="corral-bench-retry-"))
-    url = args.database_url or f"sqlite+aiosqlite:///{work}/corral.db"
+    databases = ExitStack()
+    url = databases.enter_context(database(args, work))
     c = Cluster(url, work, env={"CORRAL_LOOP_INTERVAL": os.environ.get("BENCH_LOOP", "1.0")})
     try:
         c.start_manager()
@@ -67,8 +70,7 @@ def main() -> None:
         latencies.sort()
         p50 = statistics.median(latencies)
         p95 = latencies[int(0.95 * (len(latencies) - 1))]
-        backend = "postgresql" if url.startswith("postgresql") else "sqlite"
-        print(f"cores: {os.cpu_count()}  backend: {backend}  failures: {len(latencies)}")
+        print(f"{machine(url)}  failures: {len(latencies)}")
         print(f"kernel exit -> child RUNNING: p50 {p50 * 1000:.0f} ms  p95 {p95 * 1000:.0f} ms")
         print(f"  later third minus first third (medians): {drift * 1000:+.0f} ms")
         print(
@@ -77,6 +79,7 @@ def main() -> None:
         )
     finally:
         c.close()
+        databases.close()
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import ExitStack
 from datetime import datetime
 from pathlib import Path
 
@@ -23,6 +24,7 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.common import add_database_options, database, machine  # noqa: E402
 from tests.support.postgres import free_port  # noqa: E402
 
 TERMINAL = ("TERMINATED", "CANCELLED", "ERROR")
@@ -81,18 +83,20 @@ def main() -> int:
     parser.add_argument("--n", type=int, default=1000, help="sessions to run")
     parser.add_argument("--cpus", type=int, default=32, help="CPUs each of the 2 agents declares")
     parser.add_argument("--concurrency", type=int, default=8, help="parallel submitters")
-    parser.add_argument("--database-url", default="", help="default: a fresh SQLite file")
+    add_database_options(parser)
     parser.add_argument("--array", action="store_true", help="submit the N sessions as one job array")
     args = parser.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="corral-bench-"))
     work.chmod(0o711)  # kernels run as the agents' unprivileged account: they must reach their dirs
+    databases = ExitStack()
+    database_url = databases.enter_context(database(args, work))
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     key, token = "crl_bench_" + os.urandom(8).hex(), "bench-" + os.urandom(8).hex()
     env = {
         **os.environ,
-        "CORRAL_DATABASE_URL": args.database_url or f"sqlite+aiosqlite:///{work}/corral.db",
+        "CORRAL_DATABASE_URL": database_url,
         "CORRAL_PORT": str(port),
         "CORRAL_AGENT_TOKEN": token,
         "CORRAL_BOOTSTRAP_ADMIN_KEY": key,
@@ -144,10 +148,10 @@ def main() -> int:
             if any(p.poll() is not None for p in procs):
                 raise SystemExit(f"an agent or the manager exited; see the logs in {work}")
             time.sleep(0.1)
+        print(machine(database_url), flush=True)
         print(
             f"corral bench: {args.n} sessions, 2 agents x {args.cpus} CPUs, "
-            f"{'PostgreSQL' if args.database_url else 'SQLite'}, "
-            f"{'one array' if args.array else 'N submits'}, {os.cpu_count()} cores",
+            f"{'one array' if args.array else 'N submits'}",
             flush=True,
         )
         started = time.monotonic()
@@ -176,6 +180,7 @@ def main() -> int:
             p.terminate()
         for p in procs:
             p.wait(timeout=15)
+        databases.close()
 
 
 if __name__ == "__main__":

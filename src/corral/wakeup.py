@@ -1,4 +1,5 @@
-"""In-process signals: wake the scheduling loops early, and wake agents' long polls."""
+"""Signals: wake the scheduling loops early, and wake agents' long polls; with a `broadcast` set
+(PostgreSQL: store/notify.py), other managers on the same database are woken too."""
 
 from __future__ import annotations
 
@@ -19,9 +20,25 @@ class Wakeup:
         self._retries = asyncio.Event()
         self._orders = asyncio.Condition()
         self.orders_version = 0
+        # Tells other managers (kind: "scheduler", "retries", "orders"); None with one manager.
+        self.broadcast: Callable[[str], None] | None = None
+
+    async def receive(self, kind: str) -> None:
+        """Another manager's wake-up: acted on here, never sent on again."""
+        if kind == "scheduler":
+            self._scheduler.set()
+        elif kind == "retries":
+            self._retries.set()
+        elif kind == "orders":
+            await self._bump_orders()
+
+    def _tell_others(self, kind: str) -> None:
+        if self.broadcast is not None:
+            self.broadcast(kind)
 
     def scheduler(self) -> None:
         self._scheduler.set()
+        self._tell_others("scheduler")
 
     async def wait_scheduler(self, seconds: float) -> None:
         try:
@@ -32,6 +49,7 @@ class Wakeup:
 
     def retries(self) -> None:
         self._retries.set()
+        self._tell_others("retries")
 
     async def wait_retries(self, seconds: float) -> None:
         try:
@@ -41,6 +59,10 @@ class Wakeup:
         self._retries.clear()
 
     async def orders_changed(self) -> None:
+        await self._bump_orders()
+        self._tell_others("orders")  # an agent may long-poll another manager
+
+    async def _bump_orders(self) -> None:
         async with self._orders:
             self.orders_version += 1
             self._orders.notify_all()

@@ -25,6 +25,7 @@ from corral.settings import ManagerSettings, SchedulerSettings
 from corral.store import agents as agent_store
 from corral.store import auth, config
 from corral.store.db import is_sqlite, make_engine, transaction, upgrade
+from corral.store.notify import Notifier
 from corral.wakeup import Wakeup
 
 log = structlog.get_logger("corral.manager")
@@ -64,6 +65,9 @@ def create_app(
         engine = make_engine(url)
         await prepare_database(engine, settings)
         wakeup = Wakeup()
+        notifier = None if is_sqlite(url) else Notifier(engine.url, wakeup)
+        if notifier is not None:
+            wakeup.broadcast = notifier.send
         app.state.corral = AppState(
             engine,
             settings,
@@ -84,6 +88,8 @@ def create_app(
             if run_scheduler
             else []
         )
+        if notifier is not None:
+            tasks.append(asyncio.create_task(notifier.run(), name="wake-ups"))
         log.info("manager ready", database="sqlite" if is_sqlite(url) else "postgresql")
         try:
             yield

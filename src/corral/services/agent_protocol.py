@@ -181,12 +181,9 @@ class AgentProtocol:
         self, agent_id: str, epoch: int, reports: list[KernelReport]
     ) -> tuple[int, list[str], bool]:
         now = _now()
-        refused: list[str] = []
         async with transaction(self._engine) as conn:
             recorded = await self._contact(conn, agent_id, epoch)
-            for r in reports:
-                if not await kernels.apply_report(conn, agent_id, r, now):
-                    refused.append(r.kernel_id)
+            refused = await kernels.apply_reports(conn, agent_id, reports, now)
         if recorded:
             self._mark(agent_id, epoch)
         if reports:

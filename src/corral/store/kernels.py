@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections import defaultdict
+from collections.abc import Sequence
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
 import structlog
-from sqlalchemy import bindparam, insert, literal, or_, select, update
+from sqlalchemy import bindparam, insert, literal, or_, select, tuple_, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.domain.cause import TerminationReason
@@ -135,6 +137,75 @@ async def end_kernels(
     ended = list(result.scalars())
     await release(conn, ended, now)
     return ended
+
+
+async def apply_reports(
+    conn: AsyncConnection, agent_id: str, reports: Sequence[KernelReport], now: datetime
+) -> list[str]:
+    """A batch of reports, each kernel's in the order sent; returns the refused kernel ids.
+
+    Kernels are independent rows, so the batch is applied in rounds: round i holds every kernel's
+    i-th report, and a round's non-terminal reports go in one guarded UPDATE per status (the same
+    guard as a single report: this agent, this generation, a legal source).  An ending still goes
+    one by one: it carries its own outcome and releases the kernel's allocation."""
+    rounds: list[list[KernelReport]] = []
+    seen: dict[str, int] = defaultdict(int)
+    for r in reports:
+        i = seen[r.kernel_id]
+        seen[r.kernel_id] += 1
+        if i == len(rounds):
+            rounds.append([])
+        rounds[i].append(r)
+    refused: list[str] = []
+    for batch in rounds:
+        steps = [r for r in batch if r.status not in TERMINAL_KERNEL]
+        moved = await _apply_steps(conn, agent_id, steps, now)
+        for r in batch:
+            if r.status in TERMINAL_KERNEL:
+                if not await apply_report(conn, agent_id, r, now):
+                    refused.append(r.kernel_id)
+            elif r.kernel_id not in moved:
+                refused.append(r.kernel_id)
+    return refused
+
+
+async def _apply_steps(
+    conn: AsyncConnection, agent_id: str, steps: Sequence[KernelReport], now: datetime
+) -> set[str]:
+    """Non-terminal reports of distinct kernels, one guarded UPDATE per (status, port); the moved."""
+    groups: dict[tuple[KernelStatus, int | None], list[KernelReport]] = defaultdict(list)
+    for r in steps:
+        groups[(r.status, r.master_port)].append(r)
+    moved: set[str] = set()
+    started: set[str] = set()
+    for (status, port), group in groups.items():
+        values: dict[str, Any] = {"status": str(status), "status_changed_at": now}
+        if status in (KernelStatus.RUNNING, KernelStatus.CREATING):
+            values["started"] = True
+        if port is not None:
+            values["master_port"] = port
+        result = await conn.execute(
+            update(kernels)
+            .where(
+                tuple_(kernels.c.id, kernels.c.generation).in_([(r.kernel_id, r.generation) for r in group]),
+                kernels.c.agent_id == agent_id,
+                kernels.c.status.in_([str(s) for s in kernel_sources(status)]),
+            )
+            .values(**values)
+            .returning(kernels.c.id, kernels.c.session_id)
+        )
+        for kernel_id, session_id in result:
+            moved.add(kernel_id)
+            if status is KernelStatus.RUNNING:
+                started.add(session_id)
+    if started:
+        # As in apply_report: a session has started when its first process has.
+        await conn.execute(
+            update(sessions)
+            .where(sessions.c.id.in_(sorted(started)), sessions.c.started_at.is_(None))
+            .values(started_at=now)
+        )
+    return moved
 
 
 async def apply_report(conn: AsyncConnection, agent_id: str, report: KernelReport, now: datetime) -> bool:

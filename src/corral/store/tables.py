@@ -186,7 +186,7 @@ sessions = Table(
     Column("created_at", UTCDateTime, nullable=False),
     Column("started_at", UTCDateTime, nullable=True),
     Column("terminated_at", UTCDateTime, nullable=True),
-    Index("ix_sessions_rg_status", "resource_group", "status"),
+    Index("ix_sessions_rg_status", "resource_group", "status", "termination_reason"),
     # Idempotency is per caller: another user's creation_id is never found, let alone returned.
     UniqueConstraint("owner", "creation_id", name="uq_sessions_owner_creation_id"),
 )

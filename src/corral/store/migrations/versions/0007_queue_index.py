@@ -1,4 +1,5 @@
-"""the queue read by index: sessions in queue order per group and status; no hold is JSON null
+"""the queue read by index: sessions in queue order per group and status; the live statuses probed
+by index (termination requests included); no hold is JSON null
 
 Revision ID: 0007
 Revises: 0006
@@ -19,6 +20,9 @@ def upgrade() -> None:
     # Released holds were stored as JSON 'null': the look-up of holds decoded every pending row.
     cast = "reservation::text" if op.get_bind().dialect.name == "postgresql" else "reservation"
     op.execute(f"UPDATE sessions SET reservation = NULL WHERE {cast} = 'null'")
+    with op.batch_alter_table("sessions") as batch:
+        batch.drop_index("ix_sessions_rg_status")
+        batch.create_index("ix_sessions_rg_status", ["resource_group", "status", "termination_reason"])
     op.create_index(
         "ix_sessions_queue",
         "sessions",
@@ -28,3 +32,6 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     op.drop_index("ix_sessions_queue", table_name="sessions")
+    with op.batch_alter_table("sessions") as batch:
+        batch.drop_index("ix_sessions_rg_status")
+        batch.create_index("ix_sessions_rg_status", ["resource_group", "status"])

@@ -1,0 +1,122 @@
+"""An agent's batch of reports is applied in order in one transaction, through the same guards as a
+single report: a transition about an earlier placement (stale generation) or another agent's kernel
+is refused while the rest of the batch applies."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+import pytest
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from corral.domain.judge import PhaseLimits
+from corral.domain.resources import ResourceSlots
+from corral.domain.spec import SessionSpec
+from corral.domain.status import KernelStatus, SessionStatus
+from corral.manager.coordinator import Coordinator
+from corral.manager.handlers.schedule_new import ScheduleNewSessions
+from corral.services.agent_protocol import AgentProtocol
+from corral.settings import SchedulerSettings
+from corral.store import agents, sessions
+from corral.store.db import make_engine, transaction, upgrade
+from corral.store.records import KernelRecord, KernelReport, Move, NewSession
+from corral.wakeup import Wakeup
+from tests.conftest import BACKENDS
+
+
+async def _register(engine: AsyncEngine, agent_id: str) -> int:
+    async with transaction(engine) as conn:
+        return await agents.register(
+            conn,
+            agent_id,
+            hostname=agent_id,
+            address="127.0.0.1",
+            resource_group="default",
+            capacity=ResourceSlots.parse({"cpu": 4}),
+            info={},
+            now=datetime.now(UTC),
+        )
+
+
+async def _kernel(engine: AsyncEngine, session_id: str) -> KernelRecord:
+    async with engine.connect() as conn:
+        found = await sessions.get(conn, session_id)
+    assert found is not None
+    [kernel] = found.kernels
+    return kernel
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_a_batch_applies_in_order_and_refuses_only_its_stale_reports(
+    backend: str, fresh_database: Callable[[str], str]
+) -> None:
+    engine = make_engine(fresh_database(backend))
+    try:
+        await upgrade(engine)
+        epoch = await _register(engine, "a")
+        ids = [str(uuid.uuid4()) for _ in range(3)]
+        async with transaction(engine) as conn:
+            await sessions.insert_sessions(
+                conn,
+                [
+                    NewSession(id=sid, name=f"s{i}", owner="t", spec=SessionSpec(command=("true",)))
+                    for i, sid in enumerate(ids)
+                ],
+                datetime.now(UTC),
+            )
+        scheduler = Coordinator(engine, "default", [], PhaseLimits(timeouts={}), lambda: datetime.now(UTC))
+        assert await scheduler.run_handler(ScheduleNewSessions()) == 3
+        current, replaced, foreign = ids
+        # `replaced` goes back to the queue and is placed again: its kernel is a new generation, and
+        # whatever the agent says about the first placement is stale.
+        async with transaction(engine) as conn:
+            back = Move(replaced, SessionStatus.SCHEDULED, SessionStatus.PENDING, KernelStatus.PENDING)
+            assert await sessions.apply_moves(conn, [back], datetime.now(UTC))
+        assert await scheduler.run_handler(ScheduleNewSessions()) == 1
+        k_current, k_replaced, k_foreign = [await _kernel(engine, sid) for sid in ids]
+        assert (k_current.generation, k_replaced.generation) == (0, 1)
+        await _register(engine, "b")  # another agent, reporting about a kernel placed on "a"
+
+        protocol = AgentProtocol(engine, SchedulerSettings(), Wakeup(), log_cap=1 << 20)
+        batch = [
+            KernelReport(k_current.id, KernelStatus.PREPARING, generation=0),
+            KernelReport(k_replaced.id, KernelStatus.PREPARING, generation=0),  # stale
+            KernelReport(k_current.id, KernelStatus.PREPARED, generation=0),
+            KernelReport(k_current.id, KernelStatus.CREATING, generation=0),
+            KernelReport(k_current.id, KernelStatus.RUNNING, generation=0, master_port=29500),
+        ]
+        applied, refused, _ = await protocol.report("a", epoch, batch)
+        assert (applied, refused) == (4, [k_replaced.id])
+        after = await _kernel(engine, current)
+        # Each step is legal only from the one before it: RUNNING means all four applied, in order.
+        assert after.status is KernelStatus.RUNNING and after.master_port == 29500
+        assert (await _kernel(engine, replaced)).status is KernelStatus.SCHEDULED
+
+        # The current generation of the replaced kernel still applies; a kernel of agent "a"
+        # reported by agent "b" does not, whatever else that batch holds.
+        applied, refused, _ = await protocol.report(
+            "a", epoch, [KernelReport(k_replaced.id, KernelStatus.PREPARING, generation=1)]
+        )
+        assert (applied, refused) == (1, [])
+        applied, refused, _ = await protocol.report(
+            "b", 1, [KernelReport(k_foreign.id, KernelStatus.PREPARING, generation=0)]
+        )
+        assert (applied, refused) == (0, [k_foreign.id])
+        assert (await _kernel(engine, foreign)).status is KernelStatus.SCHEDULED
+
+        # Out of order, a batch cannot skip steps: RUNNING before PREPARED is refused, the rest not.
+        applied, refused, _ = await protocol.report(
+            "a",
+            epoch,
+            [
+                KernelReport(k_foreign.id, KernelStatus.PREPARING, generation=0),
+                KernelReport(k_foreign.id, KernelStatus.RUNNING, generation=0),
+                KernelReport(k_foreign.id, KernelStatus.PREPARED, generation=0),
+            ],
+        )
+        assert (applied, refused) == (2, [k_foreign.id])
+        assert (await _kernel(engine, foreign)).status is KernelStatus.PREPARED
+    finally:
+        await engine.dispose()
