@@ -6,9 +6,10 @@ handler, as `corral serve` runs it) timed C times; p50/p95 and the manager proce
 
 The store is filled by a separate process, so the RSS printed is the cycle's alone.  Each cycle
 places the head of the queue (its window), so later cycles see the earlier ones' SCHEDULED and
-PREPARING sessions too, as a real manager would.  With --full every agent is already full: nothing
-fits, and each cycle reads the queue, tries the window over every agent and holds agents for the
-head (the costliest case for placement).
+PREPARING sessions too, as a real manager would.  With --full every agent already runs a priority-1
+session that fills it: nothing fits, so each cycle reads the queue, tries the whole window over
+every agent, holds agents for the head, and chooses victims among 5k running sessions for the
+first priority-20 session (placement's and preemption's costliest case).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import sys
 import tempfile
 import time
 import uuid
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -83,12 +84,20 @@ async def fill(url: str, pending: int, n_agents: int, full: bool) -> None:
 
 
 async def _occupy(engine: AsyncEngine, n_agents: int) -> None:
+    """Every agent runs one 32-CPU priority-1 session, started an hour ago: preemptible by the
+    priority-20 part of the queue (the group's default preemptible_priority is 5)."""
+    from sqlalchemy import update
+
     from corral.domain.placement import Placement
     from corral.domain.status import KernelStatus, SessionStatus
     from corral.store import kernels
     from corral.store.records import Move
+    from corral.store.tables import kernels as kernel_rows
+    from corral.store.tables import sessions as session_rows
 
-    big = SessionSpec(command=("sleep", "inf"), resources=ResourceSlots.parse({"cpu": 32, "mem": "64G"}))
+    big = SessionSpec(
+        command=("sleep", "inf"), resources=ResourceSlots.parse({"cpu": 32, "mem": "64G"}), priority=1
+    )
     for start in range(0, n_agents, BATCH):
         now = datetime.now(UTC)
         ids = list(range(start, min(n_agents, start + BATCH)))
@@ -102,6 +111,19 @@ async def _occupy(engine: AsyncEngine, n_agents: int) -> None:
             await sessions.apply_moves(conn, moves, now)
             placed = {n.id: Placement((f"agent-{i:05d}",)) for n, i in zip(new, ids, strict=True)}
             await kernels.write_placements(conn, placed, now)
+            # Straight to RUNNING (a bench fixture: no agent process is there to report the steps).
+            started = now - timedelta(hours=1)
+            mine = [n.id for n in new]
+            await conn.execute(
+                update(session_rows)
+                .where(session_rows.c.id.in_(mine))
+                .values(status=str(SessionStatus.RUNNING), started_at=started, status_changed_at=started)
+            )
+            await conn.execute(
+                update(kernel_rows)
+                .where(kernel_rows.c.session_id.in_(mine))
+                .values(status=str(KernelStatus.RUNNING), started=True, status_changed_at=started)
+            )
 
 
 async def measure(url: str, cycles: int) -> list[float]:

@@ -1,9 +1,13 @@
 """Throughput: an embedded Corral (manager + 2 agents declaring 32 CPUs each) runs N 1-CPU `true`
 sessions; prints sessions/s from the first submit to the last terminal status.
 
-    .venv/bin/python bench/throughput.py --n 1000 [--array] [--database-url postgresql+asyncpg://...]
+    .venv/bin/python bench/throughput.py --n 1000 [--array] [--postgres] [--compare-slurm]
 
 With --array the N sessions are one job array (one request, one transaction) instead of N requests.
+With --compare-slurm the same N jobs then run on a local Slurm (Debian's slurm-wlm: slurmctld and
+slurmd started on a private config, one node with the same 64 CPUs, tuned for throughput unless
+--slurm-untuned; serial sbatch from the same number of submitters, or one --array job) and both
+figures are printed with their ratio.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench import slurm  # noqa: E402
 from bench.common import add_database_options, database, machine  # noqa: E402
 from tests.support.postgres import free_port  # noqa: E402
 
@@ -85,7 +90,15 @@ def main() -> int:
     parser.add_argument("--concurrency", type=int, default=8, help="parallel submitters")
     add_database_options(parser)
     parser.add_argument("--array", action="store_true", help="submit the N sessions as one job array")
+    parser.add_argument(
+        "--compare-slurm",
+        action="store_true",
+        help="then run the same N on a local Slurm (slurm-wlm) with the same CPUs and print the ratio",
+    )
+    parser.add_argument("--slurm-untuned", action="store_true", help="Slurm's default settings")
     args = parser.parse_args()
+    if args.compare_slurm and not slurm.available():
+        raise SystemExit("--compare-slurm needs Slurm: apt-get install -y slurm-wlm")
 
     work = Path(tempfile.mkdtemp(prefix="corral-bench-"))
     work.chmod(0o711)  # kernels run as the agents' unprivileged account: they must reach their dirs
@@ -174,13 +187,21 @@ def main() -> int:
         print(f"sessions ended successfully: {ok}/{args.n}")
         print(f"first submit -> last terminal status: {span:.2f}s")
         print(f"throughput: {args.n / span:.1f} sessions/s")
-        return 0 if ok == args.n else 1
     finally:
         for p in reversed(procs):
             p.terminate()
         for p in procs:
             p.wait(timeout=15)
         databases.close()
+    if args.compare_slurm:
+        # After Corral has stopped: the two never share the machine's cores.
+        with slurm.LocalSlurm(2 * args.cpus, tuned=not args.slurm_untuned) as local:
+            seconds = local.run(args.n, args.array, args.concurrency)
+        theirs = args.n / seconds
+        kind = "default" if args.slurm_untuned else "tuned"
+        print(f"slurm ({kind}, {'one array' if args.array else 'N sbatch'}): {theirs:.1f} jobs/s")
+        print(f"corral / slurm: {args.n / span / theirs:.2f}x")
+    return 0 if ok == args.n else 1
 
 
 if __name__ == "__main__":

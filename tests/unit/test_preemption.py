@@ -96,3 +96,45 @@ def test_victims_make_room_and_none_is_spare(
     for spare in victims:
         rest = [v for v in victims if v is not spare]
         assert place_gang(needs, freed(agents, rest), PlacementStrategy.CONCENTRATED) is None
+
+
+def reference_victims(
+    needs: list[ResourceSlots], agents: list[AgentSnapshot], ordered: list[RunningSession]
+) -> list[RunningSession] | None:
+    """The rule as DESIGN §6 states it, by full re-placement at every step (slow, obviously right)."""
+    chosen: list[RunningSession] = []
+    for victim in ordered:
+        chosen.append(victim)
+        if place_gang(needs, freed(agents, chosen)) is not None:
+            break
+    else:
+        return None
+    for victim in reversed(list(chosen)):
+        without = [v for v in chosen if v is not victim]
+        if place_gang(needs, freed(agents, without)) is not None:
+            chosen = without
+    return chosen
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.lists(st.sampled_from("abcd"), min_size=1, max_size=3), st.integers(1, 4), st.integers(1, 5)
+        ),
+        max_size=12,
+    ),
+    st.lists(st.integers(0, 4), min_size=3, max_size=3),
+    st.integers(1, 8),
+    st.integers(1, 3),
+)
+def test_the_incremental_search_chooses_what_the_rule_chooses(
+    sessions: list[tuple[list[str], int, int]], free: list[int], need: int, size: int
+) -> None:
+    # Agent "d" runs victims but is not in the view (held for another preemptor): freeing it is no use.
+    agents = [AgentSnapshot(a, cpu(f)) for a, f in zip("abc", free, strict=True)]
+    running = [run(f"s{i}", p, i, *[(a, c) for a in on]) for i, (on, c, p) in enumerate(sessions)]
+    ordered = candidates(running, 50, GroupSettings(), NOW)
+    needs = [cpu(need)] * size
+    assert choose_victims(needs, PlacementStrategy.CONCENTRATED, agents, ordered) == reference_victims(
+        needs, agents, ordered
+    )

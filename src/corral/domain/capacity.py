@@ -53,8 +53,19 @@ class FreeCapacity:
 
     def take(self, kernels: Sequence[ResourceSlots], placement: Placement) -> None:
         """Count a placement's kernels as used."""
-        for need, aid in zip(kernels, placement.agent_ids, strict=True):
-            self._set(aid, self._free[aid] - need)
+        self.occupy(zip(placement.agent_ids, kernels, strict=True))
+
+    def occupy(self, used: Iterable[tuple[str, ResourceSlots]]) -> None:
+        """Count (agent, slots) as used; agents outside the index are ignored."""
+        for aid, slots in used:
+            if aid in self._free:
+                self._set(aid, self._free[aid] - slots)
+
+    def release(self, freed: Iterable[tuple[str, ResourceSlots]]) -> None:
+        """Count (agent, slots) as free again; agents outside the index are ignored."""
+        for aid, slots in freed:
+            if aid in self._free:
+                self._set(aid, self._free[aid] + slots)
 
     def _pick(
         self, need: ResourceSlots, strategy: PlacementStrategy, excluded: Collection[str]

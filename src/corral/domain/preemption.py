@@ -9,7 +9,8 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
-from corral.domain.placement import AgentSnapshot, PlacementStrategy, place_gang
+from corral.domain.capacity import FreeCapacity
+from corral.domain.placement import AgentSnapshot, PlacementStrategy
 from corral.domain.resources import ResourceSlots
 
 
@@ -111,16 +112,21 @@ def choose_victims(
 ) -> list[RunningSession] | None:
     """A minimal set of victims (in victim order) whose release lets the gang be placed, or None when
     even all of them would not: greedy in victim order, then a reverse pass drops every victim whose
-    release is not needed."""
+    release is not needed.  Each step updates one capacity index (no re-sorting of every agent per
+    victim tried), with the choices `place_gang` would make."""
+    free = FreeCapacity(agents)
     chosen: list[RunningSession] = []
     for victim in ordered:
         chosen.append(victim)
-        if place_gang(needs, freed(agents, chosen), strategy) is not None:
+        free.release(victim.kernels)
+        if free.place(needs, strategy) is not None:
             break
     else:
         return None
     for victim in reversed(list(chosen)):
-        without = [v for v in chosen if v is not victim]
-        if place_gang(needs, freed(agents, without), strategy) is not None:
-            chosen = without
+        free.occupy(victim.kernels)
+        if free.place(needs, strategy) is not None:
+            chosen = [v for v in chosen if v is not victim]
+        else:
+            free.release(victim.kernels)
     return chosen

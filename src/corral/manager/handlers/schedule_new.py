@@ -180,12 +180,15 @@ async def _preempt(
         for r in await preemption.running_in(ctx.conn, ctx.resource_group)
         if r.started_at is not None
     ]
+    view = [a for a in snapshot if a.agent_id not in held_by]
+    by_priority: dict[int, list[RunningSession]] = {}  # a long queue has few distinct priorities
     for s in fresh:
-        ordered = candidates(running, s.priority, settings, ctx.now)
+        if s.priority not in by_priority:
+            by_priority[s.priority] = candidates(running, s.priority, settings, ctx.now)
+        ordered = by_priority[s.priority]
         if not ordered:
             continue
         needs = [s.resources] * s.cluster_size
-        view = [a for a in snapshot if a.agent_id not in held_by]
         victims = choose_victims(needs, s.spec.placement, view, ordered)
         if victims is None:
             continue
