@@ -120,6 +120,10 @@ class ResourceSlots(Mapping[str, Decimal]):
     def __sub__(self, other: ResourceSlots) -> ResourceSlots:
         return self._combine(other, -1)
 
+    def times(self, n: int) -> ResourceSlots:
+        """n of these (n kernels asking for the same slots)."""
+        return ResourceSlots({k: v * n for k, v in self.amounts.items()})
+
     def fits_in(self, free: ResourceSlots) -> bool:
         return all(self[k] <= free[k] for k in self.amounts if self[k] > 0)
 

@@ -135,11 +135,12 @@ class Coordinator:
                 ready_at=now if handler.queue_window is not None else None,
                 with_kernels=handler.with_kernels,
                 changed_before=changed_before,
+                lost_agent_only=handler.lost_agent_only,
             )
-            if not targets:
+            overdue = await self._overdue(conn, handler, targets, now)
+            if not targets and not overdue:
                 return [], False
             ctx = HandlerContext(conn, now, self._rg, self._limits)
-            overdue = await self._overdue(conn, handler, targets, now)
             if isinstance(handler, SessionPromotionHandler):
                 moves, history = self._promote(handler, targets)
                 won = await sessions.apply_moves(conn, moves, now)
@@ -157,12 +158,14 @@ class Coordinator:
     async def _overdue(
         self, conn: AsyncConnection, handler: Handler, targets: Sequence[SessionRecord], now: datetime
     ) -> list[SessionRecord]:
-        """Past their time limit but outside the handler's queue window: judged all the same."""
-        if handler.queue_window is None or isinstance(handler, SessionPromotionHandler):
+        """Past their time limit but outside the handler's queue window, or not read because they
+        wait on a live agent: judged all the same."""
+        if isinstance(handler, SessionPromotionHandler):
             return []
+        statuses = handler.target_session_statuses if handler.queue_window else handler.lost_agent_only
         seen = {s.id for s in targets}
         found: list[SessionRecord] = []
-        for status in handler.target_session_statuses:
+        for status in statuses:
             limit = self._limits.timeouts.get(status)
             if limit is None:
                 continue

@@ -6,13 +6,13 @@ from collections import defaultdict
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import case, insert, select, update
+from sqlalchemy import Text, case, cast, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.domain.resources import ResourceSlots
 from corral.domain.status import AgentStatus, KernelStatus
 from corral.store import convert, kernels
-from corral.store.records import AgentRecord
+from corral.store.records import AgentCapacity, AgentRecord
 from corral.store.tables import agents, allocations, resource_groups
 from corral.store.tables import kernels as kernel_table
 
@@ -182,6 +182,33 @@ async def list_agents(conn: AsyncConnection, resource_group: str | None = None) 
     rows = (await conn.execute(query)).all()
     used = await _used(conn, [r.id for r in rows])
     return [convert.agent(r, used.get(r.id)) for r in rows]
+
+
+async def capacity_of_group(conn: AsyncConnection, resource_group: str) -> list[AgentCapacity]:
+    """Every agent of a group with its capacity and its live allocations summed, in id order.
+
+    Two queries however many agents and allocations: allocations are counted per agent and slot
+    shape in SQL, and each distinct JSON text is parsed once (most kernels ask for the same few
+    shapes), so a 5,000-agent group costs a few milliseconds of Python, not one object per row."""
+    rows = await conn.execute(
+        select(agents.c.id, agents.c.status, cast(agents.c.capacity, Text))
+        .where(agents.c.resource_group == resource_group)
+        .order_by(agents.c.id)
+    )
+    found = [(aid, AgentStatus(status), convert.slots_of(cap)) for aid, status, cap in rows]
+    shape = cast(allocations.c.slots, Text)
+    counted = await conn.execute(
+        select(allocations.c.agent_id, shape, func.count())
+        .where(
+            allocations.c.released_at.is_(None),
+            allocations.c.agent_id.in_(select(agents.c.id).where(agents.c.resource_group == resource_group)),
+        )
+        .group_by(allocations.c.agent_id, shape)
+    )
+    used: dict[str, ResourceSlots] = defaultdict(ResourceSlots)
+    for aid, slots, n in counted:
+        used[aid] = used[aid] + convert.slots_of(slots).times(n)
+    return [AgentCapacity(aid, status, cap, used.get(aid, ResourceSlots())) for aid, status, cap in found]
 
 
 async def alive_ids(conn: AsyncConnection) -> set[str]:

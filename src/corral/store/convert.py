@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
+from functools import lru_cache
 from typing import Any
 
 from sqlalchemy.engine import Row
@@ -120,3 +122,9 @@ def agent(row: Row[Any], used: ResourceSlots | None = None) -> AgentRecord:
 
 def history(row: Row[Any]) -> HistoryRecord:
     return HistoryRecord(**dict(row._mapping))
+
+
+@lru_cache(maxsize=4096)
+def slots_of(text: str) -> ResourceSlots:
+    """Slots from their stored JSON text (immutable, so one parse serves every equal row)."""
+    return ResourceSlots.from_json(json.loads(text))

@@ -149,6 +149,36 @@ class AgentRecord:
 
 
 @dataclass(frozen=True)
+class AgentCapacity:
+    """What placement needs of an agent, read once per scheduling cycle."""
+
+    id: str
+    """The agent."""
+    status: AgentStatus
+    """Only ALIVE agents are placed on."""
+    capacity: ResourceSlots
+    """What it declared."""
+    used: ResourceSlots
+    """Its live allocations, summed."""
+
+
+@dataclass(frozen=True)
+class RunningRecord:
+    """A RUNNING session nobody has asked to stop, as the backfill rule and preemption see it."""
+
+    id: str
+    """The session."""
+    priority: int
+    """Its priority (victims are chosen lowest first)."""
+    started_at: datetime | None
+    """When it started running."""
+    timeout: int | None
+    """Its time limit in seconds, if it has one (it ends by started_at + timeout)."""
+    kernels: tuple[tuple[str | None, ResourceSlots], ...]
+    """(agent, slots) of each of its kernels, in rank order."""
+
+
+@dataclass(frozen=True)
 class HistoryRecord:
     """One outcome the coordinator recorded for a session."""
 

@@ -12,11 +12,11 @@ from sqlalchemy import Select, and_, case, exists, func, insert, literal, or_, s
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.domain.cause import TerminationReason
-from corral.domain.status import TERMINAL_SESSION, KernelStatus, SessionStatus
+from corral.domain.status import TERMINAL_SESSION, AgentStatus, KernelStatus, SessionStatus
 from corral.domain.transitions import kernel_sources, session_move_allowed
 from corral.store import convert, journal
 from corral.store.records import KernelRecord, Move, NewSession, SessionRecord
-from corral.store.tables import allocations, kernels, sessions
+from corral.store.tables import agents, allocations, kernels, sessions
 
 
 class RefusedTransition(Exception):
@@ -186,8 +186,10 @@ async def for_handler(
     limit: int = 5000,
     changed_before: datetime | None = None,
     ready_at: datetime | None = None,
+    lost_agent_only: Collection[SessionStatus] = (),
 ) -> list[SessionRecord]:
-    """A handler's targets: sessions in `statuses` (optionally with a kernel in `kernel_statuses`).
+    """A handler's targets: sessions in `statuses` (optionally with a kernel in `kernel_statuses`);
+    those in `lost_agent_only` only when a kernel of theirs is on an agent not ALIVE.
 
     With `queue_window`, only that many from the head of the queue (priority, chain submission,
     id), so a long queue is not re-read in full every cycle.
@@ -208,6 +210,7 @@ async def for_handler(
                 with_kernels=with_kernels,
                 changed_before=changed_before,
                 ready_at=ready_at,
+                lost_agent_only=lost_agent_only,
             )
         found.sort(key=lambda s: (-s.priority, s.chain_submitted_at, s.id))
         return found[:queue_window]
@@ -215,6 +218,17 @@ async def for_handler(
     # One status by equality, so the queue index serves the ORDER BY as well as the WHERE.
     in_status = sessions.c.status == names[0] if len(names) == 1 else sessions.c.status.in_(names)
     query = select(sessions).where(sessions.c.resource_group == resource_group, in_status)
+    if lost_agent_only:
+        alive = select(agents.c.id).where(
+            agents.c.id == kernels.c.agent_id, agents.c.status == str(AgentStatus.ALIVE)
+        )
+        on_lost_agent = (
+            select(kernels.c.id)
+            .where(kernels.c.session_id == sessions.c.id, kernels.c.agent_id.is_not(None), ~alive.exists())
+            .exists()
+        )
+        waiting = sessions.c.status.in_([str(s) for s in lost_agent_only])
+        query = query.where(or_(~waiting, on_lost_agent))
     if queue_window is not None:
         query = query.order_by(
             sessions.c.priority.desc(), sessions.c.chain_submitted_at, sessions.c.id

@@ -199,6 +199,13 @@ Index(
     sessions.c.chain_submitted_at,
     sessions.c.id,
 )
+# The few sessions holding agents for their victims, found without reading the queue.
+Index(
+    "ix_sessions_held",
+    sessions.c.resource_group,
+    sqlite_where=sessions.c.reservation.is_not(None),
+    postgresql_where=sessions.c.reservation.is_not(None),
+)
 
 kernels = Table(
     "kernels",

@@ -64,6 +64,9 @@ class HandlerOptions:
     # A handler that only exists to bound a status: it is given only sessions past that status's
     # time limit (and is skipped when there is no limit), so it costs nothing in a busy cycle.
     expiry_only: ClassVar[bool] = False
+    # Target statuses whose sessions only matter once an agent of theirs is lost (or past their
+    # time limit, found by their own query): the rest are not read each cycle however many wait.
+    lost_agent_only: ClassVar[frozenset[SessionStatus]] = frozenset()
 
 
 class LifecycleHandler(HandlerOptions, ABC):

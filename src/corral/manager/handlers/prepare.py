@@ -15,6 +15,8 @@ class PrepareSessions(LifecycleHandler):
     name = "PrepareSessions"
     hands_orders = True
     target_session_statuses = frozenset({SessionStatus.SCHEDULED, SessionStatus.PREPARING})
+    # Sessions already handed over wait for their agents: looked at only when one is lost.
+    lost_agent_only = frozenset({SessionStatus.PREPARING})
 
     @classmethod
     def status_transitions(cls) -> StatusTransitions:

@@ -25,7 +25,7 @@ from corral.domain.scheduling import Skip, StatusTransitions, TransitionStatus
 from corral.domain.status import AgentStatus, KernelStatus, SessionStatus
 from corral.manager.handlers.base import HandlerContext, LifecycleHandler, LifecycleResult
 from corral.store import agents, journal, preemption, sessions
-from corral.store.records import AgentRecord, Move, SessionRecord
+from corral.store.records import AgentCapacity, Move, RunningRecord, SessionRecord
 
 
 class ScheduleNewSessions(LifecycleHandler):
@@ -50,7 +50,7 @@ class ScheduleNewSessions(LifecycleHandler):
         result = LifecycleResult(placements={}, moved={})
         assert result.placements is not None and result.moved is not None
         await agents.lock_group(ctx.conn, ctx.resource_group)
-        registered = await agents.list_agents(ctx.conn, ctx.resource_group)
+        registered = await agents.capacity_of_group(ctx.conn, ctx.resource_group)
         # Read once per cycle; each placement then updates it in memory (no re-sorting, no queries).
         free = FreeCapacity(
             AgentSnapshot(a.id, a.capacity - a.used) for a in registered if a.status is AgentStatus.ALIVE
@@ -69,6 +69,7 @@ class ScheduleNewSessions(LifecycleHandler):
         # agents held for the first one that does not fit (no starvation; see README).
         unplaced: list[SessionRecord] = []
         hold: Hold | None = None
+        running: list[RunningRecord] | None = None  # read once, when something does not fit
         for entry in ready:
             s = by_id[entry.session_id]
             if s.status is SessionStatus.SUSPENDED and s.termination_reason:
@@ -89,7 +90,9 @@ class ScheduleNewSessions(LifecycleHandler):
             if placement is None:
                 unplaced.append(s)
                 if hold is None and s.id not in reserved:
-                    hold = await _hold_for(ctx, s, registered, held_by)
+                    if running is None:
+                        running = await preemption.running_in(ctx.conn, ctx.resource_group)
+                    hold = _hold_for(ctx, s, registered, held_by, running)
                 continue
             if s.status is SessionStatus.SUSPENDED:
                 if not await _resume(ctx, s):
@@ -101,7 +104,7 @@ class ScheduleNewSessions(LifecycleHandler):
             result.success(s.id, "placed on " + ", ".join(placement.agent_ids) + note)
         placed = set(result.placements)
         await preemption.release(ctx.conn, [sid for sid in reserved if sid in placed])
-        preempting = await _preempt(ctx, unplaced, free.snapshot(), reserved, held_by, result)
+        preempting = await _preempt(ctx, unplaced, free.snapshot(), reserved, held_by, result, running)
         for s in unplaced:
             why = preempting.get(s.id) or _why_waiting(s, registered, ctx.resource_group)
             if hold is not None and hold.session_id == s.id and s.id not in preempting:
@@ -123,23 +126,26 @@ async def _resume(ctx: HandlerContext, s: SessionRecord) -> bool:
     return True
 
 
-async def _hold_for(
-    ctx: HandlerContext, s: SessionRecord, registered: Sequence[AgentRecord], held_by: dict[str, str]
+def _hold_for(
+    ctx: HandlerContext,
+    s: SessionRecord,
+    registered: Sequence[AgentCapacity],
+    held_by: dict[str, str],
+    running: Sequence[RunningRecord],
 ) -> Hold | None:
     """The agents held for the first session in line that does not fit, and when they will surely
     have room: every RUNNING session there ends by its start plus timeout; anything else there (no
     timeout, starting, stopping) leaves it unknown, and then nothing else may use them."""
     alive = [a for a in registered if a.status is AgentStatus.ALIVE and a.id not in held_by]
-    running = await preemption.running_in(ctx.conn, ctx.resource_group)
     occupants = []
     accounted: dict[str, ResourceSlots] = {}
     for r in running:
-        ends = r.started_at + timedelta(seconds=r.spec.timeout) if r.started_at and r.spec.timeout else None
-        on = frozenset(k.agent_id for k in r.kernels if k.agent_id)
+        ends = r.started_at + timedelta(seconds=r.timeout) if r.started_at and r.timeout else None
+        on = frozenset(agent_id for agent_id, _ in r.kernels if agent_id)
         occupants.append(Occupant(on, ends))
-        for k in r.kernels:
-            if k.agent_id:
-                accounted[k.agent_id] = accounted.get(k.agent_id, ResourceSlots()) + k.resources
+        for agent_id, slots in r.kernels:
+            if agent_id:
+                accounted[agent_id] = accounted.get(agent_id, ResourceSlots()) + slots
     for a in alive:
         if not a.used.fits_in(accounted.get(a.id, ResourceSlots())):
             occupants.append(Occupant(frozenset({a.id}), None))  # something not yet (or no longer) running
@@ -154,6 +160,7 @@ async def _preempt(
     reserved: dict[str, dict[str, Any]],
     held_by: dict[str, str],
     result: LifecycleResult,
+    running_now: Sequence[RunningRecord] | None,
 ) -> dict[str, str]:
     """For the first waiting session (in queue order) that running work of lower priority can make
     room for: ask a minimal set of victims to stop and hold the agents they free.  One preemptor per
@@ -174,10 +181,12 @@ async def _preempt(
         return waiting
     settings = group_settings(await preemption.settings_of(ctx.conn, ctx.resource_group))
     running = [
-        RunningSession(
-            r.id, r.priority, r.started_at, tuple((k.agent_id, k.resources) for k in r.kernels if k.agent_id)
+        RunningSession(r.id, r.priority, r.started_at, tuple((a, slots) for a, slots in r.kernels if a))
+        for r in (
+            running_now
+            if running_now is not None
+            else await preemption.running_in(ctx.conn, ctx.resource_group)
         )
-        for r in await preemption.running_in(ctx.conn, ctx.resource_group)
         if r.started_at is not None
     ]
     view = [a for a in snapshot if a.agent_id not in held_by]
@@ -218,7 +227,7 @@ async def _preempt(
     return waiting
 
 
-def _why_waiting(s: SessionRecord, registered: Sequence[AgentRecord], group: str) -> str:
+def _why_waiting(s: SessionRecord, registered: Sequence[AgentCapacity], group: str) -> str:
     if not registered:
         return f"unschedulable: no agent has joined resource group {group!r} yet"
     if not any(s.resources.fits_in(a.capacity) for a in registered):

@@ -1,5 +1,5 @@
 """the queue read by index: sessions in queue order per group and status; the live statuses probed
-by index (termination requests included); no hold is JSON null
+by index (termination requests included); holds found by a partial index; no hold is JSON null
 
 Revision ID: 0007
 Revises: 0006
@@ -28,9 +28,14 @@ def upgrade() -> None:
         "sessions",
         ["resource_group", "status", sa.text("priority DESC"), "chain_submitted_at", "id"],
     )
+    held = sa.text("reservation IS NOT NULL")
+    op.create_index(
+        "ix_sessions_held", "sessions", ["resource_group"], sqlite_where=held, postgresql_where=held
+    )
 
 
 def downgrade() -> None:
+    op.drop_index("ix_sessions_held", table_name="sessions")
     op.drop_index("ix_sessions_queue", table_name="sessions")
     with op.batch_alter_table("sessions") as batch:
         batch.drop_index("ix_sessions_rg_status")
