@@ -96,7 +96,7 @@ class Coordinator:
         for handler in self._handlers:
             if not _may_have_targets(handler, present) or (handler.expiry_only and not timed):
                 continue  # a handler with nothing to look at costs no transaction
-            won, acted = await self._run(handler)
+            won, acted = await self._run(handler, timed)
             present |= {(m.dst, requested) for m in won for requested in (True, False)}
             if acted and handler.hands_orders and self._on_change is not None:
                 # Agents pull orders: wake their long polls now, not at the end of the cycle.
@@ -113,7 +113,7 @@ class Coordinator:
         won, _ = await self._run(handler)
         return len(won)
 
-    async def _run(self, handler: Handler) -> tuple[list[Move], bool]:
+    async def _run(self, handler: Handler, timed: bool = True) -> tuple[list[Move], bool]:
         """The moves that won, and whether anything changed (moves, or orders without moves)."""
         now = self._clock()
         changed_before = None
@@ -137,7 +137,7 @@ class Coordinator:
                 changed_before=changed_before,
                 lost_agent_only=handler.lost_agent_only,
             )
-            overdue = await self._overdue(conn, handler, targets, now)
+            overdue = await self._overdue(conn, handler, targets, now, timed)
             if not targets and not overdue:
                 return [], False
             ctx = HandlerContext(conn, now, self._rg, self._limits)
@@ -156,13 +156,21 @@ class Coordinator:
         return won, acted
 
     async def _overdue(
-        self, conn: AsyncConnection, handler: Handler, targets: Sequence[SessionRecord], now: datetime
+        self,
+        conn: AsyncConnection,
+        handler: Handler,
+        targets: Sequence[SessionRecord],
+        now: datetime,
+        timed: bool = True,
     ) -> list[SessionRecord]:
         """Past their time limit but outside the handler's queue window, or not read because they
         wait on a live agent: judged all the same."""
         if isinstance(handler, SessionPromotionHandler):
             return []
-        statuses = handler.target_session_statuses if handler.queue_window else handler.lost_agent_only
+        if handler.queue_window:
+            statuses = handler.target_session_statuses
+        else:  # time limits are judged in seconds: a cycle woken by a report need not look again
+            statuses = handler.lost_agent_only if timed else frozenset()
         seen = {s.id for s in targets}
         found: list[SessionRecord] = []
         for status in statuses:

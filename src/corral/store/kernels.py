@@ -187,6 +187,9 @@ async def _apply_steps(
         result = await conn.execute(
             update(kernels)
             .where(
+                # The ids alone too: that is what makes the planner look kernels up by key (the pair
+                # alone made SQLite scan every kernel the agent ever ran).
+                kernels.c.id.in_([r.kernel_id for r in group]),
                 tuple_(kernels.c.id, kernels.c.generation).in_([(r.kernel_id, r.generation) for r in group]),
                 kernels.c.agent_id == agent_id,
                 kernels.c.status.in_([str(s) for s in kernel_sources(status)]),
