@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 import hypothesis.strategies as st
+import pytest
 import requests
 import schemathesis
 from hypothesis import HealthCheck, given, seed, settings
@@ -58,6 +59,9 @@ def fuzz(op: Any, http: requests.Session, headers: dict[str, str], examples: int
     run()
 
 
+# Every operation x 100 examples (a few wait up to 30 s for an event by design): about 3 min on an
+# idle 2-core machine, more on a busy one; the suite's 300 s per test is too tight for it.
+@pytest.mark.timeout(900)
 def test_no_input_gets_a_server_error(own_cluster: Callable[..., Cluster]) -> None:
     c = own_cluster()
     # No agent runs anything while the fuzz submits arbitrary commands: they stay queued.
