@@ -36,6 +36,8 @@ log = structlog.get_logger("corral.agent")
 FENCE_TICK = 0.1
 # How long the supervisor has to confirm kills before the agent takes over (well under the margin).
 CONFIRM_KILL = 2.0
+# How long a report push waits for kernels being started to say so (see _await_starts).
+START_COALESCE = 0.05
 # What a kernel report needs to end its kernel; details are dropped if the manager refuses them.
 _ESSENTIAL = frozenset(
     {
@@ -295,6 +297,7 @@ class Agent:
             except TimeoutError:
                 pass
             self._wake_push.clear()
+            await self._await_starts()
             try:
                 await self._push_once()
             except Fenced as exc:
@@ -306,6 +309,20 @@ class Agent:
                 log.error("reports refused by the manager; resending them without details", error=str(exc))
                 self.outbox = [{k: v for k, v in r.items() if k in _ESSENTIAL} for r in self.outbox]
                 await asyncio.sleep(0.5)
+
+    async def _await_starts(self) -> None:
+        """A kernel being started reports RUNNING a millisecond or two after CREATING: wait for it
+        (briefly) so that both go in one request, not two round trips."""
+        deadline = time.monotonic() + START_COALESCE
+        while any(k.starting for k in self.kernels.values()):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            try:
+                await asyncio.wait_for(self._wake_push.wait(), remaining)
+            except TimeoutError:
+                return
+            self._wake_push.clear()
 
     async def _push_once(self) -> None:
         # A kernel's end is reported at once: its output follows on its own (the ship loop).

@@ -253,6 +253,11 @@ class KernelRunner:
                 termination_message="the agent's supervisor is not running",
             )
 
+    @property
+    def starting(self) -> bool:
+        """Its start went to the supervisor, which has not yet said it started (or failed)."""
+        return self.started and self.pid is None and not self.ended
+
     def fail(self, why: str) -> None:
         """This kernel cannot be run as ordered: it ends ERROR with the reason, nothing else does."""
         if self.started and not self.fenced:

@@ -24,7 +24,7 @@ from corral.services.agent_protocol import AgentProtocol
 from corral.settings import ManagerSettings, SchedulerSettings
 from corral.store import agents as agent_store
 from corral.store import auth, config
-from corral.store.db import is_sqlite, make_engine, transaction, upgrade
+from corral.store.db import is_sqlite, make_engine, make_reader, transaction, upgrade
 from corral.store.notify import Notifier
 from corral.wakeup import Wakeup
 
@@ -64,16 +64,20 @@ def create_app(
         url = settings.resolved_database_url()
         engine = make_engine(url)
         await prepare_database(engine, settings)
+        reader = make_reader(engine)
         wakeup = Wakeup()
         notifier = None if is_sqlite(url) else Notifier(engine.url, wakeup)
         if notifier is not None:
             wakeup.broadcast = notifier.send
         app.state.corral = AppState(
             engine,
+            reader,
             settings,
             scheduler,
             wakeup,
-            AgentProtocol(engine, scheduler, wakeup, settings.log_cap_bytes, settings.checkpoint_root),
+            AgentProtocol(
+                engine, scheduler, wakeup, settings.log_cap_bytes, settings.checkpoint_root, reader=reader
+            ),
         )
         tasks = (
             [
@@ -99,6 +103,8 @@ def create_app(
             for task in tasks:
                 with suppress(asyncio.CancelledError):
                     await task
+            if reader is not engine:
+                await reader.dispose()
             await engine.dispose()
 
     app = FastAPI(title="Corral", version="0.1.0", lifespan=lifespan)

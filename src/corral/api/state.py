@@ -22,6 +22,9 @@ class AppState:
     """The manager's long-lived parts."""
 
     engine: AsyncEngine
+    reader: AsyncEngine
+    """Read-only connections (`engine` itself on PostgreSQL): for GETs, so they never queue on
+    SQLite's one writer."""
     settings: ManagerSettings
     scheduler: SchedulerSettings
     wakeup: Wakeup
@@ -48,7 +51,7 @@ async def principal(request: Request, state: State) -> Principal:
     key = _bearer(request)
     # Looked up on every request, never cached: a revoked key is refused from its next request, on
     # every manager.
-    async with state.engine.connect() as conn:
+    async with state.reader.connect() as conn:
         who = await auth.principal_for(conn, key)
     if who is None:
         raise Unauthorized("unknown API key", {"field": "authorization"})

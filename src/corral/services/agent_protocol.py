@@ -39,12 +39,14 @@ class AgentProtocol:
         wakeup: Wakeup,
         log_cap: int,
         checkpoint_root: str = "",
+        reader: AsyncEngine | None = None,
     ) -> None:
         self._log_cap = log_cap
         self._checkpoint_root = checkpoint_root
         self._written: dict[tuple[str, int], float] = {}
         self._resolution = min(cfg.contact_resolution, cfg.agent_lease / 10)
         self._engine = engine
+        self._reader = reader or engine  # the long poll's reads (see store.db.make_reader)
         self._cfg = cfg
         self._wakeup = wakeup
 
@@ -137,7 +139,7 @@ class AgentProtocol:
         deadline = time.monotonic() + min(wait, heartbeat_interval(self._cfg))
         while True:
             version = self._wakeup.orders_version
-            async with self._engine.connect() as conn:
+            async with self._reader.connect() as conn:
                 if await agents.current_epoch(conn, agent_id) != epoch:
                     raise Fenced(f"agent {agent_id} epoch {epoch} is fenced; register again")
                 found = await _orders_for(conn, agent_id, self._checkpoint_root)
@@ -197,7 +199,9 @@ async def _orders_for(conn: AsyncConnection, agent_id: str, checkpoint_root: str
         return []
     wanted = sorted({k.session_id for k in mine if k.status in _SPEC_STATUSES})
     by_session = {s.id: s for s in await sessions.get_many(conn, wanted)}
-    addresses = await agents.addresses(conn) if wanted else {}
+    # Hosts matter to gangs only (a one-kernel session is its own master).
+    gangs = any(s.cluster_size > 1 for s in by_session.values())
+    addresses = await agents.addresses(conn) if gangs else {}
     run_as = await users.run_as_of(conn, sorted({s.owner for s in by_session.values()}))
     out = []
     for k in mine:

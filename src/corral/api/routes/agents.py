@@ -29,7 +29,7 @@ router = APIRouter(prefix="/api/v1", tags=["agents"])
 
 @router.get("/agents", response_model=list[AgentOut])
 async def list_agents(who: Admin, state: State) -> list[AgentOut]:
-    return [AgentOut.of(a) for a in await agent_service.list_agents(state.engine, who)]
+    return [AgentOut.of(a) for a in await agent_service.list_agents(state.reader, who)]
 
 
 @router.post("/agent/register", response_model=RegisterOut, dependencies=[AgentAuth])

@@ -13,7 +13,7 @@ router = APIRouter(prefix="/api/v1/arrays", tags=["arrays"])
 
 @router.get("/{array_id}", response_model=ArrayOut)
 async def get_array(array_id: str, who: Caller, state: State) -> ArrayOut:
-    return ArrayOut.of(await svc.get(state.engine, who, array_id))
+    return ArrayOut.of(await svc.get(state.reader, who, array_id))
 
 
 @router.post("/{array_id}/cancel", status_code=202, response_model=ArrayOut)

@@ -21,7 +21,7 @@ SESSIONS = Gauge("corral_sessions", "Sessions per status (all projects)", ["stat
 
 @router.get("/api/v1/cluster-config", response_model=dict[str, Any])
 async def get_config(who: Admin, state: State) -> dict[str, Any]:
-    return await svc.current(state.engine)
+    return await svc.current(state.reader)
 
 
 @router.patch("/api/v1/cluster-config", response_model=dict[str, Any])
@@ -40,12 +40,12 @@ async def audit(
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     action: Annotated[Name | None, Query()] = None,
 ) -> list[AuditOut]:
-    return [AuditOut.of(a) for a in await svc.audit(state.engine, after, limit, action)]
+    return [AuditOut.of(a) for a in await svc.audit(state.reader, after, limit, action)]
 
 
 @router.get("/metrics", include_in_schema=False)
 async def metrics(who: Admin, state: State) -> Response:
-    counts = await session_svc.counts(state.engine, who)
+    counts = await session_svc.counts(state.reader, who)
     for status in SessionStatus:
         SESSIONS.labels(status=str(status)).set(counts.get(str(status), 0))
     return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)

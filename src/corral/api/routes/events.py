@@ -24,5 +24,5 @@ async def list_events(
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     wait: Annotated[float, Query(ge=0, le=30, description="seconds to wait for a new event")] = 0,
 ) -> list[EventOut]:
-    found = await svc.read(state.engine, who, after, limit, type, session, wait)
+    found = await svc.read(state.reader, who, after, limit, type, session, wait)
     return [EventOut.of(e) for e in found]

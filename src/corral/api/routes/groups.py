@@ -49,12 +49,12 @@ class GroupOut(BaseModel):
 
 @router.get("", response_model=list[GroupOut])
 async def list_groups(who: Admin, state: State) -> list[GroupOut]:
-    return [GroupOut(**g) for g in await svc.listed(state.engine)]
+    return [GroupOut(**g) for g in await svc.listed(state.reader)]
 
 
 @router.get("/{name}", response_model=GroupOut)
 async def get_group(name: str, who: Admin, state: State) -> GroupOut:
-    return GroupOut(**await svc.get(state.engine, name))
+    return GroupOut(**await svc.get(state.reader, name))
 
 
 @router.patch("/{name}", response_model=GroupOut)

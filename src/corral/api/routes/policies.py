@@ -22,12 +22,12 @@ async def apply_policy(body: PolicyDoc, who: Admin, state: State, response: Resp
 
 @router.get("", response_model=list[PolicyOut])
 async def list_policies(who: Admin, state: State) -> list[PolicyOut]:
-    return [PolicyOut(**p) for p in await svc.list_all(state.engine)]
+    return [PolicyOut(**p) for p in await svc.list_all(state.reader)]
 
 
 @router.get("/{name}", response_model=PolicyOut)
 async def get_policy(name: str, who: Admin, state: State) -> PolicyOut:
-    return PolicyOut(**await svc.get(state.engine, name))
+    return PolicyOut(**await svc.get(state.reader, name))
 
 
 @router.delete("/{name}", status_code=204)

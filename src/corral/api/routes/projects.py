@@ -36,12 +36,12 @@ async def create_project(body: ProjectIn, who: Admin, state: State) -> ProjectOu
 
 @router.get("", response_model=list[ProjectOut])
 async def list_projects(who: Admin, state: State) -> list[ProjectOut]:
-    return [_out(p) for p in await svc.list_projects(state.engine)]
+    return [_out(p) for p in await svc.list_projects(state.reader)]
 
 
 @router.get("/{name}", response_model=ProjectOut)
 async def get_project(name: str, who: Admin, state: State) -> ProjectOut:
-    return _out(await svc.get_project(state.engine, name))
+    return _out(await svc.get_project(state.reader, name))
 
 
 @router.patch("/{name}", response_model=ProjectOut)

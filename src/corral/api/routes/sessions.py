@@ -90,34 +90,34 @@ async def list_sessions(
     for s in status or []:
         if s not in set(SessionStatus):
             raise InvalidInput("status", f"unknown status {s!r}")
-    found = await svc.list_visible(state.engine, who, status, limit, offset, array_id=array)
+    found = await svc.list_visible(state.reader, who, status, limit, offset, array_id=array)
     return await _out(state, found)
 
 
 async def _out(state: AppState, records: list[SessionRecord]) -> list[SessionOut]:
-    chains = await svc.chain_rows(state.engine, records)
+    chains = await svc.chain_rows(state.reader, records)
     return [SessionOut.of(s, chain=chains.get(s.root_session_id)) for s in records]
 
 
 @router.get("/counts", response_model=dict[str, int], summary="Sessions per status")
 async def session_counts(who: Caller, state: State) -> dict[str, int]:
-    return await svc.counts(state.engine, who)
+    return await svc.counts(state.reader, who)
 
 
 @router.get("/{session_id}", response_model=SessionOut)
 async def get_session(session_id: str, who: Caller, state: State) -> SessionOut:
-    record = await svc.get(state.engine, who, session_id)
-    chains = await svc.chain_rows(state.engine, [record])
+    record = await svc.get(state.reader, who, session_id)
+    chains = await svc.chain_rows(state.reader, [record])
     return SessionOut.of(
         record,
-        waiting_reason=await svc.waiting_reason(state.engine, record),
+        waiting_reason=await svc.waiting_reason(state.reader, record),
         chain=chains.get(record.root_session_id),
     )
 
 
 @router.get("/{session_id}/attempts", response_model=list[SessionOut], summary="Every attempt of its chain")
 async def get_attempts(session_id: str, who: Caller, state: State) -> list[SessionOut]:
-    return await _out(state, await svc.attempts(state.engine, who, session_id))
+    return await _out(state, await svc.attempts(state.reader, who, session_id))
 
 
 @router.post("/{session_id}/retry", status_code=201, response_model=SessionOut, summary="Manual retry")
@@ -130,18 +130,18 @@ async def retry_session(session_id: str, who: Caller, state: State) -> SessionOu
 
 @router.get("/{session_id}/kernels", response_model=list[KernelOut])
 async def get_kernels(session_id: str, who: Caller, state: State) -> list[KernelOut]:
-    return [KernelOut.of(k) for k in (await svc.get(state.engine, who, session_id)).kernels]
+    return [KernelOut.of(k) for k in (await svc.get(state.reader, who, session_id)).kernels]
 
 
 @router.get("/{session_id}/history", response_model=list[HistoryOut])
 async def get_history(session_id: str, who: Caller, state: State) -> list[HistoryOut]:
-    return [HistoryOut.of(h) for h in await svc.history(state.engine, who, session_id)]
+    return [HistoryOut.of(h) for h in await svc.history(state.reader, who, session_id)]
 
 
 @router.get("/{session_id}/errors", response_model=list[ErrorRecordOut])
 async def get_errors(session_id: str, who: Caller, state: State) -> list[ErrorRecordOut]:
     """Every failed worker's error record, the root cause first, each marked primary or side effect."""
-    return errors_of(await svc.get(state.engine, who, session_id))
+    return errors_of(await svc.get(state.reader, who, session_id))
 
 
 @router.get("/{session_id}/logs", response_model=LogsOut)
@@ -152,7 +152,7 @@ async def get_logs(
     after: Annotated[int, Query(ge=0, le=INT64_MAX, description="the `next` of the previous page")] = 0,
     max_bytes: Annotated[int, Query(ge=1, le=64 << 20, description="page size in bytes (about)")] = 4 << 20,
 ) -> LogsOut:
-    page = await log_service.read(state.engine, who, session_id, after, max_bytes)
+    page = await log_service.read(state.reader, who, session_id, after, max_bytes)
     return LogsOut.of(page)
 
 

@@ -97,12 +97,12 @@ async def create_user(body: UserIn, who: Admin, state: State) -> CreatedUserOut:
 
 @router.get("/users", response_model=list[UserOut])
 async def list_users(who: Admin, state: State) -> list[UserOut]:
-    return [UserOut.of(u) for u in await svc.listed(state.engine)]
+    return [UserOut.of(u) for u in await svc.listed(state.reader)]
 
 
 @router.get("/users/{name}", response_model=UserOut)
 async def get_user(name: str, who: Admin, state: State) -> UserOut:
-    return UserOut.of(await svc.get(state.engine, name))
+    return UserOut.of(await svc.get(state.reader, name))
 
 
 @router.patch("/users/{name}", response_model=UserOut)
@@ -124,7 +124,7 @@ async def create_key(name: str, who: Admin, state: State) -> NewKeyOut:
 
 @router.get("/users/{name}/keys", response_model=list[KeyOut])
 async def list_keys(name: str, who: Admin, state: State) -> list[KeyOut]:
-    return [KeyOut.of(k) for k in await svc.keys(state.engine, name)]
+    return [KeyOut.of(k) for k in await svc.keys(state.reader, name)]
 
 
 @router.delete("/users/{name}/keys/{key_id}", status_code=204)
@@ -144,4 +144,4 @@ class MeOut(BaseModel):
 
 @router.get("/me", response_model=MeOut)
 async def me(who: Caller, state: State) -> MeOut:
-    return MeOut(**await svc.me(state.engine, who))
+    return MeOut(**await svc.me(state.reader, who))
