@@ -28,6 +28,7 @@ from corral.agent.kernel import WORKER_LIB, KernelRunner, Report
 from corral.agent.link import SupervisorLink
 from corral.agent.settings import AgentSettings
 from corral.agent.shipper import KernelLogs, Piece
+from corral.domain.rendezvous import parse_port_range
 from corral.domain.status import KernelStatus
 from corral.protocol.messages import KernelOrder
 
@@ -208,6 +209,7 @@ class Agent:
                             "cpu_mode": self.mode.cpu,
                             "cpu_mode_why": self._cpu_why,
                             **(self.identity.info() if self.identity else {}),
+                            **self._rendezvous_info(),
                             "pid": os.getpid(),
                         },
                         instance=self._instance,
@@ -486,6 +488,29 @@ class Agent:
                 log.warning("kernel not ordered any more: killing it", kernel=kid)
                 runner.fence()
 
+    def _rendezvous_info(self) -> dict[str, Any]:
+        if not self.cfg.rendezvous_ports:
+            return {}
+        return {"rendezvous_ports": list(parse_port_range(self.cfg.rendezvous_ports))}
+
+    def _rendezvous(self, o: KernelOrder) -> dict[str, Any] | None:
+        """The order's spec with rank 0's port, or None when this agent cannot know it yet (the
+        kernel then waits for the start order).  A gang on this agent alone gets the port its
+        rank 0 picked: the orders of a session come in one reply, in rank order."""
+        if o.spec.get("master_port"):
+            return o.spec
+        first = next(
+            (
+                k
+                for k in self.kernels.values()
+                if k.session_id == o.session_id and k.rank == 0 and not k.ended
+            ),
+            None,
+        )
+        if first is None or first.master_port is None:
+            return None
+        return {**o.spec, "master_port": first.master_port}
+
     def _act(self, o: KernelOrder) -> None:
         existing = self.kernels.get(o.kernel_id)
         if existing is not None and existing.generation != o.generation:
@@ -497,9 +522,10 @@ class Agent:
         if o.status in (KernelStatus.PREPARING, KernelStatus.PULLING) and existing is None:
             runner = self._runner(o)
             runner.prepare(o.spec, self.cfg.images)
-            if o.spec.get("start_at_once") and runner.prepared and not runner.ended:
+            spec = self._rendezvous(o) if o.spec.get("start_at_once") else None
+            if spec is not None and runner.prepared and not runner.ended:
                 self.shipping[runner.key] = runner.logs
-                runner.start(o.spec, report_creating=True)
+                runner.start(spec, report_creating=True)
         elif o.status is KernelStatus.CREATING:
             runner = self._runner(o)
             if not runner.prepared and not runner.ended:

@@ -37,6 +37,16 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def port_is_free(port: int) -> bool:
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a closed listener's TIME_WAIT is no owner
+        try:
+            s.bind(("", port))
+        except OSError:
+            return False
+    return True
+
+
 def kernel_env(
     spec: dict[str, Any],
     kernel_id: str,
@@ -167,6 +177,8 @@ class KernelRunner:
         self.kill_sent = False
         self.fenced = False
         self.pid: int | None = None
+        self.master_port: int | None = None
+        """Rank 0's rendezvous port, once prepared (picked here or chosen at placement)."""
         self.uid = os.geteuid()
         self._done = asyncio.Event()
 
@@ -180,10 +192,20 @@ class KernelRunner:
                 termination_message=f"unknown image {image!r} on this agent",
             )
             return
+        if spec.get("pick_master_port"):
+            self.master_port = free_port()
+        elif self.rank == 0 and spec.get("master_port"):
+            # Chosen at placement from this agent's declared range: it must be free here.
+            self.master_port = int(spec["master_port"])
+            if not port_is_free(self.master_port):
+                self._end(
+                    KernelStatus.ERROR,
+                    termination_message=f"rendezvous port {self.master_port} is in use on this agent",
+                )
+                return
         self.prepared = True
-        port = free_port() if spec.get("pick_master_port") else None
         if not quiet:
-            self._say(KernelStatus.PREPARED, master_port=port)
+            self._say(KernelStatus.PREPARED, master_port=self.master_port)
 
     def _own_files(self, account: Account, checkpoint: Path) -> str | None:
         """Give the kernel's directories and log files to its account; why not, when it cannot be."""

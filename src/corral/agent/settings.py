@@ -29,3 +29,5 @@ class AgentSettings(BaseSettings):
     # When started as root: the account kernels of owners with no mapped uid run as.
     kernel_user: str = "corral"
     allow_root_kernels: bool = False
+    # LOW-HIGH: ports the manager may choose for a gang's rank 0 here (see domain/rendezvous.py).
+    rendezvous_ports: str | None = None

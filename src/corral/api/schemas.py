@@ -246,6 +246,7 @@ class KernelOut(BaseModel):
     output_complete: bool = Field(description="the agent has shipped all of this kernel's output")
     output_dropped: int = Field(description="bytes of its output dropped by the log cap")
     gpu_devices: list[int] = Field(description="GPU indexes on its agent (its CUDA_VISIBLE_DEVICES)")
+    master_port: int | None = Field(description="rank 0: the gang's rendezvous port (its MASTER_PORT)")
 
     @classmethod
     def of(cls, k: KernelRecord) -> KernelOut:
@@ -266,6 +267,7 @@ class KernelOut(BaseModel):
             output_complete=k.logs_done,
             output_dropped=k.log_dropped,
             gpu_devices=list(k.devices or []),
+            master_port=k.master_port,
         )
 
 

@@ -150,6 +150,13 @@ def agent(
     allow_root_kernels: Annotated[
         bool, typer.Option("--allow-root-kernels", help="when started as root: kernels may run as root")
     ] = False,
+    rendezvous_ports: Annotated[
+        str | None,
+        typer.Option(
+            help="ports LOW-HIGH the manager may give a gang's rank 0 here (e.g. 29400-29499): a gang"
+            " spread over agents then starts as soon as it is prepared, with no start order to wait for"
+        ),
+    ] = None,
 ) -> None:
     """Run an agent on this node: it registers, pulls work and runs kernels.
 
@@ -175,12 +182,20 @@ def agent(
         "memory_mode": memory_mode,
         "kernel_user": kernel_user,
         "allow_root_kernels": allow_root_kernels or None,
+        "rendezvous_ports": rendezvous_ports,
     }
     for attr, value in overrides.items():
         if value is not None:
             setattr(cfg, attr, value)
     if not cfg.token:
         raise fail("an agent needs --token (or CORRAL_AGENT_TOKEN)")
+    if cfg.rendezvous_ports:
+        from corral.domain.rendezvous import parse_port_range
+
+        try:
+            parse_port_range(cfg.rendezvous_ports)
+        except ValueError as exc:
+            raise fail(f"--rendezvous-ports: {exc}") from None
     from corral.logsetup import add_secret
 
     add_secret(cfg.token)

@@ -11,6 +11,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from corral.domain.error_record import worker_name
+from corral.domain.rendezvous import start_at_once
 from corral.domain.resources import ResourceError, ResourceSlots
 from corral.domain.status import KernelStatus
 from corral.protocol.messages import LogShipment
@@ -247,11 +248,11 @@ def _spec(
         "hosts": hosts,
         "master_addr": hosts[0],
         "master_port": master.master_port,
-        "pick_master_port": k.rank == 0,
-        # "Prepare and start": a one-kernel session has no rendezvous to wait for, so its agent
-        # starts it as soon as it is prepared (one round trip, not two); a gang's kernels wait for
-        # the start order, which comes once every one is prepared and rank 0's port is known.
-        "start_at_once": s.cluster_size == 1,
+        # Rank 0's agent picks a free port unless one was chosen at placement.
+        "pick_master_port": k.rank == 0 and master.master_port is None,
+        # "Prepare and start" (one round trip, not two) when the rendezvous is known now; else the
+        # kernel waits, prepared, for the start order that carries rank 0's port.
+        "start_at_once": start_at_once([p.agent_id for p in s.kernels], master.master_port),
         "attempt": s.attempt,
         "resume_count": s.resume_count,
         "array_id": s.spec.array_id,

@@ -15,6 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from corral.domain.cause import TerminationReason
 from corral.domain.devices import assign_devices
 from corral.domain.placement import Placement
+from corral.domain.rendezvous import pick_port, port_range
 from corral.domain.status import KERNEL_ON_AGENT, TERMINAL_KERNEL, TERMINAL_SESSION, KernelStatus
 from corral.domain.transitions import kernel_sources
 from corral.store import convert
@@ -54,6 +55,46 @@ async def write_placements(conn: AsyncConnection, placed: dict[str, Placement], 
         [{"k_id": r["kernel_id"], "k_agent": r["agent_id"]} for r in rows],
     )
     await _assign_gpus(conn, [r for r in rows if int(Decimal(str(r["slots"].get("gpu", 0)))) > 0])
+    await _assign_rendezvous(conn, placed)
+
+
+async def _assign_rendezvous(conn: AsyncConnection, placed: dict[str, Placement]) -> None:
+    """Rank 0's port, for gangs spread over agents whose rank-0 agent declares rendezvous ports:
+    with it the rendezvous is known at placement and every rank starts once prepared.  A port no
+    live gang of that agent holds (the group's lock serialises placements)."""
+    spread = {sid: p.agent_ids[0] for sid, p in placed.items() if len(set(p.agent_ids)) > 1}
+    if not spread:
+        return
+    first = sorted(set(spread.values()))
+    ranges = {
+        a: port_range(info)
+        for a, info in await conn.execute(select(agents.c.id, agents.c.info).where(agents.c.id.in_(first)))
+    }
+    ranges = {a: r for a, r in ranges.items() if r is not None}
+    if not ranges:
+        return
+    held: dict[str, set[int]] = {a: set() for a in ranges}
+    rows = await conn.execute(
+        select(allocations.c.agent_id, kernels.c.master_port)
+        .join(kernels, kernels.c.id == allocations.c.kernel_id)
+        .where(
+            allocations.c.agent_id.in_(sorted(ranges)),
+            allocations.c.released_at.is_(None),
+            kernels.c.rank == 0,
+            kernels.c.master_port.is_not(None),
+        )
+    )
+    for agent_id, port in rows:
+        held[agent_id].add(int(port))
+    for sid, agent_id in sorted(spread.items()):
+        ports = ranges.get(agent_id)
+        port = pick_port(ports, held[agent_id], sid) if ports else None
+        if port is None:
+            continue  # every port held: this gang takes the start order's round trip
+        held[agent_id].add(port)
+        await conn.execute(
+            update(kernels).where(kernels.c.session_id == sid, kernels.c.rank == 0).values(master_port=port)
+        )
 
 
 async def _assign_gpus(conn: AsyncConnection, rows: list[dict[str, Any]]) -> None:

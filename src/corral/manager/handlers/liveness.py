@@ -7,10 +7,20 @@ from collections.abc import Sequence
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.domain.scheduling import Failure
-from corral.domain.status import SessionStatus
+from corral.domain.status import KernelStatus, SessionStatus
 from corral.manager.handlers.base import LifecycleResult
 from corral.store import agents
 from corral.store.records import SessionRecord
+
+_NOT_STARTED = frozenset(
+    {
+        KernelStatus.PENDING,
+        KernelStatus.SCHEDULED,
+        KernelStatus.PREPARING,
+        KernelStatus.PULLING,
+        KernelStatus.PREPARED,
+    }
+)
 
 
 async def lost_agents_of(conn: AsyncConnection, targets: Sequence[SessionRecord]) -> set[str]:
@@ -22,7 +32,11 @@ async def lost_agents_of(conn: AsyncConnection, targets: Sequence[SessionRecord]
 
 
 async def hand_over(
-    conn: AsyncConnection, targets: Sequence[SessionRecord], ready: SessionStatus, message: str
+    conn: AsyncConnection,
+    targets: Sequence[SessionRecord],
+    ready: SessionStatus,
+    message: str,
+    started_alone: str | None = None,
 ) -> LifecycleResult:
     """Orders are kernel rows that agents pull, so handing them over is the transaction's commit
     and a slow agent never blocks the cycle.  A session whose agent is lost fails instead; sessions
@@ -34,5 +48,6 @@ async def hand_over(
         if gone:
             result.failures.append(Failure(s.id, "agent not reachable: " + ", ".join(gone)))
         elif s.status is ready:
-            result.success(s.id, message)
+            alone = started_alone if all(k.status not in _NOT_STARTED for k in s.kernels) else None
+            result.success(s.id, alone or message)
     return result

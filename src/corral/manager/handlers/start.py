@@ -26,4 +26,11 @@ class StartSessions(LifecycleHandler):
         )
 
     async def execute(self, ctx: HandlerContext, targets: Sequence[SessionRecord]) -> LifecycleResult:
-        return await hand_over(ctx.conn, targets, SessionStatus.PREPARED, "start orders handed to agents")
+        return await hand_over(
+            ctx.conn,
+            targets,
+            SessionStatus.PREPARED,
+            "start orders handed to agents",
+            # Prepare and start (domain/rendezvous.py): the audit says no start order was needed.
+            started_alone="started by its agents as soon as prepared",
+        )
