@@ -97,23 +97,32 @@ def test_lost_agent_makes_prepare_fail_retry_then_give_up(own_cluster: Callable[
     c = own_cluster(
         env={
             "CORRAL_AGENT_LEASE": "1.5",
-            "CORRAL_FENCE_TIMEOUT": "60",
+            "CORRAL_FENCE_TIMEOUT": "3",
             "CORRAL_PREPARING_TIMEOUT": "0",
             "CORRAL_MAX_TRIES": "3",
         }
     )
     c.start_agent("flaky")
     c.signal_agent("flaky", signal.SIGSTOP)
-    s = c.submit(command=["sh", "-c", "echo back"])  # placed at once, while its lease still runs
+    # Placed at once, while its lease still runs.
+    s = c.submit(command=["sh", "-c", "echo back"], retry_policy={"max_retries": 1, "retry_delay": 0})
     poll(lambda: "GIVE_UP" in _results(c, s["id"], "PrepareSessions"), 30, "a GIVE_UP outcome")
     results = _results(c, s["id"], "PrepareSessions")
     assert results.count("NEED_RETRY") == 2, results
     give_up = next(h for h in c.history(s["id"]) if h["result"] == "GIVE_UP")
-    assert (give_up["from_status"], give_up["to_status"]) == ("PREPARING", "PENDING")
     assert "not reachable" in give_up["message"] and "try 3" in give_up["message"]
-    assert c.session(s["id"])["status"] == "PENDING"
+    # Its order said "prepare and start": the silent agent may have started it before going quiet,
+    # so it is stopped, never re-queued (no second copy, its capacity held) until the fence
+    # declares it gone; then the retry policy takes over.
+    assert (give_up["from_status"], give_up["to_status"]) == ("PREPARING", None)
+    assert "already run" in give_up["message"]
+    first = c.wait(s["id"], timeout=60)
+    assert (first["status"], first["cause"]) == ("ERROR", "agent_transient"), first
+    assert first["termination_reason"] == "scheduler_timeout"
+    assert all(h["to_status"] != "PENDING" for h in c.history(s["id"]))
     c.signal_agent("flaky", signal.SIGCONT)
-    final = c.wait(s["id"], timeout=60)
+    child = poll(lambda: c.session(s["id"])["next_attempt_id"], 30, "the retry")
+    final = c.wait(child, timeout=60)
     assert (final["status"], final["result"]) == ("TERMINATED", "success")
 
 

@@ -9,20 +9,27 @@ import json
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from corral.domain.judge import PhaseLimits
 from corral.domain.placement import Placement
 from corral.domain.resources import ResourceSlots
 from corral.domain.spec import SessionSpec
 from corral.domain.status import KernelStatus, SessionStatus
+from corral.manager.coordinator import Coordinator
+from corral.manager.handlers.prepare import PrepareSessions
 from corral.services.agent_protocol import AgentProtocol
 from corral.settings import SchedulerSettings
-from corral.store import agents, kernels, sessions
+from corral.store import agents, journal, kernels, sessions
 from corral.store.db import make_engine, transaction, upgrade
-from corral.store.records import Move, NewSession
+from corral.store.records import KernelReport, Move, NewSession
+from corral.store.tables import agents as agent_rows
+from corral.store.tables import allocations
 from corral.wakeup import Wakeup
 from tests.conftest import BACKENDS
 from tests.support.cluster import Cluster
@@ -67,7 +74,9 @@ async def test_gangs_start_at_once_exactly_when_their_rendezvous_is_known(
             "a": {"rendezvous_ports": RANGE},
             "b": {},
             "c": {"rendezvous_ports": [0, 70000]},
+            "d": {"rendezvous_ports": RANGE},  # on a's host: the ports are the host's, not the agent's
         }
+        hosts = {"a": "10.0.0.1", "b": "10.0.0.2", "c": "10.0.0.3", "d": "10.0.0.1"}
         epochs = {}
         async with transaction(engine) as conn:
             for agent_id, info in declared.items():
@@ -75,7 +84,7 @@ async def test_gangs_start_at_once_exactly_when_their_rendezvous_is_known(
                     conn,
                     agent_id,
                     hostname=agent_id,
-                    address=f"10.0.0.{len(epochs) + 1}",
+                    address=hosts[agent_id],
                     resource_group="default",
                     capacity=ResourceSlots.parse({"cpu": 64}),
                     info=info,
@@ -99,6 +108,8 @@ async def test_gangs_start_at_once_exactly_when_their_rendezvous_is_known(
         third = await orders(("a", "b"))
         assert [(o["spec"]["start_at_once"], o["spec"]["master_port"]) for o in third] == [(False, None)] * 2
         assert third[0]["spec"]["pick_master_port"]
+        # Another agent on the same host finds the host's ports held too.
+        assert [o["spec"]["master_port"] for o in await orders(("d", "b"))] == [None, None]
         # Rank 0 on an agent without ports (or with a range that is not one): the start order.
         for placement in (("b", "a"), ("c", "a")):
             assert [o["spec"]["start_at_once"] for o in await orders(placement)] == [False, False]
@@ -187,11 +198,84 @@ def test_a_spread_gang_without_declared_ports_waits_for_the_start_order(
     assert s["kernels"][0]["master_port"] == port  # picked by rank 0's agent, then handed to rank 1
 
 
-def test_an_agent_refuses_a_bad_rendezvous_range(tmp_path: Any) -> None:
+@pytest.mark.parametrize("ports", ["29499-29400", "abc", "0-10", "1-70000"])
+def test_an_agent_refuses_a_bad_rendezvous_range(tmp_path: Any, ports: str) -> None:
     c = Cluster("sqlite+aiosqlite:///" + str(tmp_path / "unused.db"), tmp_path)
     try:
-        done = c.corral("agent", "--token", "t", "--rendezvous-ports", "29499-29400", timeout=60)
+        done = c.corral("agent", "--token", "t", "--rendezvous-ports", ports, timeout=60)
         assert done.returncode != 0
-        assert "--rendezvous-ports" in done.stderr and "29499-29400" in done.stderr
+        assert "--rendezvous-ports" in done.stderr and ports in done.stderr
+        assert "Traceback" not in done.stderr
     finally:
         c.close()
+
+
+def test_an_agent_refuses_rendezvous_ports_among_the_ephemeral_ones(tmp_path: Any) -> None:
+    low, high = (int(v) for v in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    c = Cluster("sqlite+aiosqlite:///" + str(tmp_path / "unused.db"), tmp_path)
+    try:
+        done = c.corral("agent", "--token", "t", "--rendezvous-ports", f"{low}-{low + 10}", timeout=60)
+        assert done.returncode != 0 and "ephemeral" in done.stderr and f"{low}-{high}" in done.stderr
+    finally:
+        c.close()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_a_gang_with_a_running_rank_is_stopped_not_requeued(
+    backend: str, fresh_database: Callable[[str], str]
+) -> None:
+    """Rank 0 started at once and runs; rank 1's agent is lost before preparing it.  Sending the
+    gang back to the queue would free rank 0's capacity while it still runs and place it again
+    beside itself: the session is stopped instead, rank 0 keeps its placement until it is gone."""
+    engine = make_engine(fresh_database(backend))
+    try:
+        await upgrade(engine)
+        epochs = {}
+        async with transaction(engine) as conn:
+            for agent_id, info in (("a", {"rendezvous_ports": RANGE}), ("b", {})):
+                epochs[agent_id] = await agents.register(
+                    conn,
+                    agent_id,
+                    hostname=agent_id,
+                    address="10.0.0.1" if agent_id == "a" else "10.0.0.2",
+                    resource_group="default",
+                    capacity=ResourceSlots.parse({"cpu": 64}),
+                    info=info,
+                    now=datetime.now(UTC),
+                )
+        protocol = AgentProtocol(engine, SchedulerSettings(), Wakeup(), log_cap=1 << 20)
+        sid = await _handed_over(engine, ("a", "b"))
+        rank0, _ = await _orders(protocol, epochs, sid)
+        steps = [KernelStatus.PREPARED, KernelStatus.CREATING, KernelStatus.RUNNING]
+        reports = [KernelReport(rank0["kernel_id"], status, generation=0) for status in steps]
+        assert (await protocol.report("a", epochs["a"], reports))[:2] == (3, [])
+
+        # The database itself refuses to re-queue it.
+        async with transaction(engine) as conn:
+            back = Move(sid, SessionStatus.PREPARING, SessionStatus.PENDING, KernelStatus.PENDING)
+            assert await sessions.apply_moves(conn, [back], datetime.now(UTC)) == []
+        # And the coordinator, finding rank 1's agent lost, stops it instead of re-queueing it.
+        async with transaction(engine) as conn:
+            await conn.execute(update(agent_rows).where(agent_rows.c.id == "b").values(status="LOST"))
+        limits = PhaseLimits(timeouts={}, max_tries=1)
+        coordinator = Coordinator(engine, "default", [], limits, lambda: datetime.now(UTC))
+        assert await coordinator.run_handler(PrepareSessions()) == 0
+        async with engine.connect() as conn:
+            s = await sessions.get(conn, sid)
+            held = await conn.execute(
+                select(allocations.c.kernel_id).where(
+                    allocations.c.session_id == sid, allocations.c.released_at.is_(None)
+                )
+            )
+            still_held = set(held.scalars())
+        assert s is not None
+        assert (s.status, s.termination_reason) == (SessionStatus.PREPARING, "scheduler_timeout")
+        assert "already run" in (s.termination_message or "")
+        first = s.kernels[0]
+        assert (first.status, first.agent_id, first.generation) == (KernelStatus.RUNNING, "a", 0)
+        assert rank0["kernel_id"] in still_held
+        async with engine.connect() as conn:
+            rows = await journal.history_of(conn, sid)
+        assert [r.handler for r in rows if "already run" in r.message] == ["PrepareSessions"]
+    finally:
+        await engine.dispose()

@@ -118,5 +118,18 @@ async def test_a_batch_applies_in_order_and_refuses_only_its_stale_reports(
         )
         assert (applied, refused) == (2, [k_foreign.id])
         assert (await _kernel(engine, foreign)).status is KernelStatus.PREPARED
+
+        # What only the manager decides is never taken from a report, even the kernel's own agent's.
+        for status in (
+            KernelStatus.PENDING,
+            KernelStatus.SCHEDULED,
+            KernelStatus.TERMINATING,
+            KernelStatus.SUSPENDED,
+        ):
+            applied, refused, _ = await protocol.report(
+                "a", epoch, [KernelReport(k_foreign.id, status, generation=0)]
+            )
+            assert (applied, refused) == (0, [k_foreign.id]), status
+        assert (await _kernel(engine, foreign)).status is KernelStatus.PREPARED
     finally:
         await engine.dispose()

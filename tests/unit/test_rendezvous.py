@@ -6,7 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from corral.domain.rendezvous import parse_port_range, pick_port, port_range, start_at_once
+from corral.domain.rendezvous import may_run, overlap, parse_port_range, pick_port, port_range, start_at_once
+from corral.domain.status import KernelStatus
 
 
 @pytest.mark.parametrize(
@@ -76,3 +77,36 @@ def test_a_picked_port_is_in_range_and_never_held(ports: tuple[int, int], held: 
 def test_different_sessions_usually_start_at_different_ports() -> None:
     picked = {pick_port((29400, 29499), set(), f"session-{i}") for i in range(50)}
     assert len(picked) > 25  # a port taken outside Corral does not fail every retry the same way
+
+
+@given(
+    st.tuples(st.integers(1, 100), st.integers(1, 100)), st.tuples(st.integers(1, 100), st.integers(1, 100))
+)
+def test_ranges_overlap_when_they_share_a_port(a: tuple[int, int], b: tuple[int, int]) -> None:
+    a, b = (min(a), max(a)), (min(b), max(b))
+    shared = set(range(a[0], a[1] + 1)) & set(range(b[0], b[1] + 1))
+    assert overlap(a, b) is bool(shared)
+
+
+P, R, C, T = KernelStatus.PREPARING, KernelStatus.RUNNING, KernelStatus.CREATING, KernelStatus.TERMINATING
+D, S = KernelStatus.PREPARED, KernelStatus.SCHEDULED
+
+
+@pytest.mark.parametrize(
+    ("kernels", "port", "alive", "expected"),
+    [
+        ([(R, "a")], None, {"a"}, True),  # started
+        ([(T, "a"), (D, "b")], None, {"a", "b"}, True),
+        ([(C, "a"), (D, "b")], None, {"a", "b"}, True),  # told to start
+        ([(P, "a")], None, {"a"}, False),  # handed to a live agent: it will report (or be killed)
+        ([(P, "a")], None, set(), True),  # one kernel, prepare and start, its agent silent: may run
+        ([(D, "a"), (D, "a")], None, set(), True),  # a gang on one agent: the same
+        ([(P, "a"), (D, "b")], None, {"a"}, False),  # spread, waiting for the start order: cannot run
+        ([(P, "a"), (D, "b")], 29400, {"a"}, True),  # spread with a known port: rank 1 may run on b
+        ([(S, "a")], None, set(), False),  # placed, never handed over
+    ],
+)
+def test_a_session_may_run_when_a_process_of_it_may_exist(
+    kernels: list[tuple[KernelStatus, str]], port: int | None, alive: set[str], expected: bool
+) -> None:
+    assert may_run(kernels, port, alive) is expected

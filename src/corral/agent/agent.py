@@ -313,10 +313,11 @@ class Agent:
                 await asyncio.sleep(0.5)
 
     async def _await_starts(self) -> None:
-        """A kernel being started reports RUNNING a millisecond or two after CREATING: wait for it
-        (briefly) so that both go in one request, not two round trips."""
+        """A kernel being started reports RUNNING a millisecond or two after CREATING: when that is
+        all there is to say, wait for it (briefly) so that both go in one request, not two round
+        trips.  Anything else in the outbox (a kernel's end, above all) goes at once."""
         deadline = time.monotonic() + START_COALESCE
-        while any(k.starting for k in self.kernels.values()):
+        while self._only_starts():
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return
@@ -325,6 +326,11 @@ class Agent:
             except TimeoutError:
                 return
             self._wake_push.clear()
+
+    def _only_starts(self) -> bool:
+        """The outbox holds only steps of kernels still starting (and at least one)."""
+        starting = {k.kernel_id for k in self.kernels.values() if k.starting}
+        return bool(starting) and all(r["kernel_id"] in starting for r in self.outbox)
 
     async def _push_once(self) -> None:
         # A kernel's end is reported at once: its output follows on its own (the ship loop).
@@ -491,7 +497,11 @@ class Agent:
     def _rendezvous_info(self) -> dict[str, Any]:
         if not self.cfg.rendezvous_ports:
             return {}
-        return {"rendezvous_ports": list(parse_port_range(self.cfg.rendezvous_ports))}
+        try:
+            return {"rendezvous_ports": list(parse_port_range(self.cfg.rendezvous_ports))}
+        except ValueError as exc:  # the CLI refuses it; an agent made otherwise declares none
+            log.error("rendezvous ports ignored", error=str(exc))
+            return {}
 
     def _rendezvous(self, o: KernelOrder) -> dict[str, Any] | None:
         """The order's spec with rank 0's port, or None when this agent cannot know it yet (the

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import psutil
@@ -27,3 +28,12 @@ def capacity(cfg: AgentSettings) -> dict[str, Any]:
     mem = parse_mem(cfg.mem) if cfg.mem is not None else psutil.virtual_memory().total
     gpu = cfg.gpu if cfg.gpu is not None else detect_gpus()
     return {"cpu": str(cpu), "mem": mem, "gpu": gpu, **{k: str(v) for k, v in cfg.slots.items()}}
+
+
+def ephemeral_ports() -> tuple[int, int] | None:
+    """This host's range of ports handed out to any socket that asks (None: unknown)."""
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return None

@@ -47,6 +47,22 @@ def port_is_free(port: int) -> bool:
     return True
 
 
+_PATHS: dict[str, tuple[float, str]] = {}
+PATH_RECHECK = 10.0  # seconds: a PATH entry's permissions change rarely; a kernel start is frequent
+
+
+def _reachable_path(value: str | None) -> str:
+    """The entries of PATH every account can reach, checked again every PATH_RECHECK seconds
+    (checking each directory's ancestors took a third of a busy agent's time)."""
+    value = value if value is not None else os.defpath
+    seen = _PATHS.get(value)
+    if seen is not None and time.monotonic() - seen[0] < PATH_RECHECK:
+        return seen[1]
+    found = os.pathsep.join(p for p in value.split(os.pathsep) if p and reachable(Path(p)))
+    _PATHS[value] = (time.monotonic(), found)
+    return found
+
+
 def kernel_env(
     spec: dict[str, Any],
     kernel_id: str,
@@ -63,8 +79,7 @@ def kernel_env(
         # Its own name, a home it can write (not root's), and only the PATH entries it can reach
         # (a root agent's PATH often starts in /root, where `python3` would be "Permission denied").
         home = account.home or str(files["stdout"].parent)
-        path = [p for p in env.get("PATH", os.defpath).split(os.pathsep) if p and reachable(Path(p))]
-        env.update(HOME=home, USER=account.name, LOGNAME=account.name, PATH=os.pathsep.join(path))
+        env.update(HOME=home, USER=account.name, LOGNAME=account.name, PATH=_reachable_path(env.get("PATH")))
     env.update(spec.get("env") or {})
     hosts = spec["hosts"]
     env.update(

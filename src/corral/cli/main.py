@@ -190,12 +190,20 @@ def agent(
     if not cfg.token:
         raise fail("an agent needs --token (or CORRAL_AGENT_TOKEN)")
     if cfg.rendezvous_ports:
-        from corral.domain.rendezvous import parse_port_range
+        from corral.agent.capacity import ephemeral_ports
+        from corral.domain.rendezvous import overlap, parse_port_range
 
         try:
-            parse_port_range(cfg.rendezvous_ports)
+            ports = parse_port_range(cfg.rendezvous_ports)
         except ValueError as exc:
             raise fail(f"--rendezvous-ports: {exc}") from None
+        ephemeral = ephemeral_ports()
+        if ephemeral is not None and overlap(ports, ephemeral):
+            # Other programs (and the ports agents pick) come from there: a gang's port could be taken.
+            raise fail(
+                f"--rendezvous-ports: {cfg.rendezvous_ports} overlaps this host's ephemeral ports"
+                f" {ephemeral[0]}-{ephemeral[1]}; choose a range outside it"
+            )
     from corral.logsetup import add_secret
 
     add_secret(cfg.token)

@@ -7,7 +7,14 @@ import zlib
 from collections.abc import Collection, Sequence
 from typing import Any
 
+from corral.domain.status import KernelStatus
+
 PortRange = tuple[int, int]
+
+# A kernel in these has a process, or was told to start one.
+_PROCESS = frozenset({KernelStatus.CREATING, KernelStatus.RUNNING, KernelStatus.TERMINATING})
+# Handed to an agent, not yet reported started: with a start-at-once order it may run already.
+_HANDED = frozenset({KernelStatus.PREPARING, KernelStatus.PULLING, KernelStatus.PREPARED})
 
 
 def start_at_once(agent_ids: Sequence[str | None], master_port: int | None) -> bool:
@@ -17,6 +24,20 @@ def start_at_once(agent_ids: Sequence[str | None], master_port: int | None) -> b
     from the agent's declared range, or reported by rank 0).  Otherwise every rank waits, prepared,
     for the start order that carries rank 0's port."""
     return len(agent_ids) == 1 or len(set(agent_ids)) == 1 or master_port is not None
+
+
+def may_run(
+    kernels: Sequence[tuple[KernelStatus, str | None]], master_port: int | None, alive: Collection[str]
+) -> bool:
+    """Whether a process of this session may exist (its kernels as (status, agent id), in rank
+    order).  Yes when a kernel is started or told to start; and, when its orders said "prepare and
+    start", when a kernel handed to an agent that is not alive has not reported: that agent may
+    have started it just before it went silent, and only the fence says when it is dead."""
+    if any(status in _PROCESS for status, _ in kernels):
+        return True
+    if not start_at_once([agent for _, agent in kernels], master_port):
+        return False
+    return any(status in _HANDED and agent not in alive for status, agent in kernels)
 
 
 def port_range(info: Any) -> PortRange | None:
@@ -44,6 +65,10 @@ def parse_port_range(text: str) -> PortRange:
     if not 1 <= span[0] <= span[1] <= 65535:
         raise ValueError(f"{text!r} is not a port range within 1-65535 (low first)")
     return span
+
+
+def overlap(a: PortRange, b: PortRange) -> bool:
+    return a[0] <= b[1] and b[0] <= a[1]
 
 
 def pick_port(ports: PortRange, held: Collection[int], key: str) -> int | None:

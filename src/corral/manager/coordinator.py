@@ -60,6 +60,9 @@ def _absent_kernels(handler: Handler) -> frozenset[KernelStatus] | None:
     return None
 
 
+_RUNS = "some of its kernels may already run: stopped, not re-queued"
+
+
 class Coordinator:
     """Applies handlers' declared transitions for one resource group."""
 
@@ -230,6 +233,12 @@ class Coordinator:
             dst = to.session
             values: tuple[tuple[str, Any], ...] = ()
             if kind is not SchedulingResult.SUCCESS and dst is SessionStatus.PENDING:
+                if s.id in running:
+                    # Some of its kernels started at once (prepare and start): re-queueing would free
+                    # their capacity before they are confirmed dead. Stopped instead, as ExpireCreating.
+                    stop.append(s.id)
+                    history.append((s.id, handler.name, kind, s.status, None, message + "; " + _RUNS))
+                    return
                 if reschedules_exhausted(s.reschedule_count, self._limits):
                     # Re-scheduled too often: stop it instead (ends ERROR scheduler_timeout).
                     stop.append(s.id)
@@ -257,6 +266,18 @@ class Coordinator:
 
         stop: list[str] = []
         expired_only: list[tuple[str, str, str]] = []
+        attempted = set(result.successes) | {f.session_id for f in result.failures}
+        requeued = {
+            t.session for t in (transitions.need_retry, transitions.give_up, transitions.expired) if t
+        }
+        may_requeue = [f.session_id for f in result.failures] + [
+            s.id for s in (*targets, *overdue) if s.id not in attempted
+        ]
+        running = (
+            await sessions.with_running_kernels(ctx.conn, may_requeue)
+            if SessionStatus.PENDING in requeued and may_requeue
+            else set()
+        )
         for sid in result.successes:
             outcome(by_id[sid], SchedulingResult.SUCCESS, transitions.success, result.messages.get(sid, ""))
         if result.failures:
@@ -274,7 +295,6 @@ class Coordinator:
                         transitions.need_retry,
                         f"{f.message} (try {tries[s.id]})",
                     )
-        attempted = set(result.successes) | {f.session_id for f in result.failures}
         for s in (*targets, *overdue):
             # A retry waiting for its time is not late for it: its status counts from then.
             since = max(s.status_changed_at, s.retry_after) if s.retry_after else s.status_changed_at
@@ -289,8 +309,9 @@ class Coordinator:
             placed = {sid: p for sid, p in result.placements.items() if sid in won_ids}
             await kernels.write_placements(ctx.conn, placed, ctx.now)
         for sid in stop:
+            why = _RUNS if sid in running else "re-scheduled too often"
             await sessions.request_termination(
-                ctx.conn, sid, TerminationReason.SCHEDULER_TIMEOUT, "re-scheduled too often", ctx.now
+                ctx.conn, sid, TerminationReason.SCHEDULER_TIMEOUT, why, ctx.now
             )
         skipped = [(k.session_id, by_id[k.session_id].status, k.reason) for k in result.skipped]
         await journal.add_skips(ctx.conn, handler.name, skipped, ctx.now)

@@ -97,8 +97,14 @@ class RetryEngine:
             self._backstop_at = time.monotonic()
             async with self._engine.connect() as conn:
                 ids += await retries.undecided(conn, now - self._grace, self._batch)
+        pending = list(dict.fromkeys(ids))
         decided = 0
-        for session_id in dict.fromkeys(ids):
+        if pending:
+            async with transaction(self._engine) as conn:
+                plain = await retries.settle_first_successes(conn, pending)
+            decided = len(plain)
+            pending = [sid for sid in pending if sid not in plain]
+        for session_id in pending:
             try:
                 outcome = await self._decide_one(session_id, settings)
             except asyncio.CancelledError:

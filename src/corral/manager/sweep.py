@@ -61,7 +61,7 @@ async def sweep(engine: AsyncEngine, resource_group: str, cfg: SchedulerSettings
         silent = timedelta(seconds=cfg.fence_timeout + cfg.fence_margin)
         fenced = await agents.fence_expired(conn, silent, now)
         if fenced:
-            gone = await agents.started_kernels_on(conn, fenced)
+            gone = await agents.kernels_held_by(conn, fenced)
             log.warning("kernels of fenced agents declared gone", agents=fenced, kernels=len(gone))
             about = await kernels.sessions_on(conn, kernel_ids=gone)
             beats = await agents.heartbeats(conn, fenced)
@@ -71,7 +71,7 @@ async def sweep(engine: AsyncEngine, resource_group: str, cfg: SchedulerSettings
                 last = beats.get(agent_id)
                 await kernels.end_kernels(
                     conn,
-                    await agents.started_kernels_on(conn, [agent_id]),
+                    await agents.kernels_held_by(conn, [agent_id]),
                     KernelStatus.ERROR,
                     now,
                     agent_lost=True,

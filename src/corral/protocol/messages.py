@@ -108,7 +108,7 @@ class KernelReportIn(BaseModel):
     image_failed: bool = False
     agent_lost: bool = False
     exited_at_ns: Int64 | None = None
-    master_port: Annotated[int, Field(ge=0, le=65535)] | None = None
+    master_port: Annotated[int, Field(ge=1, le=65535)] | None = None
     termination_message: LongText | None = None
     error_record: JsonObject | None = None
     detail: JsonObject = Field(default_factory=dict)

@@ -200,9 +200,8 @@ async def _orders_for(conn: AsyncConnection, agent_id: str, checkpoint_root: str
         return []
     wanted = sorted({k.session_id for k in mine if k.status in _SPEC_STATUSES})
     by_session = {s.id: s for s in await sessions.get_many(conn, wanted)}
-    # Hosts matter to gangs only (a one-kernel session is its own master).
-    gangs = any(s.cluster_size > 1 for s in by_session.values())
-    addresses = await agents.addresses(conn) if gangs else {}
+    hosts = {k.agent_id for s in by_session.values() for k in s.kernels if k.agent_id}
+    addresses = await agents.addresses(conn, sorted(hosts)) if hosts else {}
     run_as = await users.run_as_of(conn, sorted({s.owner for s in by_session.values()}))
     out = []
     for k in mine:

@@ -21,7 +21,7 @@ from corral.domain.spec import RetryPolicy, SessionSpec, SessionType
 from corral.domain.status import TERMINAL_SESSION, SessionResult, SessionStatus
 from corral.services import policies
 from corral.services.errors import Conflict, Forbidden, InvalidInput, NotFound
-from corral.store import agents, auth, config, journal, retries, sessions, users
+from corral.store import agents, auth, config, journal, retries, sessions
 from corral.store.auth import Principal
 from corral.store.db import transaction
 from corral.store.records import HistoryRecord, NewSession, SessionRecord
@@ -91,10 +91,10 @@ async def earlier(conn: AsyncConnection, who: Principal, spec: SessionSpec) -> S
     return await sessions.get(conn, session_id)
 
 
-async def _priority(
-    conn: AsyncConnection, who: Principal, project_cfg: Mapping[str, Any], requested: int | None
+def _priority(
+    who: Principal, project_cfg: Mapping[str, Any], user_cfg: Mapping[str, Any], requested: int | None
 ) -> int:
-    own = (await users.config_of(conn, who.user_id)).get("priority_rules")
+    own = user_cfg.get("priority_rules")
     try:
         return choose(effective(project_cfg.get("priority_rules"), own), requested, who.is_admin)
     except PriorityRefused as exc:
@@ -162,10 +162,10 @@ async def prepared(
         raise Forbidden(f"you are not a member of project {spec.project!r}", {"field": "project"})
     await _check_fits(conn, spec)
     await policies.check_names(conn, list(spec.retry_policies), "retry_policies")
-    project_cfg = await config.project_config(conn, spec.project) or {}
+    project_cfg, user_cfg = await config.submitter_configs(conn, spec.project, who.user_id)
     return replace(
         spec,
-        priority=await _priority(conn, who, project_cfg, requested_priority),
+        priority=_priority(who, project_cfg, user_cfg, requested_priority),
         retry_policy=await _effective_policy(conn, spec, retry_fields, project_cfg),
     )
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -131,17 +132,14 @@ async def mark_lost(conn: AsyncConnection, lease: timedelta, now: datetime) -> l
 
 
 async def fence_expired(conn: AsyncConnection, fence: timedelta, now: datetime) -> list[str]:
-    """LOST agents silent past the fence timeout that still hold started kernels.
+    """LOST agents silent past the fence timeout that still hold kernels (`kernels_held_by`).
 
     Their epoch is bumped, so a late report from them is refused; the caller declares the kernels
     gone.  By now the agent has killed them itself (self-fencing), or died with them.
     """
     has_started = (
         select(kernel_table.c.id)
-        .where(
-            kernel_table.c.agent_id == agents.c.id,
-            kernel_table.c.status.in_(["CREATING", "RUNNING", "TERMINATING"]),
-        )
+        .where(kernel_table.c.agent_id == agents.c.id, kernel_table.c.status.in_(_HELD))
         .exists()
     )
     result = await conn.execute(
@@ -158,11 +156,23 @@ async def heartbeats(conn: AsyncConnection, agent_ids: list[str]) -> dict[str, d
     return {r.id: r.last_heartbeat for r in rows}
 
 
+_HELD = ["PREPARING", "PULLING", "PREPARED", "CREATING", "RUNNING", "TERMINATING"]
+
+
 async def started_kernels_on(conn: AsyncConnection, agent_ids: list[str]) -> list[str]:
+    return await _kernels_on(conn, agent_ids, ["CREATING", "RUNNING", "TERMINATING"])
+
+
+async def kernels_held_by(conn: AsyncConnection, agent_ids: list[str]) -> list[str]:
+    """Kernels these agents may run: started ones, and those handed over and not yet reported (a
+    "prepare and start" order may have started them just before the agent went silent)."""
+    return await _kernels_on(conn, agent_ids, _HELD)
+
+
+async def _kernels_on(conn: AsyncConnection, agent_ids: list[str], statuses: list[str]) -> list[str]:
     rows = await conn.execute(
         select(kernel_table.c.id).where(
-            kernel_table.c.agent_id.in_(agent_ids),
-            kernel_table.c.status.in_(["CREATING", "RUNNING", "TERMINATING"]),
+            kernel_table.c.agent_id.in_(agent_ids), kernel_table.c.status.in_(statuses)
         )
     )
     return list(rows.scalars())
@@ -216,10 +226,10 @@ async def alive_ids(conn: AsyncConnection) -> set[str]:
     return set(rows.scalars())
 
 
-async def addresses(conn: AsyncConnection) -> dict[str, str]:
-    return {
-        agent_id: address for agent_id, address in await conn.execute(select(agents.c.id, agents.c.address))
-    }
+async def addresses(conn: AsyncConnection, agent_ids: Sequence[str]) -> dict[str, str]:
+    """These agents' addresses (peers reach them there)."""
+    rows = await conn.execute(select(agents.c.id, agents.c.address).where(agents.c.id.in_(sorted(agent_ids))))
+    return {agent_id: address for agent_id, address in rows}
 
 
 async def _used(conn: AsyncConnection, agent_ids: list[str]) -> dict[str, ResourceSlots]:
@@ -248,7 +258,7 @@ async def declared_slots(conn: AsyncConnection) -> set[str]:
     """Every slot name some agent declares (custom slots must be declared to be requested)."""
     rows = await conn.execute(select(agents.c.capacity))
     names: set[str] = set()
-    for (cap,) in rows.tuples():
+    for (cap,) in rows:
         names.update(cap)
     return names
 
@@ -256,7 +266,7 @@ async def declared_slots(conn: AsyncConnection) -> set[str]:
 async def capacities(conn: AsyncConnection, resource_group: str) -> list[ResourceSlots]:
     """The declared capacity of every agent registered in a group (alive or not)."""
     rows = await conn.execute(select(agents.c.capacity).where(agents.c.resource_group == resource_group))
-    return [ResourceSlots.from_json(cap) for (cap,) in rows.tuples()]
+    return [ResourceSlots.from_json(cap) for (cap,) in rows]
 
 
 async def fence(conn: AsyncConnection, agent_ids: list[str], now: datetime) -> None:

@@ -12,7 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.domain.cluster import ClusterSettings, settings_of, values_of
 from corral.store.records import AuditRecord, ProjectRecord
-from corral.store.tables import audit_log, cluster_config, projects, retry_policies
+from corral.store.tables import audit_log, cluster_config, projects, retry_policies, users
 
 
 async def cluster_values(conn: AsyncConnection) -> dict[str, Any]:
@@ -71,6 +71,21 @@ async def delete_policy(conn: AsyncConnection, name: str) -> bool:
 async def project_config(conn: AsyncConnection, name: str) -> dict[str, Any] | None:
     row = (await conn.execute(select(projects.c.config).where(projects.c.name == name))).first()
     return dict(row.config or {}) if row else None
+
+
+async def submitter_configs(
+    conn: AsyncConnection, project: str, user_id: str
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The project's config and the user's ({} when unset), in one query: every submit needs both."""
+    row = (
+        await conn.execute(
+            select(
+                select(projects.c.config).where(projects.c.name == project).scalar_subquery(),
+                select(users.c.config).where(users.c.id == user_id).scalar_subquery(),
+            )
+        )
+    ).one()
+    return dict(row[0] or {}), dict(row[1] or {})
 
 
 async def projects_binding(conn: AsyncConnection, policy: str) -> list[str]:

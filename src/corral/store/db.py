@@ -49,8 +49,8 @@ def make_reader(engine: AsyncEngine, pool_size: int = 4) -> AsyncEngine:
     read-only connections beside the one writer.  WAL lets them read while it writes, each from
     the last commit: an agent's long poll or a `GET` need not queue behind a scheduling cycle on
     the writer (measured: the orders of a just-placed session went out 7 ms after its commit)."""
-    if not is_sqlite(str(engine.url)):
-        return engine
+    if not is_sqlite(str(engine.url)) or engine.url.database in (None, "", ":memory:"):
+        return engine  # an in-memory database exists only on its own connection
     reader = create_async_engine(
         engine.url, pool_size=pool_size, max_overflow=0, pool_timeout=60, hide_parameters=True
     )

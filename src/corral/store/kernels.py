@@ -24,6 +24,19 @@ from corral.store.tables import agents, allocations, kernels, sessions
 
 log = structlog.get_logger("corral.store.kernels")
 
+# What an agent may say of its kernel: how its preparation and its process went.  The rest
+# (PENDING, SCHEDULED, TERMINATING, SUSPENDED) is the manager's to decide, never a report's.
+AGENT_REPORTS = frozenset(
+    {
+        KernelStatus.PREPARING,
+        KernelStatus.PULLING,
+        KernelStatus.PREPARED,
+        KernelStatus.CREATING,
+        KernelStatus.RUNNING,
+        *TERMINAL_KERNEL,
+    }
+)
+
 
 async def write_placements(conn: AsyncConnection, placed: dict[str, Placement], now: datetime) -> None:
     """Allocation rows and agent assignment for sessions that just moved to SCHEDULED."""
@@ -61,37 +74,46 @@ async def write_placements(conn: AsyncConnection, placed: dict[str, Placement], 
 async def _assign_rendezvous(conn: AsyncConnection, placed: dict[str, Placement]) -> None:
     """Rank 0's port, for gangs spread over agents whose rank-0 agent declares rendezvous ports:
     with it the rendezvous is known at placement and every rank starts once prepared.  A port no
-    live gang of that agent holds (the group's lock serialises placements)."""
+    live gang holds on that agent's host (agents sharing an address share its ports; the group's
+    lock serialises placements)."""
     spread = {sid: p.agent_ids[0] for sid, p in placed.items() if len(set(p.agent_ids)) > 1}
     if not spread:
         return
-    first = sorted(set(spread.values()))
-    ranges = {
-        a: port_range(info)
-        for a, info in await conn.execute(select(agents.c.id, agents.c.info).where(agents.c.id.in_(first)))
-    }
-    ranges = {a: r for a, r in ranges.items() if r is not None}
+    declared = await conn.execute(
+        select(agents.c.id, agents.c.info, agents.c.address).where(
+            agents.c.id.in_(sorted(set(spread.values())))
+        )
+    )
+    ranges: dict[str, tuple[int, int]] = {}
+    host: dict[str, str] = {}
+    for agent_id, info, address in declared:
+        found = port_range(info)
+        if found is not None:
+            ranges[agent_id], host[agent_id] = found, address
     if not ranges:
         return
-    held: dict[str, set[int]] = {a: set() for a in ranges}
+    held: dict[str, set[int]] = {address: set() for address in host.values()}
     rows = await conn.execute(
-        select(allocations.c.agent_id, kernels.c.master_port)
-        .join(kernels, kernels.c.id == allocations.c.kernel_id)
+        select(agents.c.address, kernels.c.master_port)
+        .join(kernels, kernels.c.agent_id == agents.c.id)
+        .join(allocations, allocations.c.kernel_id == kernels.c.id)
         .where(
-            allocations.c.agent_id.in_(sorted(ranges)),
+            agents.c.address.in_(sorted(held)),
             allocations.c.released_at.is_(None),
             kernels.c.rank == 0,
             kernels.c.master_port.is_not(None),
         )
     )
-    for agent_id, port in rows:
-        held[agent_id].add(int(port))
+    for address, port in rows:
+        held[address].add(int(port))
     for sid, agent_id in sorted(spread.items()):
-        ports = ranges.get(agent_id)
-        port = pick_port(ports, held[agent_id], sid) if ports else None
+        if agent_id not in ranges:
+            continue  # no ports declared: this gang takes the start order's round trip
+        taken = held[host[agent_id]]
+        port = pick_port(ranges[agent_id], taken, sid)
         if port is None:
-            continue  # every port held: this gang takes the start order's round trip
-        held[agent_id].add(port)
+            continue  # every port held: the same
+        taken.add(port)
         await conn.execute(
             update(kernels).where(kernels.c.session_id == sid, kernels.c.rank == 0).values(master_port=port)
         )
@@ -187,44 +209,40 @@ async def apply_reports(
 
     Kernels are independent rows, so the batch is applied in rounds: round i holds every kernel's
     i-th report, and a round's non-terminal reports go in one guarded UPDATE per status (the same
-    guard as a single report: this agent, this generation, a legal source).  An ending still goes
-    one by one: it carries its own outcome and releases the kernel's allocation."""
+    guard as a single report: this agent, this generation, a legal source).  An ending is its own
+    guarded UPDATE (it carries its own outcome); what follows from endings (allocations freed,
+    sessions started) is written once per round."""
+    refused = [r.kernel_id for r in reports if r.status not in AGENT_REPORTS]
     rounds: list[list[KernelReport]] = []
     seen: dict[str, int] = defaultdict(int)
-    for r in reports:
+    for r in (r for r in reports if r.status in AGENT_REPORTS):
         i = seen[r.kernel_id]
         seen[r.kernel_id] += 1
         if i == len(rounds):
             rounds.append([])
         rounds[i].append(r)
-    refused: list[str] = []
     for batch in rounds:
         steps = [r for r in batch if r.status not in TERMINAL_KERNEL]
         moved = await _apply_steps(conn, agent_id, steps, now)
-        for r in batch:
-            if r.status in TERMINAL_KERNEL:
-                if not await apply_report(conn, agent_id, r, now):
-                    refused.append(r.kernel_id)
-            elif r.kernel_id not in moved:
-                refused.append(r.kernel_id)
+        moved |= await _apply_endings(conn, agent_id, [r for r in batch if r.status in TERMINAL_KERNEL], now)
+        refused += [r.kernel_id for r in batch if r.kernel_id not in moved]
     return refused
 
 
 async def _apply_steps(
     conn: AsyncConnection, agent_id: str, steps: Sequence[KernelReport], now: datetime
 ) -> set[str]:
-    """Non-terminal reports of distinct kernels, one guarded UPDATE per (status, port); the moved."""
-    groups: dict[tuple[KernelStatus, int | None], list[KernelReport]] = defaultdict(list)
+    """Non-terminal reports of distinct kernels, one guarded UPDATE per status; the moved."""
+    groups: dict[KernelStatus, list[KernelReport]] = defaultdict(list)
     for r in steps:
-        groups[(r.status, r.master_port)].append(r)
+        groups[r.status].append(r)
     moved: set[str] = set()
     started: set[str] = set()
-    for (status, port), group in groups.items():
+    ports: list[dict[str, Any]] = []
+    for status, group in groups.items():
         values: dict[str, Any] = {"status": str(status), "status_changed_at": now}
         if status in (KernelStatus.RUNNING, KernelStatus.CREATING):
             values["started"] = True
-        if port is not None:
-            values["master_port"] = port
         result = await conn.execute(
             update(kernels)
             .where(
@@ -242,59 +260,83 @@ async def _apply_steps(
             moved.add(kernel_id)
             if status is KernelStatus.RUNNING:
                 started.add(session_id)
-    if started:
-        # As in apply_report: a session has started when its first process has.
+        # Every rank 0 picks its own port: set apart, in one executemany, for the kernels that moved.
+        ports += [{"k_id": r.kernel_id, "k_port": r.master_port} for r in group if r.master_port is not None]
+    ports = [p for p in ports if p["k_id"] in moved]
+    if ports:
+        await conn.execute(
+            update(kernels).where(kernels.c.id == bindparam("k_id")).values(master_port=bindparam("k_port")),
+            ports,
+        )
+    await _started(conn, sorted(started), now)
+    return moved
+
+
+async def _started(conn: AsyncConnection, session_ids: list[str], now: datetime) -> None:
+    """A session has started when its first process has, even one that ended before a cycle
+    promoted the session to RUNNING (its time budget and its history count from then)."""
+    if session_ids:
         await conn.execute(
             update(sessions)
-            .where(sessions.c.id.in_(sorted(started)), sessions.c.started_at.is_(None))
+            .where(sessions.c.id.in_(session_ids), sessions.c.started_at.is_(None))
+            .values(started_at=now)
+        )
+
+
+async def _apply_endings(
+    conn: AsyncConnection, agent_id: str, endings: Sequence[KernelReport], now: datetime
+) -> set[str]:
+    """Terminal reports of distinct kernels, each through the guarded update; the moved.  A kernel
+    of a session being suspended waits SUSPENDED instead (preemption in suspend mode)."""
+    if not endings:
+        return set()
+    suspending = await _suspending(conn, [r.kernel_id for r in endings])
+    moved: set[str] = set()
+    ran: list[str] = []
+    for r in endings:
+        if r.kernel_id in suspending:
+            if await _suspend(conn, agent_id, r, now):
+                moved.add(r.kernel_id)
+            continue
+        values = _ending(r, now)
+        if await _guarded(conn, agent_id, r, r.status, values):
+            moved.add(r.kernel_id)
+            if values.get("started"):
+                ran.append(r.kernel_id)
+    await release(conn, sorted(moved - suspending), now)  # a suspended kernel's is freed by _suspend
+    if ran:
+        of_kernels = select(kernels.c.session_id).where(kernels.c.id.in_(ran)).scalar_subquery()
+        await conn.execute(
+            update(sessions)
+            .where(sessions.c.id.in_(of_kernels), sessions.c.started_at.is_(None))
             .values(started_at=now)
         )
     return moved
 
 
-async def apply_report(conn: AsyncConnection, agent_id: str, report: KernelReport, now: datetime) -> bool:
-    """One agent report through the guarded update; False when stale or not this agent's.
-
-    The caller checks the agent's epoch in the same transaction (once per batch of reports).
-    """
-    if report.status in TERMINAL_KERNEL and await _suspending(conn, report.kernel_id):
-        return await _suspend(conn, agent_id, report, now)
-    values: dict[str, Any] = {"status": str(report.status), "status_changed_at": now}
-    if report.status in (KernelStatus.RUNNING, KernelStatus.CREATING):
-        values["started"] = True
+def _ending(report: KernelReport, now: datetime) -> dict[str, Any]:
+    """What a terminal report writes on its kernel."""
+    values: dict[str, Any] = {
+        "status": str(report.status),
+        "status_changed_at": now,
+        "exit_code": report.exit_code,
+        "signal": report.signal,
+        "oom_killed": report.oom_killed,
+        "killed_by_corral": report.killed_by_corral,
+        "image_failed": report.image_failed,
+        "agent_lost": report.agent_lost,
+        "exited_at_ns": report.exited_at_ns,
+        "termination_message": report.termination_message,
+        "error_record": report.error_record,
+        "conditions": ["oom_killed"] if report.oom_killed else [],
+        "detail": report.detail,
+        "logs_done": or_(kernels.c.logs_done, literal(report.output_done)),  # never back from done
+    }
     if report.master_port is not None:
         values["master_port"] = report.master_port
-    if report.status in TERMINAL_KERNEL:
-        conditions = ["oom_killed"] if report.oom_killed else []
-        values.update(
-            exit_code=report.exit_code,
-            signal=report.signal,
-            oom_killed=report.oom_killed,
-            killed_by_corral=report.killed_by_corral,
-            image_failed=report.image_failed,
-            agent_lost=report.agent_lost,
-            exited_at_ns=report.exited_at_ns,
-            termination_message=report.termination_message,
-            error_record=report.error_record,
-            conditions=conditions,
-            detail=report.detail,
-            logs_done=or_(kernels.c.logs_done, literal(report.output_done)),  # never back from done
-        )
-        if report.exit_code is not None or report.signal is not None:
-            values["started"] = True
-    moved = await _guarded(conn, agent_id, report, report.status, values)
-    if moved and report.status in TERMINAL_KERNEL:
-        await release(conn, [report.kernel_id], now)
-    if moved and values.get("started") and report.status is not KernelStatus.CREATING:
-        # A session has started when its first process has, even one that ended before a cycle
-        # promoted the session to RUNNING (its time budget and its history count from then).
-        of_kernel = select(kernels.c.session_id).where(kernels.c.id == report.kernel_id).scalar_subquery()
-        await conn.execute(
-            update(sessions)
-            .where(sessions.c.id == of_kernel, sessions.c.started_at.is_(None))
-            .values(started_at=now)
-        )
-    return moved
+    if report.exit_code is not None or report.signal is not None:
+        values["started"] = True
+    return values
 
 
 async def _guarded(
@@ -315,11 +357,17 @@ async def _guarded(
     return bool(result.rowcount)
 
 
-async def _suspending(conn: AsyncConnection, kernel_id: str) -> bool:
-    """Its session is being suspended (preemption in suspend mode)."""
-    of_kernel = select(kernels.c.session_id).where(kernels.c.id == kernel_id).scalar_subquery()
-    reason = select(sessions.c.termination_reason).where(sessions.c.id == of_kernel)
-    return (await conn.execute(reason)).scalar() == str(TerminationReason.SUSPENDED)
+async def _suspending(conn: AsyncConnection, kernel_ids: list[str]) -> set[str]:
+    """Those of these kernels whose session is being suspended (preemption in suspend mode)."""
+    rows = await conn.execute(
+        select(kernels.c.id)
+        .join(sessions, sessions.c.id == kernels.c.session_id)
+        .where(
+            kernels.c.id.in_(kernel_ids),
+            sessions.c.termination_reason == str(TerminationReason.SUSPENDED),
+        )
+    )
+    return set(rows.scalars())
 
 
 async def _suspend(conn: AsyncConnection, agent_id: str, report: KernelReport, now: datetime) -> bool:
@@ -382,4 +430,4 @@ async def sessions_on(
     if kernel_ids is not None:
         query = query.where(kernels.c.id.in_(kernel_ids))
     rows = await conn.execute(query.order_by(sessions.c.id, kernels.c.rank))
-    return [(sid, status, agent or "", rank) for sid, status, agent, rank in rows.tuples()]
+    return [(sid, status, agent or "", rank) for sid, status, agent, rank in rows]

@@ -115,7 +115,7 @@ async def enforce_cap(conn: AsyncConnection, session_id: str, cap: int) -> None:
     )
     drop: list[int] = []
     dropped: dict[str, int] = {}
-    for row_id, kernel_id, size in rows.tuples():
+    for row_id, kernel_id, size in rows:
         if total <= cap:
             break
         drop.append(row_id)
@@ -141,7 +141,7 @@ async def read(
         .limit(10_000)
     )
     last, total = None, 0
-    for row_id, size in sizes.tuples():
+    for row_id, size in sizes:
         if last is not None and total + size > max_bytes:
             break
         last, total = row_id, total + size
@@ -160,4 +160,4 @@ async def read(
         .where(kernel_logs.c.session_id == session_id, kernel_logs.c.id > after, kernel_logs.c.id <= last)
         .order_by(kernel_logs.c.id)
     )
-    return [LogChunk(*r) for r in rows.tuples()]
+    return [LogChunk(*r) for r in rows]

@@ -21,6 +21,7 @@ log = structlog.get_logger("corral.notify")
 
 CHANNEL = "corral_wakeup"
 KINDS = frozenset({"scheduler", "retries", "orders"})
+KEEPALIVE = 30.0  # seconds between checks of an idle wake-up connection
 
 
 class Notifier:
@@ -52,23 +53,37 @@ class Notifier:
             except Exception as exc:  # the database restarting, a network blip
                 log.warning("wake-up channel lost; managers fall back to polling", error=type(exc).__name__)
             finally:
+                # A session that did connect starts the backoff afresh; failed connects double it.
+                delay = 0.5 if self.connected.is_set() else min(delay * 2, 10.0)
                 await self.shutdown()
             await asyncio.sleep(delay)
-            delay = min(delay * 2, 10.0)
 
     async def _session(self) -> None:
         self._conn = await asyncpg.connect(self._dsn)
         await self._conn.add_listener(CHANNEL, self._heard)
         self._conn.add_termination_listener(lambda _conn: self._pending.set())
         self.connected.set()
+        for kind in KINDS:
+            # What other managers said while we were not listening is lost: look at everything now.
+            await self._wakeup.receive(kind)
         while True:
-            await self._pending.wait()
+            try:
+                await asyncio.wait_for(self._pending.wait(), KEEPALIVE)
+            except TimeoutError:
+                # A connection can die without a word (a half-open socket): ask it something.
+                await self._conn.execute("SELECT 1", timeout=KEEPALIVE)
+                continue
             self._pending.clear()
             if self._conn.is_closed():
                 raise ConnectionError("the wake-up connection was closed")
-            kinds, self._outbox = self._outbox, set()
-            for kind in sorted(kinds):
-                await self._conn.execute("SELECT pg_notify($1, $2)", CHANNEL, f"{self._me}:{kind}")
+            while self._outbox:
+                kind = min(self._outbox)
+                self._outbox.discard(kind)  # a send meanwhile queues it again: it follows a later commit
+                try:
+                    await self._conn.execute("SELECT pg_notify($1, $2)", CHANNEL, f"{self._me}:{kind}")
+                except BaseException:
+                    self._outbox.add(kind)  # kept for the next connection
+                    raise
 
     def _heard(self, _conn: Any, _pid: int, _channel: str, payload: str) -> None:
         sender, _, kind = payload.partition(":")

@@ -6,12 +6,14 @@ import uuid
 from collections import defaultdict
 from collections.abc import Collection, Sequence
 from datetime import datetime
+from itertools import groupby
 from typing import Any
 
 from sqlalchemy import Select, and_, case, exists, func, insert, literal, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.domain.cause import TerminationReason
+from corral.domain.rendezvous import may_run
 from corral.domain.status import TERMINAL_SESSION, AgentStatus, KernelStatus, SessionStatus
 from corral.domain.transitions import kernel_sources, session_move_allowed
 from corral.store import convert, journal
@@ -314,11 +316,24 @@ async def apply_moves(conn: AsyncConnection, moves: Sequence[Move], now: datetim
             extra.setdefault("terminated_at", now)
         if dst is SessionStatus.RUNNING:
             extra.setdefault("started_at", func.coalesce(sessions.c.started_at, now))
+        guard = [sessions.c.status == str(src)]
+        if dst is SessionStatus.PENDING:
+            # Never re-queued while a kernel of it may run (prepare and start): that would free its
+            # allocation before it is confirmed dead and could start a second copy beside it.
+            guard.append(
+                ~exists().where(kernels.c.session_id == sessions.c.id, kernels.c.status.in_(_MAY_RUN))
+            )
         for chunk in range(0, len(ids), 500):
             part = ids[chunk : chunk + 500]
+            if dst is SessionStatus.PENDING and conn.dialect.name == "postgresql":
+                # The guard reads kernels as of the statement's start: lock them first (the order
+                # reports take too), so a report committing a start in between is seen, not missed.
+                await conn.execute(
+                    select(kernels.c.id).where(kernels.c.session_id.in_(part)).with_for_update()
+                )
             result = await conn.execute(
                 update(sessions)
-                .where(sessions.c.id.in_(part), sessions.c.status == str(src))
+                .where(sessions.c.id.in_(part), *guard)
                 .values(status=str(dst), status_changed_at=now, phase_tries=0, **extra)
                 .returning(sessions.c.id)
             )
@@ -332,6 +347,29 @@ async def apply_moves(conn: AsyncConnection, moves: Sequence[Move], now: datetim
         conn, [(m.session_id, "session.status_changed", m.src, m.dst, {}) for m in won], now
     )
     return won
+
+
+_MAY_RUN = [str(s) for s in (KernelStatus.CREATING, KernelStatus.RUNNING, KernelStatus.TERMINATING)]
+
+
+async def with_running_kernels(conn: AsyncConnection, session_ids: Sequence[str]) -> set[str]:
+    """Those of these sessions of which a process may exist (domain.rendezvous.may_run)."""
+    found: set[str] = set()
+    ids = list(session_ids)
+    alive = set(
+        (await conn.execute(select(agents.c.id).where(agents.c.status == str(AgentStatus.ALIVE)))).scalars()
+    )
+    for chunk in range(0, len(ids), 500):
+        rows = await conn.execute(
+            select(kernels.c.session_id, kernels.c.status, kernels.c.agent_id, kernels.c.master_port)
+            .where(kernels.c.session_id.in_(ids[chunk : chunk + 500]))
+            .order_by(kernels.c.session_id, kernels.c.rank)
+        )
+        for sid, group in groupby(rows, key=lambda r: r.session_id):
+            ranks = list(group)
+            if may_run([(KernelStatus(r.status), r.agent_id) for r in ranks], ranks[0].master_port, alive):
+                found.add(sid)
+    return found
 
 
 async def move_kernels_of(
@@ -352,9 +390,13 @@ async def _back_to_queue(
 ) -> None:
     """Re-scheduling (or resuming a suspended session): allocations released, kernels detached from
     their agents, to be placed afresh as a new generation."""
+    # Only the allocations of kernels that went back to PENDING: one that did not may still run.
+    back = select(kernels.c.id).where(
+        kernels.c.session_id.in_(session_ids), kernels.c.status == str(KernelStatus.PENDING)
+    )
     await conn.execute(
         update(allocations)
-        .where(allocations.c.session_id.in_(session_ids), allocations.c.released_at.is_(None))
+        .where(allocations.c.kernel_id.in_(back), allocations.c.released_at.is_(None))
         .values(released_at=now)
     )
     await conn.execute(
@@ -386,7 +428,7 @@ async def bump_tries(conn: AsyncConnection, session_ids: list[str]) -> dict[str,
     rows = await conn.execute(
         select(sessions.c.id, sessions.c.phase_tries).where(sessions.c.id.in_(session_ids))
     )
-    return {sid: n for sid, n in rows.tuples()}
+    return {sid: n for sid, n in rows}
 
 
 async def request_termination(

@@ -51,7 +51,8 @@ async def create_session(
         out: SessionOut | ArrayOut = ArrayOut.of(view)
     else:
         record, created = await svc.create(state.engine, who, body.to_spec(), fields, asked)
-        out = (await _out(state, [record]))[0]
+        # Just made, it is the only attempt of its chain: no chain to read back.
+        out = SessionOut.of(record) if created else (await _out(state, [record]))[0]
     if created:
         state.wakeup.scheduler()
     else:

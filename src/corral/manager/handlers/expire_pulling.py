@@ -11,7 +11,9 @@ from corral.store.records import SessionRecord
 
 
 class ExpirePulling(LifecycleHandler):
-    """Reports nothing: the coordinator judges `pulling_timeout` (no process runs while pulling)."""
+    """Reports nothing: the coordinator judges `pulling_timeout`.  A kernel of a gang that started
+    at once may already run while another still pulls: the coordinator stops such a session instead
+    of re-queueing it (and the database refuses the move)."""
 
     name = "ExpirePulling"
     hands_orders = True

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 from corral.domain.cause import TerminationReason
 from corral.domain.preemption import group_settings
+from corral.domain.rendezvous import start_at_once
 from corral.domain.scheduling import StatusTransitions
 from corral.domain.status import KernelStatus, SessionStatus
 from corral.manager.handlers.base import HandlerContext, LifecycleHandler, LifecycleResult
@@ -29,6 +30,7 @@ _NOT_STARTED = frozenset(
     }
 )
 _RUNNING = frozenset({KernelStatus.CREATING, KernelStatus.RUNNING})
+_UNHANDED = frozenset({KernelStatus.PENDING, KernelStatus.SCHEDULED})
 
 
 class TerminateSessions(LifecycleHandler):
@@ -54,8 +56,19 @@ class TerminateSessions(LifecycleHandler):
         to_force: list[str] = []
         to_fence: set[str] = set()
         limit = ctx.limits.timeouts.get(SessionStatus.TERMINATING)
+        alive = await agents.alive_ids(ctx.conn) if targets else set()
         for s in targets:
             idle = [k.id for k in s.kernels if k.status in _NOT_STARTED]
+            if start_at_once(
+                [k.agent_id for k in s.kernels], s.kernels[0].master_port if s.kernels else None
+            ):
+                # Handed to an agent that went silent, with "prepare and start": it may run. It ends
+                # when the fence declares it gone, not here (its capacity stays held until then).
+                idle = [
+                    k.id
+                    for k in s.kernels
+                    if k.status in _NOT_STARTED and (k.status in _UNHANDED or k.agent_id in alive)
+                ]
             if s.termination_reason != TerminationReason.SUSPENDED:
                 # A suspended session cancelled (or past its deadline): its kernels have no process.
                 idle += [k.id for k in s.kernels if k.status is KernelStatus.SUSPENDED]
