@@ -141,9 +141,9 @@ class AgentProtocol:
         while True:
             version = self._wakeup.orders_version
             async with self._reader.connect() as conn:
-                if await agents.current_epoch(conn, agent_id) != epoch:
-                    raise Fenced(f"agent {agent_id} epoch {epoch} is fenced; register again")
-                found = await _orders_for(conn, agent_id, self._checkpoint_root)
+                found = await _orders_for(conn, agent_id, epoch, self._checkpoint_root)
+            if found is None:
+                raise Fenced(f"agent {agent_id} epoch {epoch} is fenced; register again")
             fingerprint = hashlib.sha1(
                 json.dumps(
                     [(o["kernel_id"], o["generation"], o["status"], o["kill"], o["force"]) for o in found]
@@ -194,8 +194,13 @@ class AgentProtocol:
         return len(reports) - len(refused), refused, recorded
 
 
-async def _orders_for(conn: AsyncConnection, agent_id: str, checkpoint_root: str) -> list[dict[str, Any]]:
-    mine = await kernels.orders_for(conn, agent_id)
+async def _orders_for(
+    conn: AsyncConnection, agent_id: str, epoch: int, checkpoint_root: str
+) -> list[dict[str, Any]] | None:
+    """The agent's orders; None when this epoch is fenced."""
+    mine = await kernels.orders_for(conn, agent_id, epoch)
+    if mine is None:
+        return None
     if not mine:
         return []
     wanted = sorted({k.session_id for k in mine if k.status in _SPEC_STATUSES})

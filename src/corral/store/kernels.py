@@ -9,7 +9,7 @@ from decimal import Decimal
 from typing import Any
 
 import structlog
-from sqlalchemy import bindparam, insert, literal, or_, select, tuple_, update
+from sqlalchemy import and_, bindparam, insert, literal, or_, select, tuple_, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.domain.cause import TerminationReason
@@ -386,14 +386,24 @@ async def _suspend(conn: AsyncConnection, agent_id: str, report: KernelReport, n
     return moved
 
 
-async def orders_for(conn: AsyncConnection, agent_id: str) -> list[KernelRecord]:
-    """The agent's kernels that it should hold a process (or preparation) for."""
-    rows = await conn.execute(
-        select(kernels)
-        .where(kernels.c.agent_id == agent_id, kernels.c.status.in_([str(s) for s in KERNEL_ON_AGENT]))
-        .order_by(kernels.c.session_id, kernels.c.rank)
+async def orders_for(conn: AsyncConnection, agent_id: str, epoch: int) -> list[KernelRecord] | None:
+    """The agent's kernels that it should hold a process (or preparation) for; None when `epoch`
+    is not the agent's current one (fenced).  One query: every order poll asks."""
+    on_agent = and_(
+        kernels.c.agent_id == agents.c.id, kernels.c.status.in_([str(s) for s in KERNEL_ON_AGENT])
     )
-    return [convert.kernel(r) for r in rows]
+    rows = (
+        await conn.execute(
+            select(agents.c.epoch.label("agent_epoch"), *kernels.c)
+            .select_from(agents.outerjoin(kernels, on_agent))
+            .where(agents.c.id == agent_id)
+            .order_by(kernels.c.session_id, kernels.c.rank)
+        )
+    ).all()
+    if not rows or rows[0].agent_epoch != epoch:
+        return None
+    fields = [c.name for c in kernels.c]
+    return [convert.kernel({f: r._mapping[f] for f in fields}) for r in rows if r.id is not None]
 
 
 async def get(conn: AsyncConnection, kernel_id: str) -> KernelRecord | None:
