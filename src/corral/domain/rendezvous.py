@@ -7,14 +7,9 @@ import zlib
 from collections.abc import Collection, Sequence
 from typing import Any
 
-from corral.domain.status import KernelStatus
+from corral.domain.status import KERNEL_HANDED, KERNEL_PROCESS, KernelStatus
 
 PortRange = tuple[int, int]
-
-# A kernel in these has a process, or was told to start one.
-_PROCESS = frozenset({KernelStatus.CREATING, KernelStatus.RUNNING, KernelStatus.TERMINATING})
-# Handed to an agent, not yet reported started: with a start-at-once order it may run already.
-_HANDED = frozenset({KernelStatus.PREPARING, KernelStatus.PULLING, KernelStatus.PREPARED})
 
 
 def start_at_once(agent_ids: Sequence[str | None], master_port: int | None) -> bool:
@@ -33,11 +28,11 @@ def may_run(
     order).  Yes when a kernel is started or told to start; and, when its orders said "prepare and
     start", when a kernel handed to an agent that is not alive has not reported: that agent may
     have started it just before it went silent, and only the fence says when it is dead."""
-    if any(status in _PROCESS for status, _ in kernels):
+    if any(status in KERNEL_PROCESS for status, _ in kernels):
         return True
     if not start_at_once([agent for _, agent in kernels], master_port):
         return False
-    return any(status in _HANDED and agent not in alive for status, agent in kernels)
+    return any(status in KERNEL_HANDED and agent not in alive for status, agent in kernels)
 
 
 def port_range(info: Any) -> PortRange | None:

@@ -62,14 +62,11 @@ STARTUP_SESSION = frozenset(
         SessionStatus.CREATING,
     }
 )
+# Handed to its agent, no process reported yet (with a "prepare and start" order it may have one).
+KERNEL_HANDED = frozenset({KernelStatus.PREPARING, KernelStatus.PULLING, KernelStatus.PREPARED})
+# A process exists, or the agent was told to start one.
+KERNEL_PROCESS = frozenset({KernelStatus.CREATING, KernelStatus.RUNNING, KernelStatus.TERMINATING})
 # Kernel statuses in which the agent may have a live process for the kernel.
-KERNEL_ON_AGENT = frozenset(
-    {
-        KernelStatus.PREPARING,
-        KernelStatus.PULLING,
-        KernelStatus.PREPARED,
-        KernelStatus.CREATING,
-        KernelStatus.RUNNING,
-        KernelStatus.TERMINATING,
-    }
-)
+KERNEL_ON_AGENT = KERNEL_HANDED | KERNEL_PROCESS
+# No process started by an order to start one: before CREATING.
+KERNEL_NOT_STARTED = frozenset({KernelStatus.PENDING, KernelStatus.SCHEDULED}) | KERNEL_HANDED

@@ -11,7 +11,7 @@ from sqlalchemy import Text, case, cast, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.domain.resources import ResourceSlots
-from corral.domain.status import AgentStatus, KernelStatus
+from corral.domain.status import KERNEL_ON_AGENT, KERNEL_PROCESS, AgentStatus, KernelStatus
 from corral.store import convert, kernels
 from corral.store.records import AgentCapacity, AgentRecord
 from corral.store.tables import agents, allocations, resource_groups
@@ -139,7 +139,10 @@ async def fence_expired(conn: AsyncConnection, fence: timedelta, now: datetime) 
     """
     has_started = (
         select(kernel_table.c.id)
-        .where(kernel_table.c.agent_id == agents.c.id, kernel_table.c.status.in_(_HELD))
+        .where(
+            kernel_table.c.agent_id == agents.c.id,
+            kernel_table.c.status.in_([str(s) for s in KERNEL_ON_AGENT]),
+        )
         .exists()
     )
     result = await conn.execute(
@@ -156,23 +159,22 @@ async def heartbeats(conn: AsyncConnection, agent_ids: list[str]) -> dict[str, d
     return {r.id: r.last_heartbeat for r in rows}
 
 
-_HELD = ["PREPARING", "PULLING", "PREPARED", "CREATING", "RUNNING", "TERMINATING"]
-
-
 async def started_kernels_on(conn: AsyncConnection, agent_ids: list[str]) -> list[str]:
-    return await _kernels_on(conn, agent_ids, ["CREATING", "RUNNING", "TERMINATING"])
+    return await _kernels_on(conn, agent_ids, KERNEL_PROCESS)
 
 
 async def kernels_held_by(conn: AsyncConnection, agent_ids: list[str]) -> list[str]:
     """Kernels these agents may run: started ones, and those handed over and not yet reported (a
     "prepare and start" order may have started them just before the agent went silent)."""
-    return await _kernels_on(conn, agent_ids, _HELD)
+    return await _kernels_on(conn, agent_ids, KERNEL_ON_AGENT)
 
 
-async def _kernels_on(conn: AsyncConnection, agent_ids: list[str], statuses: list[str]) -> list[str]:
+async def _kernels_on(
+    conn: AsyncConnection, agent_ids: list[str], statuses: frozenset[KernelStatus]
+) -> list[str]:
     rows = await conn.execute(
         select(kernel_table.c.id).where(
-            kernel_table.c.agent_id.in_(agent_ids), kernel_table.c.status.in_(statuses)
+            kernel_table.c.agent_id.in_(agent_ids), kernel_table.c.status.in_([str(s) for s in statuses])
         )
     )
     return list(rows.scalars())

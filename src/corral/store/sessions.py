@@ -14,8 +14,9 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.domain.cause import TerminationReason
 from corral.domain.rendezvous import may_run
-from corral.domain.status import TERMINAL_SESSION, AgentStatus, KernelStatus, SessionStatus
+from corral.domain.status import KERNEL_PROCESS, TERMINAL_SESSION, AgentStatus, KernelStatus, SessionStatus
 from corral.domain.transitions import kernel_sources, session_move_allowed
+from corral.store import agents as agent_store
 from corral.store import convert, journal
 from corral.store.records import KernelRecord, Move, NewSession, SessionRecord
 from corral.store.tables import agents, allocations, kernels, sessions
@@ -349,16 +350,14 @@ async def apply_moves(conn: AsyncConnection, moves: Sequence[Move], now: datetim
     return won
 
 
-_MAY_RUN = [str(s) for s in (KernelStatus.CREATING, KernelStatus.RUNNING, KernelStatus.TERMINATING)]
+_MAY_RUN = [str(s) for s in KERNEL_PROCESS]
 
 
 async def with_running_kernels(conn: AsyncConnection, session_ids: Sequence[str]) -> set[str]:
     """Those of these sessions of which a process may exist (domain.rendezvous.may_run)."""
     found: set[str] = set()
     ids = list(session_ids)
-    alive = set(
-        (await conn.execute(select(agents.c.id).where(agents.c.status == str(AgentStatus.ALIVE)))).scalars()
-    )
+    alive = await agent_store.alive_ids(conn) if ids else set()
     for chunk in range(0, len(ids), 500):
         rows = await conn.execute(
             select(kernels.c.session_id, kernels.c.status, kernels.c.agent_id, kernels.c.master_port)

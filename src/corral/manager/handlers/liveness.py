@@ -7,20 +7,10 @@ from collections.abc import Sequence
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.domain.scheduling import Failure
-from corral.domain.status import KernelStatus, SessionStatus
+from corral.domain.status import KERNEL_NOT_STARTED, SessionStatus
 from corral.manager.handlers.base import LifecycleResult
 from corral.store import agents
 from corral.store.records import SessionRecord
-
-_NOT_STARTED = frozenset(
-    {
-        KernelStatus.PENDING,
-        KernelStatus.SCHEDULED,
-        KernelStatus.PREPARING,
-        KernelStatus.PULLING,
-        KernelStatus.PREPARED,
-    }
-)
 
 
 async def lost_agents_of(conn: AsyncConnection, targets: Sequence[SessionRecord]) -> set[str]:
@@ -48,6 +38,6 @@ async def hand_over(
         if gone:
             result.failures.append(Failure(s.id, "agent not reachable: " + ", ".join(gone)))
         elif s.status is ready:
-            alone = started_alone if all(k.status not in _NOT_STARTED for k in s.kernels) else None
+            alone = started_alone if all(k.status not in KERNEL_NOT_STARTED for k in s.kernels) else None
             result.success(s.id, alone or message)
     return result

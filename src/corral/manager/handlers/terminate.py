@@ -10,27 +10,18 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from sqlalchemy.ext.asyncio import AsyncConnection
+
 from corral.domain.cause import TerminationReason
 from corral.domain.preemption import group_settings
 from corral.domain.rendezvous import start_at_once
 from corral.domain.scheduling import StatusTransitions
-from corral.domain.status import KernelStatus, SessionStatus
+from corral.domain.status import KERNEL_HANDED, KERNEL_NOT_STARTED, KernelStatus, SessionStatus
 from corral.manager.handlers.base import HandlerContext, LifecycleHandler, LifecycleResult
 from corral.store import agents, kernels, preemption
 from corral.store.records import SessionRecord
 
-# No process exists yet for a kernel in these statuses: it is ended here, nothing to kill.
-_NOT_STARTED = frozenset(
-    {
-        KernelStatus.PENDING,
-        KernelStatus.SCHEDULED,
-        KernelStatus.PREPARING,
-        KernelStatus.PULLING,
-        KernelStatus.PREPARED,
-    }
-)
 _RUNNING = frozenset({KernelStatus.CREATING, KernelStatus.RUNNING})
-_UNHANDED = frozenset({KernelStatus.PENDING, KernelStatus.SCHEDULED})
 
 
 class TerminateSessions(LifecycleHandler):
@@ -39,7 +30,9 @@ class TerminateSessions(LifecycleHandler):
     target_session_statuses = frozenset({SessionStatus.TERMINATING})
     # Sessions whose kernels have all ended are PromoteToTerminated's; the rest are ours, those
     # with kernels already told to stop included (their time in TERMINATING is bounded here).
-    target_kernel_statuses = _NOT_STARTED | _RUNNING | {KernelStatus.TERMINATING, KernelStatus.SUSPENDED}
+    target_kernel_statuses = (
+        KERNEL_NOT_STARTED | _RUNNING | {KernelStatus.TERMINATING, KernelStatus.SUSPENDED}
+    )
     termination_requested = None
 
     @classmethod
@@ -56,19 +49,12 @@ class TerminateSessions(LifecycleHandler):
         to_force: list[str] = []
         to_fence: set[str] = set()
         limit = ctx.limits.timeouts.get(SessionStatus.TERMINATING)
-        alive = await agents.alive_ids(ctx.conn) if targets else set()
+        # Handed to an agent that went silent, with "prepare and start": it may run, so it ends when
+        # the fence declares it gone, not here (its capacity stays held until then).
+        silent = await _silent_handed(ctx.conn, targets)
         for s in targets:
-            idle = [k.id for k in s.kernels if k.status in _NOT_STARTED]
-            if start_at_once(
-                [k.agent_id for k in s.kernels], s.kernels[0].master_port if s.kernels else None
-            ):
-                # Handed to an agent that went silent, with "prepare and start": it may run. It ends
-                # when the fence declares it gone, not here (its capacity stays held until then).
-                idle = [
-                    k.id
-                    for k in s.kernels
-                    if k.status in _NOT_STARTED and (k.status in _UNHANDED or k.agent_id in alive)
-                ]
+            # No process yet: ended here, nothing to kill.
+            idle = [k.id for k in s.kernels if k.status in KERNEL_NOT_STARTED and k.id not in silent]
             if s.termination_reason != TerminationReason.SUSPENDED:
                 # A suspended session cancelled (or past its deadline): its kernels have no process.
                 idle += [k.id for k in s.kernels if k.status is KernelStatus.SUSPENDED]
@@ -117,3 +103,18 @@ class TerminateSessions(LifecycleHandler):
         await kernels.order_force_kill(ctx.conn, to_force)
         await agents.fence(ctx.conn, sorted(to_fence), ctx.now)
         return result
+
+
+async def _silent_handed(conn: AsyncConnection, targets: Sequence[SessionRecord]) -> set[str]:
+    """Kernels handed with a "prepare and start" order to an agent that is not alive."""
+    handed = [
+        k
+        for s in targets
+        if start_at_once([k.agent_id for k in s.kernels], s.kernels[0].master_port if s.kernels else None)
+        for k in s.kernels
+        if k.status in KERNEL_HANDED
+    ]
+    if not handed:
+        return set()  # the common case: no agent to ask about
+    alive = await agents.alive_ids(conn)
+    return {k.id for k in handed if k.agent_id not in alive}
