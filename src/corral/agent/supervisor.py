@@ -327,6 +327,9 @@ class Supervisor:
                 for line in lines:
                     if line.strip():
                         self.handle(line)
+                        # A batch of starts takes a while: kernels that already ended are reported
+                        # between them, not after the whole batch.
+                        self._reap()
             self._reap()
             self._tick()
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from datetime import datetime
@@ -60,6 +61,18 @@ def _absent_kernels(handler: Handler) -> frozenset[KernelStatus] | None:
     return None
 
 
+# Statuses a lifecycle handler moves a session to when it may free capacity or change the queue.
+_ROOM = frozenset({SessionStatus.PENDING, SessionStatus.SUSPENDED}) | TERMINAL_SESSION
+
+
+def _made_room(handler: Handler, won: Sequence[Move], acted: bool) -> bool:
+    """Whether placement may now do more.  Promotions never free capacity (kernels' allocations
+    are freed by their reports, which wake placement themselves)."""
+    if isinstance(handler, SessionPromotionHandler):
+        return False
+    return (acted and handler.frees_room) or any(m.dst in _ROOM for m in won)
+
+
 _RUNS = "some of its kernels may already run: stopped, not re-queued"
 
 
@@ -84,11 +97,15 @@ class Coordinator:
         self._clock = clock
         self._on_change = on_change
         self._on_ended = on_ended
+        self.room_left = True
+        """Room was made after placement ran in the last cycle: the next one places again."""
 
-    async def run_cycle(self, timed: bool = True) -> int:
+    async def run_cycle(self, timed: bool = True, room: bool = True) -> int:
         """Every handler once; returns how many sessions changed status.  Without `timed`, the
         handlers that only bound a status's time are left for a cycle that has it (they judge in
-        seconds; a cycle woken by an agent's report has no need of them)."""
+        seconds; a cycle woken by an agent's report has no need of them).  Without `room` (nothing
+        since placement last ran freed capacity or changed the queue), placement runs only if a
+        handler before it makes room; `room_left` says whether room was made after it."""
         async with self._engine.connect() as conn:
             present = await sessions.live_statuses(conn, self._rg)
             # The group's queue settings, as they are now: a change takes effect from this cycle.
@@ -97,9 +114,15 @@ class Coordinator:
         self._requested = 0
         moved = 0
         for handler in self._handlers:
+            if handler.waits_for_room and not room and not timed:
+                continue  # placed all it could last time, and nothing has changed since
             if not _may_have_targets(handler, present) or (handler.expiry_only and not timed):
                 continue  # a handler with nothing to look at costs no transaction
             won, acted = await self._run(handler, timed)
+            if handler.waits_for_room:
+                room = False
+            elif _made_room(handler, won, acted):
+                room = True
             present |= {(m.dst, requested) for m in won for requested in (True, False)}
             if acted and handler.hands_orders and self._on_change is not None:
                 # Agents pull orders: wake their long polls now, not at the end of the cycle.
@@ -107,6 +130,10 @@ class Coordinator:
             moved += len(won)
             if self._on_ended is not None and any(m.dst in TERMINAL_SESSION for m in won):
                 self._on_ended()  # the retry engine decides ended attempts at once, not on its poll
+            # Between handlers the loop serves requests (agents' long polls above all): on SQLite
+            # a handler's statements run on this thread and never give the loop a turn themselves.
+            await asyncio.sleep(0)
+        self.room_left = room
         # Requests written this cycle (a preemptor's victims) count as work: the loop runs the next
         # cycle at once instead of waiting its interval to stop them.
         return moved + self._requested

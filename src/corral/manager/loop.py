@@ -67,7 +67,8 @@ class SchedulerLoop:
             # sweep only ever fences later, never earlier.
             changed = await sweep(self._engine, self._rg, self._cfg, now)
             self._last_sweep = now
-        moved = await self.coordinator.run_cycle(timed)
+        room = self._wakeup.take_room() or bool(changed) or self.coordinator.room_left
+        moved = await self.coordinator.run_cycle(timed, room)
         if changed:
             await self._wakeup.orders_changed()  # fenced kernels leave their agents' orders
         return moved + changed

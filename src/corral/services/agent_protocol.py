@@ -13,7 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from corral.domain.error_record import worker_name
 from corral.domain.rendezvous import start_at_once
 from corral.domain.resources import ResourceError, ResourceSlots
-from corral.domain.status import KernelStatus
+from corral.domain.status import TERMINAL_KERNEL, KernelStatus
 from corral.protocol.messages import LogShipment
 from corral.services.errors import Conflict, Fenced, InvalidInput
 from corral.settings import SchedulerSettings
@@ -190,7 +190,8 @@ class AgentProtocol:
         if recorded:
             self._mark(agent_id, epoch)
         if reports:
-            self._wakeup.scheduler()
+            # Only an ending frees capacity; progress alone leaves placement as it was.
+            self._wakeup.scheduler(room=any(r.status in TERMINAL_KERNEL for r in reports))
         return len(reports) - len(refused), refused, recorded
 
 

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from alembic import command
 from alembic.config import Config
 from sqlalchemy import event
-from sqlalchemy.engine import Connection
+from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+
+from corral.store import sqlite_inline
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 
@@ -34,14 +37,10 @@ def make_engine(url: str, pool_size: int = 10) -> AsyncEngine:
             hide_parameters=True,
             connect_args={"server_settings": {"plan_cache_mode": "force_custom_plan"}},
         )
-    url = _aiosqlite(url)
-    # One connection: SQLite has one writer anyway, and a single connection means no
-    # "database is locked" between our own coroutines.  BEGIN IMMEDIATE takes the write lock
-    # up front, so another process (e.g. `corral db upgrade`) waits on busy_timeout, not fails.
-    # hide_parameters: a database error's text must never carry a session's command or env values.
-    engine = create_async_engine(url, pool_size=1, max_overflow=0, pool_timeout=60, hide_parameters=True)
-    _sqlite_session(engine, "BEGIN IMMEDIATE", ())
-    return engine
+    # One writer connection: SQLite has one writer anyway, and a single connection means no
+    # "database is locked" between our own coroutines.  BEGIN IMMEDIATE takes the write lock up
+    # front, so another process (e.g. `corral db upgrade`) makes it wait, not fail.
+    return _sqlite_engine(url, 1, "BEGIN IMMEDIATE", ())
 
 
 def make_reader(engine: AsyncEngine, pool_size: int = 4) -> AsyncEngine:
@@ -51,11 +50,25 @@ def make_reader(engine: AsyncEngine, pool_size: int = 4) -> AsyncEngine:
     the writer (measured: the orders of a just-placed session went out 7 ms after its commit)."""
     if not is_sqlite(str(engine.url)) or engine.url.database in (None, "", ":memory:"):
         return engine  # an in-memory database exists only on its own connection
-    reader = create_async_engine(
-        engine.url, pool_size=pool_size, max_overflow=0, pool_timeout=60, hide_parameters=True
+    return _sqlite_engine(str(engine.url), pool_size, "BEGIN", ("query_only=ON",))
+
+
+def _sqlite_engine(url: str, pool_size: int, begin: str, pragmas: tuple[str, ...]) -> AsyncEngine:
+    """A file's connections run on the loop's thread (store/sqlite_inline.py: a statement is not
+    four thread round trips), waiting for locks without blocking it; other URLs use aiosqlite.
+    hide_parameters: a database error's text must never carry a session's command or env values."""
+    url = _aiosqlite(url)
+    parsed = make_url(url)
+    options: dict[str, Any] = {}
+    if parsed.database not in (None, "", ":memory:") and not parsed.query:
+        options["async_creator"] = partial(sqlite_inline.connect, parsed.database)
+    else:
+        pragmas = ("busy_timeout=30000", *pragmas)
+    engine = create_async_engine(
+        url, pool_size=pool_size, max_overflow=0, pool_timeout=60, hide_parameters=True, **options
     )
-    _sqlite_session(reader, "BEGIN", ("query_only=ON",))
-    return reader
+    _sqlite_session(engine, begin, pragmas)
+    return engine
 
 
 def _aiosqlite(url: str) -> str:
@@ -67,9 +80,10 @@ def _sqlite_session(engine: AsyncEngine, begin: str, pragmas: tuple[str, ...]) -
 
     @event.listens_for(engine.sync_engine, "connect")
     def _on_connect(dbapi_conn: Any, _record: Any) -> None:
-        dbapi_conn.isolation_level = None
+        if dbapi_conn.isolation_level is not None:
+            dbapi_conn.isolation_level = None
         cur = dbapi_conn.cursor()
-        common = ("journal_mode=WAL", "busy_timeout=30000", "synchronous=NORMAL", "foreign_keys=ON")
+        common = ("journal_mode=WAL", "synchronous=NORMAL", "foreign_keys=ON")
         for pragma in (*common, *pragmas):
             cur.execute(f"PRAGMA {pragma}")
         cur.close()

@@ -67,6 +67,11 @@ class HandlerOptions:
     # Target statuses whose sessions only matter once an agent of theirs is lost (or past their
     # time limit, found by their own query): the rest are not read each cycle however many wait.
     lost_agent_only: ClassVar[frozenset[SessionStatus]] = frozenset()
+    # Placement: it can only do more than last time once room was made or the queue changed (see
+    # Coordinator.run_cycle), so a cycle woken by an agent's progress report skips it.
+    waits_for_room: ClassVar[bool] = False
+    # It may free capacity without moving a session (kernels stopped, declared ended).
+    frees_room: ClassVar[bool] = False
 
 
 class LifecycleHandler(HandlerOptions, ABC):

@@ -30,6 +30,7 @@ from corral.store.records import AgentCapacity, Move, RunningRecord, SessionReco
 
 class ScheduleNewSessions(LifecycleHandler):
     name = "ScheduleNewSessions"
+    waits_for_room = True
     target_session_statuses = frozenset({SessionStatus.PENDING, SessionStatus.SUSPENDED})
     target_kernel_statuses = frozenset({KernelStatus.PENDING, KernelStatus.SUSPENDED})
     failure_cause = Cause.SCHEDULER_TIMEOUT

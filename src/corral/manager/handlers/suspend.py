@@ -20,6 +20,7 @@ from corral.store.records import SessionRecord
 
 class SuspendSessions(LifecycleHandler):
     name = "SuspendSessions"
+    frees_room = True
     target_session_statuses = frozenset({SessionStatus.TERMINATING})
     target_kernel_statuses = frozenset({KernelStatus.SUSPENDED})
     termination_requested = True

@@ -26,6 +26,7 @@ _RUNNING = frozenset({KernelStatus.CREATING, KernelStatus.RUNNING})
 
 class TerminateSessions(LifecycleHandler):
     name = "TerminateSessions"
+    frees_room = True
     hands_orders = True
     target_session_statuses = frozenset({SessionStatus.TERMINATING})
     # Sessions whose kernels have all ended are PromoteToTerminated's; the rest are ours, those

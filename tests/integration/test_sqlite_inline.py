@@ -1,0 +1,77 @@
+"""The SQLite writer runs on the loop's thread: waiting for another process's write lock must leave
+the loop free, succeed once the lock is released, and fail cleanly (nothing written) when it never is."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from pathlib import Path
+
+import pytest
+from sqlalchemy import func, select
+
+from corral.domain.spec import SessionSpec
+from corral.store import sessions, sqlite_inline
+from corral.store.db import make_engine, make_reader, transaction, upgrade
+from corral.store.records import NewSession
+from corral.store.tables import sessions as session_table
+from tests.integration.test_bounds import NOW
+
+
+async def _ready(path: Path) -> str:
+    url = f"sqlite+aiosqlite:///{path}"
+    engine = make_engine(url)
+    await upgrade(engine)
+    await engine.dispose()
+    return url
+
+
+def _hold_write_lock(path: Path) -> sqlite3.Connection:
+    """Another connection (as another process would) takes the write lock and keeps it."""
+    other = sqlite3.connect(path, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")
+    return other
+
+
+async def _insert(engine: object, sid: str) -> None:
+    async with transaction(engine) as conn:  # type: ignore[arg-type]
+        spec = SessionSpec(command=("true",))
+        await sessions.insert_session(conn, NewSession(id=sid, name="w", owner="t", spec=spec), NOW)
+
+
+async def test_a_write_waits_for_the_lock_without_blocking_the_loop(tmp_path: Path) -> None:
+    engine = make_engine(await _ready(tmp_path / "c.db"))
+    other = _hold_write_lock(tmp_path / "c.db")
+    try:
+        write = asyncio.create_task(_insert(engine, "s-1"))
+        ticks = 0
+        for _ in range(20):  # the loop keeps turning while the write waits
+            await asyncio.sleep(0.01)
+            ticks += 1
+        assert ticks == 20 and not write.done()
+        other.execute("COMMIT")
+        await asyncio.wait_for(write, 5)
+        async with make_reader(engine).connect() as conn:
+            found = await sessions.get(conn, "s-1")
+        assert found is not None
+    finally:
+        other.close()
+        await engine.dispose()
+
+
+async def test_a_write_that_never_gets_the_lock_fails_and_writes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sqlite_inline, "BUSY_TIMEOUT", 0.3)
+    engine = make_engine(await _ready(tmp_path / "c.db"))
+    other = _hold_write_lock(tmp_path / "c.db")
+    try:
+        with pytest.raises(Exception, match="database is locked"):
+            await asyncio.wait_for(_insert(engine, "s-1"), 5)
+        other.execute("ROLLBACK")
+        async with engine.connect() as conn:
+            assert (await conn.execute(select(func.count()).select_from(session_table))).scalar() == 0
+        await _insert(engine, "s-2")  # the connection is usable again once the lock is free
+    finally:
+        other.close()
+        await engine.dispose()
