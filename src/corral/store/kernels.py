@@ -9,7 +9,7 @@ from decimal import Decimal
 from typing import Any
 
 import structlog
-from sqlalchemy import and_, bindparam, insert, literal, or_, select, tuple_, update
+from sqlalchemy import and_, bindparam, func, insert, literal, or_, select, tuple_, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.domain.cause import TerminationReason
@@ -286,24 +286,25 @@ async def _started(conn: AsyncConnection, session_ids: list[str], now: datetime)
 async def _apply_endings(
     conn: AsyncConnection, agent_id: str, endings: Sequence[KernelReport], now: datetime
 ) -> set[str]:
-    """Terminal reports of distinct kernels, each through the guarded update; the moved.  A kernel
-    of a session being suspended waits SUSPENDED instead (preemption in suspend mode)."""
+    """Terminal reports of distinct kernels through the single report's guard, set-wise: the rows
+    that pass it are read (and locked) in one query, then written in one executemany; the moved.
+    A kernel of a session being suspended waits SUSPENDED instead (preemption in suspend mode)."""
     if not endings:
         return set()
     suspending = await _suspending(conn, [r.kernel_id for r in endings])
     moved: set[str] = set()
-    ran: list[str] = []
     for r in endings:
-        if r.kernel_id in suspending:
-            if await _suspend(conn, agent_id, r, now):
-                moved.add(r.kernel_id)
-            continue
-        values = _ending(r, now)
-        if await _guarded(conn, agent_id, r, r.status, values):
+        if r.kernel_id in suspending and await _suspend(conn, agent_id, r, now):
             moved.add(r.kernel_id)
-            if values.get("started"):
-                ran.append(r.kernel_id)
-    await release(conn, sorted(moved - suspending), now)  # a suspended kernel's is freed by _suspend
+    ending = [r for r in endings if r.kernel_id not in suspending]
+    passing = await _passing_guard(conn, agent_id, ending)
+    rows = [_ending(r, now) for r in ending if r.kernel_id in passing]
+    if rows:
+        await conn.execute(_END, rows)
+    ended = sorted(r["k_id"] for r in rows)
+    moved.update(ended)
+    await release(conn, ended, now)  # a suspended kernel's is freed by _suspend
+    ran = [r["k_id"] for r in rows if r["k_started"]]
     if ran:
         of_kernels = select(kernels.c.session_id).where(kernels.c.id.in_(ran)).scalar_subquery()
         await conn.execute(
@@ -314,29 +315,77 @@ async def _apply_endings(
     return moved
 
 
+async def _passing_guard(conn: AsyncConnection, agent_id: str, reports: Sequence[KernelReport]) -> set[str]:
+    """The kernels whose report passes the guard: this agent's current placement (a re-placed
+    kernel is a new generation), from a legal source of the reported status.  On PostgreSQL the
+    rows are locked, so the guard still holds when they are written."""
+    by_status: dict[KernelStatus, list[KernelReport]] = defaultdict(list)
+    for r in reports:
+        by_status[r.status].append(r)
+    passing: set[str] = set()
+    for status, group in by_status.items():
+        query = select(kernels.c.id).where(
+            kernels.c.id.in_([r.kernel_id for r in group]),
+            tuple_(kernels.c.id, kernels.c.generation).in_([(r.kernel_id, r.generation) for r in group]),
+            kernels.c.agent_id == agent_id,
+            kernels.c.status.in_([str(s) for s in kernel_sources(status)]),
+        )
+        if conn.dialect.name != "sqlite":  # SQLite: the writer holds the database's one write lock
+            query = query.with_for_update()
+        passing.update((await conn.execute(query)).scalars())
+    return passing
+
+
+# One terminal report's write; the guard was checked (and the rows locked) by _passing_guard.
+_END = (
+    update(kernels)
+    .where(kernels.c.id == bindparam("k_id"))
+    .values(
+        status=bindparam("k_status"),
+        status_changed_at=bindparam("k_now", type_=kernels.c.status_changed_at.type),
+        exit_code=bindparam("k_exit_code"),
+        signal=bindparam("k_signal"),
+        oom_killed=bindparam("k_oom"),
+        killed_by_corral=bindparam("k_killed"),
+        image_failed=bindparam("k_image"),
+        agent_lost=bindparam("k_lost"),
+        exited_at_ns=bindparam("k_exited_at", type_=kernels.c.exited_at_ns.type),
+        termination_message=bindparam("k_message"),
+        error_record=bindparam("k_record", type_=kernels.c.error_record.type),
+        conditions=bindparam("k_conditions", type_=kernels.c.conditions.type),
+        detail=bindparam("k_detail", type_=kernels.c.detail.type),
+        logs_done=or_(
+            kernels.c.logs_done, bindparam("k_done", type_=kernels.c.logs_done.type)
+        ),  # never back from done
+        master_port=func.coalesce(
+            bindparam("k_port", type_=kernels.c.master_port.type), kernels.c.master_port
+        ),
+        started=or_(kernels.c.started, bindparam("k_started", type_=kernels.c.started.type)),
+    )
+)
+
+
 def _ending(report: KernelReport, now: datetime) -> dict[str, Any]:
-    """What a terminal report writes on its kernel."""
-    values: dict[str, Any] = {
-        "status": str(report.status),
-        "status_changed_at": now,
-        "exit_code": report.exit_code,
-        "signal": report.signal,
-        "oom_killed": report.oom_killed,
-        "killed_by_corral": report.killed_by_corral,
-        "image_failed": report.image_failed,
-        "agent_lost": report.agent_lost,
-        "exited_at_ns": report.exited_at_ns,
-        "termination_message": report.termination_message,
-        "error_record": report.error_record,
-        "conditions": ["oom_killed"] if report.oom_killed else [],
-        "detail": report.detail,
-        "logs_done": or_(kernels.c.logs_done, literal(report.output_done)),  # never back from done
+    """The parameters of one terminal report's write (_END)."""
+    return {
+        "k_id": report.kernel_id,
+        "k_status": str(report.status),
+        "k_now": now,
+        "k_exit_code": report.exit_code,
+        "k_signal": report.signal,
+        "k_oom": report.oom_killed,
+        "k_killed": report.killed_by_corral,
+        "k_image": report.image_failed,
+        "k_lost": report.agent_lost,
+        "k_exited_at": report.exited_at_ns,
+        "k_message": report.termination_message,
+        "k_record": report.error_record,
+        "k_conditions": ["oom_killed"] if report.oom_killed else [],
+        "k_detail": report.detail,
+        "k_done": report.output_done,
+        "k_port": report.master_port,
+        "k_started": report.exit_code is not None or report.signal is not None,
     }
-    if report.master_port is not None:
-        values["master_port"] = report.master_port
-    if report.exit_code is not None or report.signal is not None:
-        values["started"] = True
-    return values
 
 
 async def _guarded(
