@@ -1,17 +1,15 @@
-"""The SQLite writer's connection, run on the event loop's own thread.
+"""SQLite connections run on the event loop's own thread (the writer and the read-only pool).
 
 aiosqlite runs every call in a thread of its own: a statement costs four round trips (cursor,
 execute, fetch, close), each a queue put, a thread wake-up and a loop wake-up.  The writer holds
-SQLite's one write lock across them, and between them the loop serves anything else that is ready,
-so a transaction of a few statements held the lock for ~15 ms under load (measured with
-bench/throughput.py --array: 3,700 statements of 0.5 ms for work worth 0.1 ms).
+SQLite's one write lock across them, so under load a transaction of a few statements held it for
+~15 ms (bench/throughput.py --array: 3,700 statements of 0.5 ms each for work worth 0.1 ms).
 
-Here a statement runs where it is issued.  Inside a `BEGIN IMMEDIATE` transaction nothing waits on
-a lock (WAL: readers never block the writer), so the only wait is the BEGIN itself, when another
-process holds the write lock: that one is retried with an asynchronous sleep (the loop stays
-free), up to the busy timeout, instead of SQLite's own busy handler blocking the thread.
-
-Readers keep aiosqlite (store.db.make_reader): a long list then never holds up the loop's writes.
+Here a statement runs where it is issued, then gives the loop one turn.  Inside a `BEGIN
+IMMEDIATE` transaction nothing waits on a lock (WAL: readers never block the writer), so the only
+waits are the BEGIN itself, when another process holds the write lock, and a read taking its
+snapshot in rare cases (recovery, a checkpoint restarting the log): those are retried with an
+asynchronous sleep, up to the busy timeout, instead of SQLite's busy handler blocking the thread.
 """
 
 from __future__ import annotations
@@ -71,23 +69,27 @@ class Cursor:
         self._cur.arraysize = value
 
     async def execute(self, sql: str, parameters: Sequence[Any] | dict[str, Any] = ()) -> Cursor:
-        if not sql.lstrip()[:6].upper().startswith(_WAITS):
-            self._cur.execute(sql, parameters)
-            return self
+        waits = sql.lstrip()[:6].upper().startswith(_WAITS)
         deadline = time.monotonic() + BUSY_TIMEOUT
         wait = _FIRST_WAIT
         while True:
             try:
                 self._cur.execute(sql, parameters)
-                return self
+                break
             except sqlite3.OperationalError as exc:
-                if not _locked(exc) or time.monotonic() + wait > deadline:
+                if not waits or not _locked(exc) or time.monotonic() + wait > deadline:
                     raise
             await asyncio.sleep(wait)
             wait = min(wait * 2, _MAX_WAIT)
+        # A turn for the rest of the loop after each statement (what aiosqlite's thread round
+        # trips gave, without their cost): a request waits for a statement, not for a handler.
+        # Measured with bench/throughput.py --array: 193/s without, 210/s with.
+        await asyncio.sleep(0)
+        return self
 
     async def executemany(self, sql: str, parameters: Iterable[Any]) -> Cursor:
         self._cur.executemany(sql, parameters)
+        await asyncio.sleep(0)
         return self
 
     async def fetchone(self) -> Any:
