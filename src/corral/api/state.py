@@ -14,6 +14,7 @@ from corral.services.errors import Forbidden, Unauthorized
 from corral.settings import ManagerSettings, SchedulerSettings
 from corral.store import auth
 from corral.store.auth import Principal
+from corral.store.db import reading
 from corral.wakeup import Wakeup
 
 
@@ -51,7 +52,7 @@ async def principal(request: Request, state: State) -> Principal:
     key = _bearer(request)
     # Looked up on every request, never cached: a revoked key is refused from its next request, on
     # every manager.
-    async with state.reader.connect() as conn:
+    async with reading(state.reader) as conn:
         who = await auth.principal_for(conn, key)
     if who is None:
         raise Unauthorized("unknown API key", {"field": "authorization"})

@@ -23,7 +23,7 @@ from corral.manager.handlers.base import (
     SessionPromotionHandler,
 )
 from corral.store import journal, kernels, preemption, sessions
-from corral.store.db import transaction
+from corral.store.db import reading, transaction
 from corral.store.records import Move, SessionRecord
 
 log = structlog.get_logger("corral.coordinator")
@@ -106,7 +106,7 @@ class Coordinator:
         seconds; a cycle woken by an agent's report has no need of them).  Without `room` (nothing
         since placement last ran freed capacity or changed the queue), placement runs only if a
         handler before it makes room; `room_left` says whether room was made after it."""
-        async with self._engine.connect() as conn:
+        async with reading(self._engine) as conn:
             present = await sessions.live_statuses(conn, self._rg)
             # The group's queue settings, as they are now: a change takes effect from this cycle.
             group = await preemption.group_config(conn, self._rg)

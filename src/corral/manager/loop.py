@@ -14,7 +14,7 @@ from corral.manager.handlers import cycle_handlers
 from corral.manager.sweep import sweep
 from corral.settings import SchedulerSettings
 from corral.store import agents, leases
-from corral.store.db import transaction
+from corral.store.db import reading, transaction
 from corral.wakeup import Wakeup, repeat
 
 log = structlog.get_logger("corral.loop")
@@ -95,7 +95,7 @@ class Scheduler:
     async def run(self) -> None:
         try:
             while True:
-                async with self._engine.connect() as conn:
+                async with reading(self._engine) as conn:
                     names = await agents.resource_group_names(conn)
                 for name in names:
                     if name not in self._tasks:

@@ -26,7 +26,7 @@ from corral.domain.retry import Chain, Decision, Verdict, attempt_creation_id, a
 from corral.domain.status import SessionResult, SessionStatus
 from corral.store import config, journal, retries
 from corral.store import sessions as session_store
-from corral.store.db import transaction
+from corral.store.db import reading, transaction
 from corral.store.records import NewSession, SessionRecord
 from corral.store.retries import Claim
 from corral.wakeup import Wakeup, repeat
@@ -78,7 +78,7 @@ class RetryEngine:
 
     async def run_once(self) -> bool:
         """One batch of events (and now and then the backstop); True when something was decided."""
-        async with self._engine.connect() as conn:
+        async with reading(self._engine) as conn:
             durable = await retries.cursor(conn, CONSUMER)
             if self._position is None or self._position < durable:
                 self._position = durable
@@ -95,7 +95,7 @@ class RetryEngine:
             # Events commit out of id order (several writers on PostgreSQL): one can appear behind
             # the position read.  Ended attempts still undecided after the grace are taken here.
             self._backstop_at = time.monotonic()
-            async with self._engine.connect() as conn:
+            async with reading(self._engine) as conn:
                 ids += await retries.undecided(conn, now - self._grace, self._batch)
         pending = list(dict.fromkeys(ids))
         decided = 0

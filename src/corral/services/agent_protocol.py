@@ -18,7 +18,7 @@ from corral.protocol.messages import LogShipment
 from corral.services.errors import Conflict, Fenced, InvalidInput
 from corral.settings import SchedulerSettings
 from corral.store import agents, kernels, logs, sessions, users
-from corral.store.db import transaction
+from corral.store.db import reading, transaction
 from corral.store.records import KernelRecord, KernelReport, SessionRecord
 from corral.wakeup import Wakeup
 
@@ -140,7 +140,7 @@ class AgentProtocol:
         deadline = time.monotonic() + min(wait, heartbeat_interval(self._cfg))
         while True:
             version = self._wakeup.orders_version
-            async with self._reader.connect() as conn:
+            async with reading(self._reader) as conn:
                 found = await _orders_for(conn, agent_id, epoch, self._checkpoint_root)
             if found is None:
                 raise Fenced(f"agent {agent_id} epoch {epoch} is fenced; register again")

@@ -7,11 +7,12 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from corral.services.errors import Forbidden
 from corral.store import agents
 from corral.store.auth import Principal
+from corral.store.db import reading
 from corral.store.records import AgentRecord
 
 
 async def list_agents(engine: AsyncEngine, who: Principal) -> list[AgentRecord]:
     if not who.is_admin:
         raise Forbidden("admin only")
-    async with engine.connect() as conn:
+    async with reading(engine) as conn:
         return await agents.list_agents(conn)

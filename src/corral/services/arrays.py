@@ -20,7 +20,7 @@ from corral.services import sessions as session_service
 from corral.services.errors import Conflict, CorralError, InvalidInput, NotFound
 from corral.store import arrays, journal, retries, sessions
 from corral.store.auth import Principal
-from corral.store.db import transaction
+from corral.store.db import reading, transaction
 from corral.store.records import NewSession, SessionRecord
 
 
@@ -77,7 +77,7 @@ async def create(
     except IntegrityError:
         if not spec.creation_id:
             raise
-        async with engine.connect() as conn:
+        async with reading(engine) as conn:
             earlier = await _earlier(conn, who, spec, indices)
         if earlier is None:
             raise
@@ -213,7 +213,7 @@ async def _visible(conn: AsyncConnection, who: Principal, array_id: str) -> None
 
 
 async def get(engine: AsyncEngine, who: Principal, array_id: str) -> ArrayView:
-    async with engine.connect() as conn:
+    async with reading(engine) as conn:
         await _visible(conn, who, array_id)
         return await _view(conn, array_id)
 
@@ -241,7 +241,7 @@ async def cancel(engine: AsyncEngine, who: Principal, array_id: str) -> ArrayVie
             escaped = len(stopped) < len(ended)
         if not escaped:
             break
-    async with engine.connect() as conn:
+    async with reading(engine) as conn:
         return await _view(conn, array_id)
 
 
@@ -268,5 +268,5 @@ async def retry(engine: AsyncEngine, who: Principal, array_id: str) -> tuple[Arr
         raise Conflict(
             "no element of this array has ended without success: nothing to retry", {"field": "status"}
         )
-    async with engine.connect() as conn:
+    async with reading(engine) as conn:
         return await _view(conn, array_id), made

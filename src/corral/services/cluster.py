@@ -13,7 +13,7 @@ from corral.domain.policy import PolicyError
 from corral.services.errors import InvalidInput
 from corral.store import config
 from corral.store.auth import Principal
-from corral.store.db import transaction
+from corral.store.db import reading, transaction
 from corral.store.records import AuditRecord
 
 
@@ -23,7 +23,7 @@ class StartupError(Exception):
 
 async def check_at_start(engine: AsyncEngine) -> None:
     """Refuse to start on settings that cannot be used, naming the rule (never a silent default)."""
-    async with engine.connect() as conn:
+    async with reading(engine) as conn:
         try:
             await config.cluster_settings(conn)
         except PolicyError as exc:
@@ -31,7 +31,7 @@ async def check_at_start(engine: AsyncEngine) -> None:
 
 
 async def current(engine: AsyncEngine) -> dict[str, Any]:
-    async with engine.connect() as conn:
+    async with reading(engine) as conn:
         return nested(values_of(await config.cluster_values(conn)))
 
 
@@ -61,5 +61,5 @@ def _short(value: Any) -> str:
 
 
 async def audit(engine: AsyncEngine, after: int, limit: int, action: str | None) -> list[AuditRecord]:
-    async with engine.connect() as conn:
+    async with reading(engine) as conn:
         return await config.audit_rows(conn, after, limit, action)

@@ -9,6 +9,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from corral.store import retries
 from corral.store.auth import Principal
+from corral.store.db import reading
 from corral.store.records import EventRecord
 
 _POLL = 0.25
@@ -27,7 +28,7 @@ async def read(
     projects = None if who.is_admin else sorted(who.projects)
     deadline = time.monotonic() + wait
     while True:
-        async with engine.connect() as conn:
+        async with reading(engine) as conn:
             found = await retries.events_after(conn, after, limit, kinds, projects, session_id)
         if found or time.monotonic() >= deadline:
             return found

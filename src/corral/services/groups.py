@@ -12,7 +12,7 @@ from corral.domain.preemption import group_settings
 from corral.services.errors import NotFound
 from corral.store import agents, config, preemption
 from corral.store.auth import Principal
-from corral.store.db import transaction
+from corral.store.db import reading, transaction
 
 # Stored under "queue": the coordinator's limits for the group (None: the manager's setting).
 QUEUE_KEYS = ("pending_timeout", "max_reschedules")
@@ -29,7 +29,7 @@ def _view(name: str, cfg: Mapping[str, Any], members: list[str]) -> dict[str, An
 
 
 async def listed(engine: AsyncEngine) -> list[dict[str, Any]]:
-    async with engine.connect() as conn:
+    async with reading(engine) as conn:
         found = await preemption.groups(conn)
         members = await agents.list_agents(conn)
     return [

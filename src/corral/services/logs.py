@@ -10,6 +10,7 @@ from corral.domain.status import TERMINAL_SESSION
 from corral.services import sessions as session_service
 from corral.store import agents, logs
 from corral.store.auth import Principal
+from corral.store.db import reading
 from corral.store.logs import LogChunk
 from corral.store.records import SessionRecord
 
@@ -39,7 +40,7 @@ async def read(
 ) -> LogPage:
     # The session first: if its output is complete now, every chunk was stored before.
     session = await session_service.get(engine, who, session_id)
-    async with engine.connect() as conn:
+    async with reading(engine) as conn:
         alive = await agents.alive_ids(conn) if session.status in TERMINAL_SESSION else set()
         chunks = await logs.read(conn, session_id, after, max_bytes)
     closed = _output_closed(session, alive)

@@ -14,7 +14,7 @@ from corral.domain.priority import PriorityRules, overlay
 from corral.services.errors import Conflict, InvalidInput, NotFound
 from corral.store import config
 from corral.store.auth import Principal
-from corral.store.db import transaction
+from corral.store.db import reading, transaction
 from corral.store.records import ProjectRecord
 
 
@@ -38,7 +38,7 @@ async def apply(engine: AsyncEngine, who: Principal, name: str, spec: dict[str, 
 
 
 async def get(engine: AsyncEngine, name: str) -> dict[str, Any]:
-    async with engine.connect() as conn:
+    async with reading(engine) as conn:
         found = await config.policies(conn, [name])
         times = await config.policy_times(conn, name)
     if name not in found or times is None:
@@ -47,7 +47,7 @@ async def get(engine: AsyncEngine, name: str) -> dict[str, Any]:
 
 
 async def list_all(engine: AsyncEngine) -> list[dict[str, Any]]:
-    async with engine.connect() as conn:
+    async with reading(engine) as conn:
         found = await config.policies(conn)
         return [_doc(n, s, await config.policy_times(conn, n)) for n, s in found.items()]
 
@@ -129,7 +129,7 @@ def _describe(cfg: Mapping[str, Any]) -> str:
 
 
 async def get_project(engine: AsyncEngine, name: str) -> ProjectRecord:
-    async with engine.connect() as conn:
+    async with reading(engine) as conn:
         found = await config.project_rows(conn, name)
     if not found:
         raise NotFound(f"no project {name[:80]!r}", {"field": "name"})
@@ -137,5 +137,5 @@ async def get_project(engine: AsyncEngine, name: str) -> ProjectRecord:
 
 
 async def list_projects(engine: AsyncEngine) -> list[ProjectRecord]:
-    async with engine.connect() as conn:
+    async with reading(engine) as conn:
         return await config.project_rows(conn)

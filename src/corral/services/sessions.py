@@ -23,7 +23,7 @@ from corral.services import policies
 from corral.services.errors import Conflict, Forbidden, InvalidInput, NotFound
 from corral.store import agents, auth, config, journal, retries, sessions
 from corral.store.auth import Principal
-from corral.store.db import transaction
+from corral.store.db import reading, transaction
 from corral.store.records import HistoryRecord, NewSession, SessionRecord
 
 
@@ -69,7 +69,7 @@ async def create(
         # The same creation_id, committed by a concurrent request between our check and our insert.
         if not spec.creation_id:
             raise
-        async with engine.connect() as conn:
+        async with reading(engine) as conn:
             found = await earlier(conn, who, spec)
         if found is None:
             raise
@@ -213,7 +213,7 @@ def _visible(who: Principal, s: SessionRecord) -> bool:
 
 
 async def get(engine: AsyncEngine, who: Principal, session_id: str) -> SessionRecord:
-    async with engine.connect() as conn:
+    async with reading(engine) as conn:
         found = await sessions.get(conn, session_id)
     if found is None or not _visible(who, found):
         raise NotFound(f"no session {session_id[:80]}", {"field": "id"})
@@ -228,7 +228,7 @@ async def list_visible(
     offset: int,
     array_id: str | None = None,
 ) -> list[SessionRecord]:
-    async with engine.connect() as conn:
+    async with reading(engine) as conn:
         return await sessions.list_sessions(
             conn,
             projects=None if who.is_admin else who.projects,
@@ -245,18 +245,18 @@ async def waiting_reason(engine: AsyncEngine, session: SessionRecord) -> str | N
         return None
     if session.retry_after is not None and session.retry_after > _now():
         return f"a retry: not before {session.retry_after.isoformat(timespec='seconds')}"
-    async with engine.connect() as conn:
+    async with reading(engine) as conn:
         return await journal.latest_skip(conn, session.id)
 
 
 async def history(engine: AsyncEngine, who: Principal, session_id: str) -> list[HistoryRecord]:
     await get(engine, who, session_id)
-    async with engine.connect() as conn:
+    async with reading(engine) as conn:
         return await journal.history_of(conn, session_id)
 
 
 async def counts(engine: AsyncEngine, who: Principal) -> dict[str, int]:
-    async with engine.connect() as conn:
+    async with reading(engine) as conn:
         return await sessions.count_by_status(conn, None if who.is_admin else who.projects)
 
 
@@ -314,7 +314,7 @@ async def _stop_chain(engine: AsyncEngine, who: Principal, root_session_id: str)
 async def attempts(engine: AsyncEngine, who: Principal, session_id: str) -> list[SessionRecord]:
     """Every attempt of the session's retry chain, first to last."""
     found = await get(engine, who, session_id)
-    async with engine.connect() as conn:
+    async with reading(engine) as conn:
         return await retries.chain(conn, found.root_session_id)
 
 
@@ -325,7 +325,7 @@ async def chain_rows(
     roots = sorted({s.root_session_id for s in records})
     if not roots:
         return {}
-    async with engine.connect() as conn:
+    async with reading(engine) as conn:
         return await retries.chains(conn, roots)
 
 

@@ -14,7 +14,7 @@ from corral.services.errors import Conflict, InvalidInput, NotFound
 from corral.services.policies import check_priority_rules
 from corral.store import auth, config, users
 from corral.store.auth import Principal, new_key
-from corral.store.db import transaction
+from corral.store.db import reading, transaction
 from corral.store.records import ApiKeyRecord, UserRecord
 
 
@@ -63,13 +63,13 @@ async def _found(conn: AsyncConnection, name: str) -> UserRecord:
 
 
 async def get(engine: AsyncEngine, name: str) -> UserRecord:
-    async with engine.connect() as conn:
+    async with reading(engine) as conn:
         found = await _found(conn, name)
     return found
 
 
 async def listed(engine: AsyncEngine) -> list[UserRecord]:
-    async with engine.connect() as conn:
+    async with reading(engine) as conn:
         return await users.listed(conn)
 
 
@@ -112,7 +112,7 @@ async def update(
 
 async def me(engine: AsyncEngine, who: Principal) -> dict[str, Any]:
     """Who the caller is, and the priority rules that apply to them in each of their projects."""
-    async with engine.connect() as conn:
+    async with reading(engine) as conn:
         own = (await users.config_of(conn, who.user_id)).get("priority_rules")
         rules = {}
         for project in sorted(who.projects):
@@ -134,7 +134,7 @@ async def add_key(engine: AsyncEngine, who: Principal, name: str) -> tuple[str, 
 
 async def keys(engine: AsyncEngine, name: str) -> list[ApiKeyRecord]:
     found = await get(engine, name)
-    async with engine.connect() as conn:
+    async with reading(engine) as conn:
         return await users.keys(conn, found.id)
 
 

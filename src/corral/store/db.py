@@ -7,16 +7,19 @@ from contextlib import asynccontextmanager
 from functools import partial
 from pathlib import Path
 from typing import Any
+from weakref import WeakSet
 
 from alembic import command
 from alembic.config import Config
 from sqlalchemy import event
-from sqlalchemy.engine import Connection, make_url
+from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from corral.store import sqlite_inline
 
 MIGRATIONS = Path(__file__).parent / "migrations"
+# Engines whose connections run on the loop's thread (see `reading`).
+_INLINE: WeakSet[Engine] = WeakSet()
 
 
 def is_sqlite(url: str) -> bool:
@@ -68,6 +71,8 @@ def _sqlite_engine(url: str, pool_size: int, begin: str, pragmas: tuple[str, ...
         url, pool_size=pool_size, max_overflow=0, pool_timeout=60, hide_parameters=True, **options
     )
     _sqlite_session(engine, begin, pragmas)
+    if options:
+        _INLINE.add(engine.sync_engine)
     return engine
 
 
@@ -96,8 +101,30 @@ def _sqlite_session(engine: AsyncEngine, begin: str, pragmas: tuple[str, ...]) -
 @asynccontextmanager
 async def transaction(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
     """One database transaction: committed on success, rolled back on any error."""
-    async with engine.begin() as conn:
+    if engine.sync_engine not in _INLINE:
+        async with engine.begin() as conn:
+            yield conn
+        return
+    async with reading(engine) as conn, conn.begin():
         yield conn
+
+
+@asynccontextmanager
+async def reading(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
+    """A connection for reads (the engine's own BEGIN only), back to the pool on exit.  SQLAlchemy
+    closes a connection on `async with` exit in a task of its own, so that a cancellation cannot
+    cut the close short: a task per use, and a wait behind whatever else is ready.  SQLite's
+    connections here (store/sqlite_inline.py) close without ever suspending, so nothing can cut
+    their close short: they are closed directly (bench/throughput.py --array: 210/s -> 218/s)."""
+    if engine.sync_engine not in _INLINE:
+        async with engine.connect() as conn:
+            yield conn
+        return
+    conn = await engine.connect()
+    try:
+        yield conn
+    finally:
+        await conn.close()
 
 
 def _upgrade(conn: Connection, revision: str) -> None:
