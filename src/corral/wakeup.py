@@ -17,7 +17,9 @@ class Wakeup:
 
     def __init__(self) -> None:
         self._scheduler = asyncio.Event()
-        self._room = True
+        self.room_version = 1
+        """Bumped whenever room may have been made; each group's loop keeps the last it saw (a
+        fresh loop has seen none, so it places at once)."""
         self._retries = asyncio.Event()
         self._orders = asyncio.Condition()
         self.orders_version = 0
@@ -27,7 +29,7 @@ class Wakeup:
     async def receive(self, kind: str) -> None:
         """Another manager's wake-up: acted on here, never sent on again."""
         if kind == "scheduler":
-            self._room = True  # not told which kind: placement runs
+            self.room_version += 1  # not told which kind: placement runs
             self._scheduler.set()
         elif kind == "retries":
             self._retries.set()
@@ -41,14 +43,10 @@ class Wakeup:
     def scheduler(self, room: bool = True) -> None:
         """`room`: capacity may have been freed or the queue changed, so placement should run (an
         agent's report of kernels progressing, not ending, wakes the cycle without it)."""
-        self._room = self._room or room
+        if room:
+            self.room_version += 1
         self._scheduler.set()
         self._tell_others("scheduler")
-
-    def take_room(self) -> bool:
-        """Whether room was signalled since the last call."""
-        room, self._room = self._room, False
-        return room
 
     async def wait_scheduler(self, seconds: float) -> None:
         try:

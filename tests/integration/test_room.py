@@ -3,16 +3,22 @@ timed cycle or a cycle after room was made never does (coordinator on a real dat
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable
 
 import pytest
 
 from corral.domain.judge import PhaseLimits
+from corral.domain.resources import ResourceSlots
+from corral.domain.spec import SessionSpec
 from corral.manager.coordinator import Coordinator
 from corral.manager.handlers.cancel_pending import CancelPendingSessions
 from corral.manager.handlers.schedule_new import ScheduleNewSessions
-from corral.store import journal, sessions
+from corral.manager.loop import SchedulerLoop
+from corral.settings import SchedulerSettings
+from corral.store import agents, journal, sessions
 from corral.store.db import make_engine, transaction, upgrade
+from corral.store.records import NewSession
 from corral.wakeup import Wakeup
 from tests.conftest import BACKENDS
 from tests.integration.test_bounds import NOW, _insert
@@ -51,14 +57,78 @@ async def test_placement_runs_only_when_room_may_have_been_made(
         await engine.dispose()
 
 
-async def test_only_an_ending_or_a_change_of_queue_signals_room() -> None:
-    wakeup = Wakeup()
-    assert wakeup.take_room() is True  # a fresh manager places at once
-    assert wakeup.take_room() is False
-    wakeup.scheduler(room=False)  # kernels progressing
-    assert wakeup.take_room() is False
-    wakeup.scheduler(room=False)
-    wakeup.scheduler()  # e.g. a submission, a cancel, an agent registering
-    assert wakeup.take_room() is True
-    await wakeup.receive("scheduler")  # another manager's wake-up does not say which: room
-    assert wakeup.take_room() is True
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_a_full_window_that_placed_leaves_room_for_the_next_cycle(
+    backend: str, fresh_database: Callable[[str], str]
+) -> None:
+    engine = make_engine(fresh_database(backend))
+    try:
+        await upgrade(engine)
+        window = ScheduleNewSessions.queue_window
+        assert window is not None
+        async with transaction(engine) as conn:
+            await agents.ensure_resource_group(conn, "default", NOW)
+            capacity = ResourceSlots.parse({"cpu": 10_000, "mem": "10000G"})
+            await agents.register(
+                conn,
+                "big",
+                hostname="h",
+                address="127.0.0.1",
+                resource_group="default",
+                capacity=capacity,
+                info={},
+                now=NOW,
+            )
+        await _insert(engine, window + 88, 10, NOW)
+        coordinator = Coordinator(
+            engine, "default", [ScheduleNewSessions()], PhaseLimits(timeouts={}), lambda: NOW
+        )
+        assert await coordinator.run_cycle(timed=False, room=True) == window
+        assert coordinator.room_left  # more may fit behind the window it read
+        assert await coordinator.run_cycle(timed=False, room=coordinator.room_left) == 88
+        assert not coordinator.room_left
+    finally:
+        await engine.dispose()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_room_reaches_every_group_loop(backend: str, fresh_database: Callable[[str], str]) -> None:
+    """One manager runs a loop per resource group, all woken by one Wakeup: a kernel ending in one
+    group must not be taken by another group's loop."""
+    engine = make_engine(fresh_database(backend))
+    try:
+        await upgrade(engine)
+        async with transaction(engine) as conn:
+            await agents.ensure_resource_group(conn, "default", NOW)
+            await agents.ensure_resource_group(conn, "other", NOW)
+            ids = {}
+            for group in ("default", "other"):
+                spec = SessionSpec(command=("true",), resource_group=group)
+                ids[group] = str(uuid.uuid4())
+                await sessions.insert_session(
+                    conn, NewSession(id=ids[group], name="w", owner="t", spec=spec), NOW
+                )
+        wakeup = Wakeup()
+        cfg = SchedulerSettings(sweep_interval=5)  # only the first cycle of each loop is timed
+        loops = [SchedulerLoop(engine, g, cfg, wakeup, holder="m1") for g in ("default", "other")]
+
+        async def counts() -> list[int]:
+            return [await _skips(engine, ids[g]) for g in ("default", "other")]
+
+        for loop in loops:
+            await loop.run_once()
+        assert await counts() == [1, 1]
+        wakeup.scheduler(room=False)  # kernels progressing: nobody places again
+        for loop in loops:
+            await loop.run_once()
+        assert await counts() == [1, 1]
+        wakeup.scheduler()  # room (in either group): every loop places
+        for loop in loops:
+            await loop.run_once()
+        assert await counts() == [2, 2]
+        await wakeup.receive("scheduler")  # another manager's wake-up does not say which: room
+        for loop in loops:
+            await loop.run_once()
+        assert await counts() == [3, 3]
+    finally:
+        await engine.dispose()

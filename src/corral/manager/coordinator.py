@@ -99,6 +99,9 @@ class Coordinator:
         self._on_ended = on_ended
         self.room_left = True
         """Room was made after placement ran in the last cycle: the next one places again."""
+        self.left_out = False
+        """The last cycle left placement out (no room) while sessions wait."""
+        self._read = 0
 
     async def run_cycle(self, timed: bool = True, room: bool = True) -> int:
         """Every handler once; returns how many sessions changed status.  Without `timed`, the
@@ -113,14 +116,20 @@ class Coordinator:
         self._limits = for_group(self._base_limits, (group or {}).get("queue"))
         self._requested = 0
         moved = 0
+        self.left_out = False
         for handler in self._handlers:
-            if handler.waits_for_room and not room and not timed:
-                continue  # placed all it could last time, and nothing has changed since
             if not _may_have_targets(handler, present) or (handler.expiry_only and not timed):
                 continue  # a handler with nothing to look at costs no transaction
+            if handler.waits_for_room and not room and not timed:
+                self.left_out = True  # placed all it could last time, and nothing has changed since
+                continue
+            requested = self._requested
             won, acted = await self._run(handler, timed)
             if handler.waits_for_room:
-                room = False
+                # Room is left when its window was full and it placed some (more may fit behind
+                # them), or when it asked victims to stop (the next preemptor is chosen next cycle).
+                full = handler.queue_window is not None and self._read >= handler.queue_window
+                room = (full and bool(won)) or self._requested > requested
             elif _made_room(handler, won, acted):
                 room = True
             present |= {(m.dst, requested) for m in won for requested in (True, False)}
@@ -167,6 +176,7 @@ class Coordinator:
                 changed_before=changed_before,
                 lost_agent_only=handler.lost_agent_only,
             )
+            self._read = len(targets)
             overdue = await self._overdue(conn, handler, targets, now, timed)
             if not targets and not overdue:
                 return [], False

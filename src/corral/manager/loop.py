@@ -36,6 +36,7 @@ class SchedulerLoop:
         self._wakeup = wakeup
         self._holder = holder
         self._last_sweep: datetime | None = None
+        self._room_seen = 0
         self._renewed: datetime | None = None
         self.coordinator = Coordinator(
             engine,
@@ -67,19 +68,27 @@ class SchedulerLoop:
             # sweep only ever fences later, never earlier.
             changed = await sweep(self._engine, self._rg, self._cfg, now)
             self._last_sweep = now
-        room = self._wakeup.take_room() or bool(changed) or self.coordinator.room_left
+        version = self._wakeup.room_version
+        room = version != self._room_seen or bool(changed) or self.coordinator.room_left
         moved = await self.coordinator.run_cycle(timed, room)
+        self._room_seen = version  # only once a cycle has used it: a failed cycle leaves it unseen
         if changed:
             await self._wakeup.orders_changed()  # fenced kernels leave their agents' orders
         return moved + changed
 
     async def run(self) -> None:
-        await repeat(
-            self.run_once,
-            lambda: self._wakeup.wait_scheduler(self._cfg.loop_interval),
-            "scheduling cycle failed",
-            resource_group=self._rg,
-        )
+        await repeat(self.run_once, self._idle, "scheduling cycle failed", resource_group=self._rg)
+
+    async def _idle(self) -> None:
+        """Until woken, or the loop interval; but when the last cycle left placement out while
+        sessions wait, only until the next timed cycle is due (which always places): whatever
+        changed without signalling room (a kernel starting, which makes its session a preemption
+        candidate; a group's settings) is acted on within CORRAL_SWEEP_INTERVAL."""
+        wait = self._cfg.loop_interval
+        if self.coordinator.left_out and self._last_sweep is not None:
+            due = self._last_sweep + timedelta(seconds=self._cfg.sweep_interval) - utcnow()
+            wait = min(wait, max(due.total_seconds(), 0.0))
+        await self._wakeup.wait_scheduler(wait)
 
 
 class Scheduler:

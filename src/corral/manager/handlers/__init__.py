@@ -20,17 +20,14 @@ from corral.manager.handlers.terminate import TerminateSessions
 
 
 def cycle_handlers() -> list[LifecycleHandler | SessionPromotionHandler]:
-    # Placement first, so agents start new kernels while the rest of the cycle records how others
-    # progressed: room freed by the kernels' own reports is used at once; room freed by this
-    # cycle's stops (TerminateSessions, SuspendSessions) is used by the next, which runs at once.
+    # Reports first (promotions), then stops, then capacity freed by them is reused in the same cycle.
+    # Start orders last: a gang with a failed kernel is stopped (DetectTermination) before any of
+    # its prepared ranks could be started.
     return [
         CancelPendingSessions(),
         ApplyTerminationRequests(),
-        ScheduleNewSessions(),
-        PrepareSessions(),
         PromoteToPulling(),
         PromoteToPrepared(),
-        StartSessions(),
         PromoteToRunning(),
         ExpirePulling(),
         ExpireCreating(),
@@ -38,4 +35,7 @@ def cycle_handlers() -> list[LifecycleHandler | SessionPromotionHandler]:
         TerminateSessions(),
         PromoteToTerminated(),
         SuspendSessions(),
+        ScheduleNewSessions(),
+        PrepareSessions(),
+        StartSessions(),
     ]
