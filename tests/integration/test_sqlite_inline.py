@@ -4,14 +4,15 @@ the loop free, succeed once the lock is released, and fail cleanly (nothing writ
 from __future__ import annotations
 
 import asyncio
+import os
 import sqlite3
 from pathlib import Path
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import func, select, text
 
 from corral.domain.spec import SessionSpec
-from corral.store import sessions, sqlite_inline
+from corral.store import checkpoint, sessions, sqlite_inline
 from corral.store.db import make_engine, make_reader, transaction, upgrade
 from corral.store.records import NewSession
 from corral.store.tables import sessions as session_table
@@ -24,6 +25,10 @@ async def _ready(path: Path) -> str:
     await upgrade(engine)
     await engine.dispose()
     return url
+
+
+def _size(path: str | Path) -> int:
+    return os.stat(path).st_size
 
 
 def _hold_write_lock(path: Path) -> sqlite3.Connection:
@@ -74,4 +79,24 @@ async def test_a_write_that_never_gets_the_lock_fails_and_writes_nothing(
         await _insert(engine, "s-2")  # the connection is usable again once the lock is free
     finally:
         other.close()
+        await engine.dispose()
+
+
+async def test_the_log_is_checkpointed_off_the_loop_not_by_the_writer(tmp_path: Path) -> None:
+    database = tmp_path / "c.db"
+    engine = make_engine(await _ready(database))
+    try:
+        for _ in range(3):  # 6 MiB in three commits: past the point SQLite itself would checkpoint
+            async with transaction(engine) as conn:
+                await conn.execute(text("CREATE TABLE IF NOT EXISTS filler (x BLOB)"))
+                await conn.execute(text("INSERT INTO filler SELECT randomblob(2097152)"))
+        assert _size(f"{database}-wal") > checkpoint.WAL_LIMIT  # left to the checkpointer
+        assert _size(database) < 2 << 20
+        assert await asyncio.to_thread(checkpoint.checkpoint_once, database)
+        assert _size(database) > 6 << 20  # now in the database itself
+        other = sqlite3.connect(database)
+        busy, frames, done = other.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+        other.close()
+        assert (busy, frames) == (0, done)
+    finally:
         await engine.dispose()

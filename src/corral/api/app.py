@@ -24,7 +24,8 @@ from corral.services.agent_protocol import AgentProtocol
 from corral.settings import ManagerSettings, SchedulerSettings
 from corral.store import agents as agent_store
 from corral.store import auth, config
-from corral.store.db import is_sqlite, make_engine, make_reader, transaction, upgrade
+from corral.store.checkpoint import keep_checkpointed
+from corral.store.db import is_sqlite, make_engine, make_reader, sqlite_file, transaction, upgrade
 from corral.store.notify import Notifier
 from corral.wakeup import Wakeup
 
@@ -94,6 +95,9 @@ def create_app(
         )
         if notifier is not None:
             tasks.append(asyncio.create_task(notifier.run(), name="wake-ups"))
+        database_file = sqlite_file(engine)
+        if database_file is not None:
+            tasks.append(asyncio.create_task(keep_checkpointed(database_file), name="checkpoints"))
         log.info("manager ready", database="sqlite" if is_sqlite(url) else "postgresql")
         try:
             yield

@@ -43,7 +43,15 @@ def make_engine(url: str, pool_size: int = 10) -> AsyncEngine:
     # One writer connection: SQLite has one writer anyway, and a single connection means no
     # "database is locked" between our own coroutines.  BEGIN IMMEDIATE takes the write lock up
     # front, so another process (e.g. `corral db upgrade`) makes it wait, not fail.
-    return _sqlite_engine(url, 1, "BEGIN IMMEDIATE", ())
+    # Its automatic checkpoint is off: the manager checkpoints on a thread (store/checkpoint.py).
+    return _sqlite_engine(url, 1, "BEGIN IMMEDIATE", ("wal_autocheckpoint=0", "journal_size_limit=4194304"))
+
+
+def sqlite_file(engine: AsyncEngine) -> Path | None:
+    """The database file of an engine whose connections run on the loop's thread."""
+    if engine.sync_engine not in _INLINE or not engine.url.database:
+        return None
+    return Path(engine.url.database)
 
 
 def make_reader(engine: AsyncEngine, pool_size: int = 4) -> AsyncEngine:
@@ -65,6 +73,7 @@ def _sqlite_engine(url: str, pool_size: int, begin: str, pragmas: tuple[str, ...
     options: dict[str, Any] = {}
     if parsed.database not in (None, "", ":memory:") and not parsed.query:
         options["async_creator"] = partial(sqlite_inline.connect, parsed.database)
+        pragmas = (*pragmas, "busy_timeout=0")  # last: the pragmas before may wait (see connect)
     else:
         pragmas = ("busy_timeout=30000", *pragmas)
     engine = create_async_engine(

@@ -26,10 +26,12 @@ _FIRST_WAIT = 0.001
 _MAX_WAIT = 0.05
 
 
-# What may find the database locked: taking the write lock, or a read taking its snapshot (both
-# before anything is done, so both are safe to try again).  Nothing else can be: a write runs
-# only inside BEGIN IMMEDIATE, which holds the lock.
-_WAITS = ("BEGIN", "SELECT")
+CONNECT_TIMEOUT = 5.0
+"""Seconds opening a connection (its WAL pragma) may wait for a lock: once per pooled connection."""
+
+
+def _begins(sql: str) -> bool:
+    return sql.lstrip()[:5].upper() == "BEGIN"
 
 
 def _locked(exc: sqlite3.OperationalError) -> bool:
@@ -39,8 +41,9 @@ def _locked(exc: sqlite3.OperationalError) -> bool:
 class Cursor:
     """aiosqlite's cursor interface over a sqlite3 cursor, without a thread."""
 
-    def __init__(self, conn: sqlite3.Connection) -> None:
-        self._cur = conn.cursor()
+    def __init__(self, owner: Connection) -> None:
+        self._owner = owner
+        self._cur = owner._conn.cursor()
 
     async def __aenter__(self) -> Cursor:
         return self
@@ -69,7 +72,11 @@ class Cursor:
         self._cur.arraysize = value
 
     async def execute(self, sql: str, parameters: Sequence[Any] | dict[str, Any] = ()) -> Cursor:
-        waits = sql.lstrip()[:6].upper().startswith(_WAITS)
+        # What may find the database locked is what comes before anything is done, so it is safe
+        # to try again: a statement on its own (BEGIN, taking the write lock, above all), or the
+        # first one of a transaction (a read taking its snapshot).  Nothing after can: a write
+        # runs only inside BEGIN IMMEDIATE, which holds the lock.
+        waits = not self._owner._conn.in_transaction or self._owner.fresh
         deadline = time.monotonic() + BUSY_TIMEOUT
         wait = _FIRST_WAIT
         while True:
@@ -81,6 +88,7 @@ class Cursor:
                     raise
             await asyncio.sleep(wait)
             wait = min(wait * 2, _MAX_WAIT)
+        self._owner.fresh = _begins(sql)
         # A turn for the rest of the loop after each statement (what aiosqlite's thread round
         # trips gave, without their cost): a request waits for a statement, not for a handler.
         # Measured with bench/throughput.py --array: 193/s without, 210/s with.
@@ -89,6 +97,7 @@ class Cursor:
 
     async def executemany(self, sql: str, parameters: Iterable[Any]) -> Cursor:
         self._cur.executemany(sql, parameters)
+        self._owner.fresh = False
         await asyncio.sleep(0)
         return self
 
@@ -111,18 +120,22 @@ class Connection:
     def __init__(self, conn: sqlite3.Connection) -> None:
         self._connection = conn  # the dialect checks it is set before commit and rollback
         self._conn = conn
+        self.fresh = False
+        """A transaction began and nothing ran in it yet."""
 
     @property
     def isolation_level(self) -> str | None:
         return self._conn.isolation_level
 
     def cursor(self) -> Cursor:
-        return Cursor(self._conn)
+        return Cursor(self)
 
     async def commit(self) -> None:
+        self.fresh = False
         self._conn.commit()
 
     async def rollback(self) -> None:
+        self.fresh = False
         self._conn.rollback()
 
     async def close(self) -> None:
@@ -136,8 +149,8 @@ class Connection:
 
 
 async def connect(path: str) -> Connection:
-    """The caller's transactions only (isolation_level None: no implicit BEGIN), no busy handler
-    (see Cursor.execute), usable from whichever thread the loop runs on."""
-    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-    conn.execute("PRAGMA busy_timeout=0")
+    """The caller's transactions only (isolation_level None: no implicit BEGIN), usable from
+    whichever thread the loop runs on.  The engine's connect hook sets the pragmas (WAL may wait
+    for a lock, up to CONNECT_TIMEOUT), then busy_timeout=0: from then on waits are Cursor.execute's."""
+    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=CONNECT_TIMEOUT)
     return Connection(conn)
