@@ -5,7 +5,7 @@ execute, fetch, close), each a queue put, a thread wake-up and a loop wake-up.  
 SQLite's one write lock across them, so under load a transaction of a few statements held it for
 ~15 ms (bench/throughput.py --array: 3,700 statements of 0.5 ms each for work worth 0.1 ms).
 
-Here a statement runs where it is issued, then gives the loop one turn.  Inside a `BEGIN
+Here a statement runs where it is issued; a read then gives the loop one turn.  Inside a `BEGIN
 IMMEDIATE` transaction nothing waits on a lock (WAL: readers never block the writer), so the only
 waits are the BEGIN itself, when another process holds the write lock, and a read taking its
 snapshot in rare cases (recovery, a checkpoint restarting the log): those are retried with an
@@ -22,8 +22,9 @@ from typing import Any
 
 BUSY_TIMEOUT = 30.0
 """Seconds a BEGIN waits for another process's write lock before it fails."""
-_FIRST_WAIT = 0.001
-_MAX_WAIT = 0.05
+# Waits for a lock: short, because the other process's gaps between transactions are short.
+_FIRST_WAIT = 0.0005
+_MAX_WAIT = 0.01
 
 
 CONNECT_TIMEOUT = 5.0
@@ -89,16 +90,21 @@ class Cursor:
             await asyncio.sleep(wait)
             wait = min(wait * 2, _MAX_WAIT)
         self._owner.fresh = _begins(sql)
-        # A turn for the rest of the loop after each statement (what aiosqlite's thread round
-        # trips gave, without their cost): a request waits for a statement, not for a handler.
-        # Measured with bench/throughput.py --array: 193/s without, 210/s with.
-        await asyncio.sleep(0)
+        if self._owner.fresh:
+            self._owner.writing = "IMMEDIATE" in sql.upper()
+        if not self._owner.writing:
+            # A turn for the rest of the loop after each read (what aiosqlite's thread round trips
+            # gave, without their cost).  Not while holding the write lock: turns there made the
+            # array bench ~14% faster, but stretched the lock so that a second manager on the same
+            # file (test_retry_faults: two managers) could not get in between.
+            await asyncio.sleep(0)
         return self
 
     async def executemany(self, sql: str, parameters: Iterable[Any]) -> Cursor:
         self._cur.executemany(sql, parameters)
         self._owner.fresh = False
-        await asyncio.sleep(0)
+        if not self._owner.writing:
+            await asyncio.sleep(0)
         return self
 
     async def fetchone(self) -> Any:
@@ -122,6 +128,8 @@ class Connection:
         self._conn = conn
         self.fresh = False
         """A transaction began and nothing ran in it yet."""
+        self.writing = False
+        """In a BEGIN IMMEDIATE transaction: holding the database's write lock."""
 
     @property
     def isolation_level(self) -> str | None:
@@ -131,11 +139,11 @@ class Connection:
         return Cursor(self)
 
     async def commit(self) -> None:
-        self.fresh = False
+        self.fresh = self.writing = False
         self._conn.commit()
 
     async def rollback(self) -> None:
-        self.fresh = False
+        self.fresh = self.writing = False
         self._conn.rollback()
 
     async def close(self) -> None:
