@@ -16,10 +16,11 @@ from corral.manager.coordinator import Coordinator
 from corral.manager.handlers.expire_pulling import ExpirePulling
 from corral.manager.handlers.schedule_new import ScheduleNewSessions
 from corral.store import journal, sessions
-from corral.store.db import make_engine, transaction, upgrade
+from corral.store.db import transaction
 from corral.store.records import NewSession
 from corral.store.tables import sessions as session_table
 from tests.conftest import BACKENDS
+from tests.support.db import migrated
 
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 
@@ -35,9 +36,7 @@ async def _insert(engine: object, n: int, priority: int, at: datetime) -> list[s
 
 @pytest.mark.parametrize("backend", BACKENDS)
 async def test_pulling_expires_back_to_the_queue(backend: str, fresh_database: Callable[[str], str]) -> None:
-    engine = make_engine(fresh_database(backend))
-    try:
-        await upgrade(engine)
+    async with migrated(fresh_database(backend)) as engine:
         [sid] = await _insert(engine, 1, 10, NOW)
         async with transaction(engine) as conn:
             await conn.execute(
@@ -55,17 +54,13 @@ async def test_pulling_expires_back_to_the_queue(backend: str, fresh_database: C
         assert [(h.handler, h.result, h.from_status, h.to_status) for h in history] == [
             ("ExpirePulling", "EXPIRED", "PULLING", "PENDING")
         ]
-    finally:
-        await engine.dispose()
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 async def test_pending_timeout_reaches_past_the_queue_window(
     backend: str, fresh_database: Callable[[str], str]
 ) -> None:
-    engine = make_engine(fresh_database(backend))
-    try:
-        await upgrade(engine)
+    async with migrated(fresh_database(backend)) as engine:
         window = ScheduleNewSessions.queue_window
         assert window is not None
         await _insert(engine, window + 20, 90, NOW)  # the head of the queue: fresh, high priority
@@ -78,5 +73,3 @@ async def test_pending_timeout_reaches_past_the_queue_window(
             counts = await sessions.count_by_status(conn)
         assert found is not None and found.status is SessionStatus.CANCELLED
         assert counts == {"PENDING": window + 20, "CANCELLED": 1}
-    finally:
-        await engine.dispose()

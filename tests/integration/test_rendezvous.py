@@ -26,13 +26,14 @@ from corral.manager.handlers.prepare import PrepareSessions
 from corral.services.agent_protocol import AgentProtocol
 from corral.settings import SchedulerSettings
 from corral.store import agents, journal, kernels, sessions
-from corral.store.db import make_engine, transaction, upgrade
+from corral.store.db import transaction
 from corral.store.records import KernelReport, Move, NewSession
 from corral.store.tables import agents as agent_rows
 from corral.store.tables import allocations
 from corral.wakeup import Wakeup
 from tests.conftest import BACKENDS
 from tests.support.cluster import Cluster
+from tests.support.db import migrated
 
 RANGE = [29400, 29401]
 
@@ -67,9 +68,7 @@ async def _orders(protocol: AgentProtocol, epochs: dict[str, int], sid: str) -> 
 async def test_gangs_start_at_once_exactly_when_their_rendezvous_is_known(
     backend: str, fresh_database: Callable[[str], str]
 ) -> None:
-    engine = make_engine(fresh_database(backend))
-    try:
-        await upgrade(engine)
+    async with migrated(fresh_database(backend)) as engine:
         declared: dict[str, Any] = {
             "a": {"rendezvous_ports": RANGE},
             "b": {},
@@ -124,8 +123,6 @@ async def test_gangs_start_at_once_exactly_when_their_rendezvous_is_known(
             await conn.commit()
         again = await orders(("a", "b"))
         assert again[0]["spec"]["master_port"] == port
-    finally:
-        await engine.dispose()
 
 
 MEET = r"""
@@ -227,9 +224,7 @@ async def test_a_gang_with_a_running_rank_is_stopped_not_requeued(
     """Rank 0 started at once and runs; rank 1's agent is lost before preparing it.  Sending the
     gang back to the queue would free rank 0's capacity while it still runs and place it again
     beside itself: the session is stopped instead, rank 0 keeps its placement until it is gone."""
-    engine = make_engine(fresh_database(backend))
-    try:
-        await upgrade(engine)
+    async with migrated(fresh_database(backend)) as engine:
         epochs = {}
         async with transaction(engine) as conn:
             for agent_id, info in (("a", {"rendezvous_ports": RANGE}), ("b", {})):
@@ -277,5 +272,3 @@ async def test_a_gang_with_a_running_rank_is_stopped_not_requeued(
         async with engine.connect() as conn:
             rows = await journal.history_of(conn, sid)
         assert [r.handler for r in rows if "already run" in r.message] == ["PrepareSessions"]
-    finally:
-        await engine.dispose()

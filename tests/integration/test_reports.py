@@ -20,10 +20,11 @@ from corral.manager.handlers.schedule_new import ScheduleNewSessions
 from corral.services.agent_protocol import AgentProtocol
 from corral.settings import SchedulerSettings
 from corral.store import agents, sessions
-from corral.store.db import make_engine, transaction, upgrade
+from corral.store.db import transaction
 from corral.store.records import KernelRecord, KernelReport, Move, NewSession
 from corral.wakeup import Wakeup
 from tests.conftest import BACKENDS
+from tests.support.db import migrated
 
 
 async def _register(engine: AsyncEngine, agent_id: str) -> int:
@@ -52,9 +53,7 @@ async def _kernel(engine: AsyncEngine, session_id: str) -> KernelRecord:
 async def test_a_batch_applies_in_order_and_refuses_only_its_stale_reports(
     backend: str, fresh_database: Callable[[str], str]
 ) -> None:
-    engine = make_engine(fresh_database(backend))
-    try:
-        await upgrade(engine)
+    async with migrated(fresh_database(backend)) as engine:
         epoch = await _register(engine, "a")
         ids = [str(uuid.uuid4()) for _ in range(3)]
         async with transaction(engine) as conn:
@@ -131,5 +130,3 @@ async def test_a_batch_applies_in_order_and_refuses_only_its_stale_reports(
             )
             assert (applied, refused) == (0, [k_foreign.id]), status
         assert (await _kernel(engine, foreign)).status is KernelStatus.PREPARED
-    finally:
-        await engine.dispose()

@@ -17,11 +17,12 @@ from corral.manager.handlers.schedule_new import ScheduleNewSessions
 from corral.manager.loop import SchedulerLoop
 from corral.settings import SchedulerSettings
 from corral.store import agents, journal, sessions
-from corral.store.db import make_engine, transaction, upgrade
+from corral.store.db import transaction
 from corral.store.records import NewSession
 from corral.wakeup import Wakeup
 from tests.conftest import BACKENDS
 from tests.integration.test_bounds import NOW, _insert
+from tests.support.db import migrated
 
 
 async def _skips(engine: object, sid: str) -> int:
@@ -35,9 +36,7 @@ async def _skips(engine: object, sid: str) -> int:
 async def test_placement_runs_only_when_room_may_have_been_made(
     backend: str, fresh_database: Callable[[str], str]
 ) -> None:
-    engine = make_engine(fresh_database(backend))
-    try:
-        await upgrade(engine)
+    async with migrated(fresh_database(backend)) as engine:
         [waiting, cancelled] = await _insert(engine, 2, 10, NOW)
         handlers = [CancelPendingSessions(), ScheduleNewSessions()]
         coordinator = Coordinator(engine, "default", handlers, PhaseLimits(timeouts={}), lambda: NOW)
@@ -53,17 +52,13 @@ async def test_placement_runs_only_when_room_may_have_been_made(
         await coordinator.run_cycle(timed=False, room=False)
         assert await _skips(engine, waiting) == 3
         assert coordinator.room_left is False
-    finally:
-        await engine.dispose()
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 async def test_a_full_window_that_placed_leaves_room_for_the_next_cycle(
     backend: str, fresh_database: Callable[[str], str]
 ) -> None:
-    engine = make_engine(fresh_database(backend))
-    try:
-        await upgrade(engine)
+    async with migrated(fresh_database(backend)) as engine:
         window = ScheduleNewSessions.queue_window
         assert window is not None
         async with transaction(engine) as conn:
@@ -87,17 +82,13 @@ async def test_a_full_window_that_placed_leaves_room_for_the_next_cycle(
         assert coordinator.room_left  # more may fit behind the window it read
         assert await coordinator.run_cycle(timed=False, room=coordinator.room_left) == 88
         assert not coordinator.room_left
-    finally:
-        await engine.dispose()
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 async def test_room_reaches_every_group_loop(backend: str, fresh_database: Callable[[str], str]) -> None:
     """One manager runs a loop per resource group, all woken by one Wakeup: a kernel ending in one
     group must not be taken by another group's loop."""
-    engine = make_engine(fresh_database(backend))
-    try:
-        await upgrade(engine)
+    async with migrated(fresh_database(backend)) as engine:
         async with transaction(engine) as conn:
             await agents.ensure_resource_group(conn, "default", NOW)
             await agents.ensure_resource_group(conn, "other", NOW)
@@ -130,5 +121,3 @@ async def test_room_reaches_every_group_loop(backend: str, fresh_database: Calla
         for loop in loops:
             await loop.run_once()
         assert await counts() == [3, 3]
-    finally:
-        await engine.dispose()

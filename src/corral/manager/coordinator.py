@@ -101,7 +101,6 @@ class Coordinator:
         """Room was made after placement ran in the last cycle: the next one places again."""
         self.left_out = False
         """The last cycle left placement out (no room) while sessions wait."""
-        self._read = 0
 
     async def run_cycle(self, timed: bool = True, room: bool = True) -> int:
         """Every handler once; returns how many sessions changed status.  Without `timed`, the
@@ -124,11 +123,11 @@ class Coordinator:
                 self.left_out = True  # placed all it could last time, and nothing has changed since
                 continue
             requested = self._requested
-            won, acted = await self._run(handler, timed)
+            won, acted, read = await self._run(handler, timed)
             if handler.waits_for_room:
                 # Room is left when its window was full and it placed some (more may fit behind
                 # them), or when it asked victims to stop (the next preemptor is chosen next cycle).
-                full = handler.queue_window is not None and self._read >= handler.queue_window
+                full = handler.queue_window is not None and read >= handler.queue_window
                 room = (full and bool(won)) or self._requested > requested
             elif _made_room(handler, won, acted):
                 room = True
@@ -140,7 +139,7 @@ class Coordinator:
             if self._on_ended is not None and any(m.dst in TERMINAL_SESSION for m in won):
                 self._on_ended()  # the retry engine decides ended attempts at once, not on its poll
             # Between handlers the loop serves requests (agents' long polls above all): on SQLite
-            # a handler's statements run on this thread and never give the loop a turn themselves.
+            # a handler's write transaction runs on this thread without giving the loop a turn.
             await asyncio.sleep(0)
         self.room_left = room
         # Requests written this cycle (a preemptor's victims) count as work: the loop runs the next
@@ -149,18 +148,19 @@ class Coordinator:
 
     async def run_handler(self, handler: Handler) -> int:
         """One handler in its own transaction; returns how many sessions changed status."""
-        won, _ = await self._run(handler)
+        won, _, _ = await self._run(handler)
         return len(won)
 
-    async def _run(self, handler: Handler, timed: bool = True) -> tuple[list[Move], bool]:
-        """The moves that won, and whether anything changed (moves, or orders without moves)."""
+    async def _run(self, handler: Handler, timed: bool = True) -> tuple[list[Move], bool, int]:
+        """The moves that won, whether anything changed (moves, or orders without moves), and how
+        many targets it read."""
         now = self._clock()
         changed_before = None
         if handler.expiry_only:
             [status] = handler.target_session_statuses
             limit = self._limits.timeouts.get(status)
             if limit is None:
-                return [], False
+                return [], False, 0
             changed_before = now - limit
         async with transaction(self._engine) as conn:
             targets = await sessions.for_handler(
@@ -176,10 +176,9 @@ class Coordinator:
                 changed_before=changed_before,
                 lost_agent_only=handler.lost_agent_only,
             )
-            self._read = len(targets)
             overdue = await self._overdue(conn, handler, targets, now, timed)
             if not targets and not overdue:
-                return [], False
+                return [], False, 0
             ctx = HandlerContext(conn, now, self._rg, self._limits)
             if isinstance(handler, SessionPromotionHandler):
                 moves, history = self._promote(handler, targets)
@@ -193,7 +192,7 @@ class Coordinator:
             won_ids = {m.session_id for m in won}
             history = [h for h in history if h[4] is None or h[0] in won_ids]
             await journal.add_history(conn, history, now)
-        return won, acted
+        return won, acted, len(targets)
 
     async def _overdue(
         self,
