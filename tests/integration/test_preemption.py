@@ -91,6 +91,31 @@ def test_an_urgent_session_preempts_the_minimal_oldest_victims(full: Cluster) ->
     assert c.session(later["id"])["status"] == "PENDING"  # behind the requeued victims
 
 
+def test_a_preemptor_behind_a_full_page_of_the_queue_still_preempts(full: Cluster) -> None:
+    """Placement reads the queue a page at a time and stops once nothing more fits, but not while a
+    session further back could still make room by preemption."""
+    c = full
+    assert c.corral("rg", "set", "default", "grace_period=0", "min_runtime=0").returncode == 0
+    fill(c)
+    page = 64  # ScheduleNewSessions.queue_page: these fill more than the first page
+    # Gangs of three 2-CPU kernels: no preemption on 2 agents of 2 CPUs makes room for one.
+    head = c.submit(
+        command=["true"],
+        priority=9,
+        name="too-big",
+        cluster_size=3,
+        resources={"cpu": 2},
+        array=f"0-{page + 5}",
+    )
+    urgent = c.submit(command=["true"], priority=5, name="urgent", resources={"cpu": 1})
+    done = c.wait(urgent["id"], timeout=30)
+    assert done["result"] == "success", done
+    history = c.history(urgent["id"])
+    assert any("preempting 1 session(s)" in h["message"] for h in history), history
+    too_big = c.http.get("/api/v1/sessions", params={"array": head["array_id"], "limit": 100}).json()
+    assert len(too_big) == page + 6 and all(s["status"] == "PENDING" for s in too_big)
+
+
 def test_the_grace_period_reaches_the_kill(full: Cluster, tmp_path: Path) -> None:
     c = full
     assert c.corral("rg", "set", "default", "grace_period=2").returncode == 0

@@ -121,3 +121,70 @@ async def test_room_reaches_every_group_loop(backend: str, fresh_database: Calla
         for loop in loops:
             await loop.run_once()
         assert await counts() == [3, 3]
+
+
+async def _insert_sized(engine: object, n: int, priority: int, cpu: int) -> list[str]:
+    ids = [str(uuid.uuid4()) for _ in range(n)]
+    async with transaction(engine) as conn:  # type: ignore[arg-type]
+        for sid in ids:
+            spec = SessionSpec(
+                command=("true",), priority=priority, resources=ResourceSlots.parse({"cpu": cpu})
+            )
+            await sessions.insert_session(conn, NewSession(id=sid, name="b", owner="t", spec=spec), NOW)
+    return ids
+
+
+async def _one_agent(engine: object, cpu: int) -> None:
+    async with transaction(engine) as conn:  # type: ignore[arg-type]
+        await agents.ensure_resource_group(conn, "default", NOW)
+        await agents.register(
+            conn,
+            "small",
+            hostname="h",
+            address="127.0.0.1",
+            resource_group="default",
+            capacity=ResourceSlots.parse({"cpu": cpu, "mem": "64G"}),
+            info={},
+            now=NOW,
+        )
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_placement_reads_past_a_page_while_room_is_left(
+    backend: str, fresh_database: Callable[[str], str]
+) -> None:
+    """The queue is read a page at a time; a session that fits behind a page of ones that do not is
+    still found in the same cycle (backfill reaches as deep as the whole window)."""
+    page = ScheduleNewSessions.queue_page
+    assert page is not None
+    async with migrated(fresh_database(backend)) as engine:
+        await _one_agent(engine, cpu=2)
+        await _insert_sized(engine, page + 10, priority=9, cpu=4)  # never fit: read on past them
+        [small] = await _insert_sized(engine, 1, priority=1, cpu=1)
+        coordinator = Coordinator(
+            engine, "default", [ScheduleNewSessions()], PhaseLimits(timeouts={}), lambda: NOW
+        )
+        assert await coordinator.run_cycle(timed=True) == 1
+        async with transaction(engine) as conn:
+            found = await sessions.get(conn, small)
+        assert found is not None and found.status.value == "SCHEDULED"
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_placement_stops_reading_once_nothing_more_fits(
+    backend: str, fresh_database: Callable[[str], str]
+) -> None:
+    """A busy cluster with room for two reads one page of a long queue, not the whole window: the
+    sessions past the page are not looked at (no note that they wait) until they come closer."""
+    page = ScheduleNewSessions.queue_page
+    assert page is not None
+    async with migrated(fresh_database(backend)) as engine:
+        await _one_agent(engine, cpu=2)
+        queued = sorted(await _insert_sized(engine, 3 * page, priority=5, cpu=1))  # queue order: by id
+        coordinator = Coordinator(
+            engine, "default", [ScheduleNewSessions()], PhaseLimits(timeouts={}), lambda: NOW
+        )
+        assert await coordinator.run_cycle(timed=True) == 2
+        assert not coordinator.room_left  # nothing more fits: the next cycle waits for room
+        assert await _skips(engine, queued[page - 1]) == 1  # on the first page: told why it waits
+        assert await _skips(engine, queued[page]) == 0  # past it: not read at all

@@ -27,6 +27,10 @@ class FreeCapacity:
     def __len__(self) -> int:
         return len(self._free)
 
+    def cpu_left(self) -> bool:
+        """Some agent has CPU free: every kernel needs some, so without it nothing more fits."""
+        return bool(self._emptiest) and self._emptiest[0][0] < 0
+
     def snapshot(self) -> list[AgentSnapshot]:
         """Every agent with what is free on it now, in id order."""
         return [AgentSnapshot(aid, self._free[aid]) for aid in sorted(self._free)]

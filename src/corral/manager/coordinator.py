@@ -162,24 +162,40 @@ class Coordinator:
             if limit is None:
                 return [], False, 0
             changed_before = now - limit
+        window, page = handler.queue_window, handler.queue_page or handler.queue_window
         async with transaction(self._engine) as conn:
-            targets = await sessions.for_handler(
-                conn,
-                self._rg,
-                handler.target_session_statuses,
-                kernel_statuses=handler.target_kernel_statuses or _present_kernels(handler),
-                absent_kernel_statuses=_absent_kernels(handler),
-                terminating_requested=handler.termination_requested,
-                queue_window=handler.queue_window,
-                ready_at=now if handler.queue_window is not None else None,
-                with_kernels=handler.with_kernels,
-                changed_before=changed_before,
-                lost_agent_only=handler.lost_agent_only,
-            )
+
+            async def read(size: int | None, after: sessions.QueueKey | None = None) -> list[SessionRecord]:
+                return await sessions.for_handler(
+                    conn,
+                    self._rg,
+                    handler.target_session_statuses,
+                    kernel_statuses=handler.target_kernel_statuses or _present_kernels(handler),
+                    absent_kernel_statuses=_absent_kernels(handler),
+                    terminating_requested=handler.termination_requested,
+                    queue_window=size,
+                    ready_at=now if window is not None else None,
+                    with_kernels=handler.with_kernels,
+                    changed_before=changed_before,
+                    lost_agent_only=handler.lost_agent_only,
+                    after=after,
+                )
+
+            targets = await read(page)
+            pages = [targets]
+
+            async def more() -> list[SessionRecord]:
+                """The window's next page, or nothing once the window (or the queue) is read."""
+                read_so_far = sum(map(len, pages))
+                if window is None or page is None or len(pages[-1]) < page or read_so_far >= window:
+                    return []
+                pages.append(await read(min(page, window - read_so_far), sessions.queue_key(pages[-1][-1])))
+                return pages[-1]
+
             overdue = await self._overdue(conn, handler, targets, now, timed)
             if not targets and not overdue:
                 return [], False, 0
-            ctx = HandlerContext(conn, now, self._rg, self._limits)
+            ctx = HandlerContext(conn, now, self._rg, self._limits, more if page != window else None)
             if isinstance(handler, SessionPromotionHandler):
                 moves, history = self._promote(handler, targets)
                 won = await sessions.apply_moves(conn, moves, now)
@@ -187,6 +203,9 @@ class Coordinator:
             else:
                 result = await handler.execute(ctx, targets)
                 self._requested += result.requested
+                targets = [s for p in pages for s in p]
+                seen = {s.id for s in targets}
+                overdue = [s for s in overdue if s.id not in seen]  # reached by a later page
                 won, history = await self._judge(ctx, handler, result, targets, overdue)
                 acted = bool(won or result.successes)
             won_ids = {m.session_id for m in won}

@@ -176,6 +176,15 @@ async def list_sessions(
     return await select_with_kernels(conn, query)
 
 
+QueueKey = tuple[int, datetime, str]
+"""A session's place in its group's queue: (-priority, chain submission, id) sorts in queue order."""
+
+
+def queue_key(s: SessionRecord) -> QueueKey:
+    """Sorts sessions in queue order (highest priority, then earliest chain submission, then id)."""
+    return (-s.priority, s.chain_submitted_at, s.id)
+
+
 async def for_handler(
     conn: AsyncConnection,
     resource_group: str,
@@ -190,12 +199,14 @@ async def for_handler(
     changed_before: datetime | None = None,
     ready_at: datetime | None = None,
     lost_agent_only: Collection[SessionStatus] = (),
+    after: QueueKey | None = None,
 ) -> list[SessionRecord]:
     """A handler's targets: sessions in `statuses` (optionally with a kernel in `kernel_statuses`);
     those in `lost_agent_only` only when a kernel of theirs is on an agent not ALIVE.
 
     With `queue_window`, only that many from the head of the queue (priority, chain submission,
-    id), so a long queue is not re-read in full every cycle.
+    id), so a long queue is not re-read in full every cycle; with `after` too, the next that many
+    behind that place in the queue (the key of the last one read).
     """
     if queue_window is not None and len(statuses) > 1:
         # The head of each status's queue by index (ix_sessions_queue), merged: never a sort of the
@@ -214,8 +225,9 @@ async def for_handler(
                 changed_before=changed_before,
                 ready_at=ready_at,
                 lost_agent_only=lost_agent_only,
+                after=after,
             )
-        found.sort(key=lambda s: (-s.priority, s.chain_submitted_at, s.id))
+        found.sort(key=queue_key)
         return found[:queue_window]
     names = sorted(str(s) for s in statuses)
     # One status by equality, so the queue index serves the ORDER BY as well as the WHERE.
@@ -236,6 +248,21 @@ async def for_handler(
         query = query.order_by(
             sessions.c.priority.desc(), sessions.c.chain_submitted_at, sessions.c.id
         ).limit(queue_window)
+        if after is not None:
+            negated, submitted, sid = after
+            priority = -negated
+            query = query.where(
+                or_(
+                    sessions.c.priority < priority,
+                    and_(
+                        sessions.c.priority == priority,
+                        or_(
+                            sessions.c.chain_submitted_at > submitted,
+                            and_(sessions.c.chain_submitted_at == submitted, sessions.c.id > sid),
+                        ),
+                    ),
+                )
+            )
     else:
         query = query.order_by(sessions.c.created_at, sessions.c.id).limit(limit)
     if changed_before is not None:

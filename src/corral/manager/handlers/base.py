@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import ClassVar
@@ -31,6 +31,8 @@ class HandlerContext:
     """The group this loop schedules."""
     limits: PhaseLimits
     """Per-status limits (for handlers that need them)."""
+    more: Callable[[], Awaitable[list[SessionRecord]]] | None = None
+    """The next page of a paged queue window (`queue_page`); empty once the window is read."""
 
 
 @dataclass
@@ -57,6 +59,9 @@ class HandlerOptions:
     termination_requested: ClassVar[bool | None] = False
     # Only this many targets from the head of the queue per cycle (None: all of them).
     queue_window: ClassVar[int | None] = None
+    # Read the window this many at a time: the first page is the targets, the handler asks for the
+    # next (`HandlerContext.more`) only while it can use more (placement: while room is left).
+    queue_page: ClassVar[int | None] = None
     # Whether targets come with their kernels (a long queue is cheaper to read without).
     with_kernels: ClassVar[bool] = True
     # Whether its successes are orders agents pull (so their long polls are woken at once).

@@ -4,7 +4,7 @@ whose turn has come and that fits is resumed (SUSPENDED -> PENDING -> SCHEDULED 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from corral.domain.backfill import Hold, Occupant, head_hold, may_use_held
@@ -36,6 +36,8 @@ class ScheduleNewSessions(LifecycleHandler):
     failure_cause = Cause.SCHEDULER_TIMEOUT
     # Placement looks at the head of the queue; sessions further back are reached as it drains.
     queue_window = 512
+    # A busy cluster has room for a few: reading 512 to place them cost more than the placing.
+    queue_page = 64
     with_kernels = False
 
     @classmethod
@@ -56,53 +58,56 @@ class ScheduleNewSessions(LifecycleHandler):
         free = FreeCapacity(
             AgentSnapshot(a.id, a.capacity - a.used) for a in registered if a.status is AgentStatus.ALIVE
         )
-        by_id = {s.id: s for s in targets}
         # Agents a preemptor holds while its victims stop: nobody else is placed there (DESIGN §6).
         reserved = await preemption.reservations(ctx.conn, ctx.resource_group)
         held_by = {aid: sid for sid, r in reserved.items() for aid in r.get("agents", [])}
-        entries = [QueueEntry(s.id, s.priority, s.chain_submitted_at, s.retry_after) for s in targets]
-        ready = queue_order(entries, ctx.now)
-        ready_ids = {e.session_id for e in ready}
-        for s in targets:
-            if s.id not in ready_ids:
-                result.skipped.append(Skip(s.id, "waiting for its retry time"))
         # Backfill: a session that does not fit does not block smaller ones behind it, except on the
         # agents held for the first one that does not fit (no starvation; see README).
         unplaced: list[SessionRecord] = []
         hold: Hold | None = None
         running: list[RunningRecord] | None = None  # read once, when something does not fit
-        for entry in ready:
-            s = by_id[entry.session_id]
-            if s.status is SessionStatus.SUSPENDED and s.termination_reason:
-                continue  # cancelled while suspended: ApplyTerminationRequests ends it
-            needs = [s.resources] * s.cluster_size  # every kernel of a session asks for the same slots
-            excluded = {aid for aid, owner in held_by.items() if owner != s.id}
-            if hold is not None and not may_use_held(hold, s.spec.timeout, ctx.now):
-                excluded |= hold.agent_ids
-            note = ""
-            placement = None
-            if s.avoid_agent:
-                # Soft anti-affinity: any other agent first; the avoided one rather than waiting.
-                placement = free.place(needs, s.spec.placement, excluded | {s.avoid_agent})
+        page = list(targets)
+        while page:
+            for s in _ready(page, result, ctx.now):
+                if s.status is SessionStatus.SUSPENDED and s.termination_reason:
+                    continue  # cancelled while suspended: ApplyTerminationRequests ends it
+                needs = [s.resources] * s.cluster_size  # every kernel of a session asks for the same slots
+                excluded = {aid for aid, owner in held_by.items() if owner != s.id}
+                if hold is not None and not may_use_held(hold, s.spec.timeout, ctx.now):
+                    excluded |= hold.agent_ids
+                note = ""
+                placement = None
+                if s.avoid_agent:
+                    # Soft anti-affinity: any other agent first; the avoided one rather than waiting.
+                    placement = free.place(needs, s.spec.placement, excluded | {s.avoid_agent})
+                    if placement is None:
+                        note = f" (anti-affinity: no agent but {s.avoid_agent} had room)"
                 if placement is None:
-                    note = f" (anti-affinity: no agent but {s.avoid_agent} had room)"
-            if placement is None:
-                placement = free.place(needs, s.spec.placement, excluded)
-            if placement is None:
-                unplaced.append(s)
-                if hold is None and s.id not in reserved:
-                    if running is None:
-                        running = await preemption.running_in(ctx.conn, ctx.resource_group)
-                    hold = _hold_for(ctx, s, registered, held_by, running)
-                continue
-            if s.status is SessionStatus.SUSPENDED:
-                if not await _resume(ctx, s):
+                    placement = free.place(needs, s.spec.placement, excluded)
+                if placement is None:
+                    unplaced.append(s)
+                    if hold is None and s.id not in reserved:
+                        if running is None:
+                            running = await preemption.running_in(ctx.conn, ctx.resource_group)
+                        hold = _hold_for(ctx, s, registered, held_by, running)
                     continue
-                result.moved[s.id] = SessionStatus.PENDING
-                note += f" (resumed, resume {s.resume_count + 1})"
-            free.take(needs, placement)
-            result.placements[s.id] = placement
-            result.success(s.id, "placed on " + ", ".join(placement.agent_ids) + note)
+                if s.status is SessionStatus.SUSPENDED:
+                    if not await _resume(ctx, s):
+                        continue
+                    result.moved[s.id] = SessionStatus.PENDING
+                    note += f" (resumed, resume {s.resume_count + 1})"
+                free.take(needs, placement)
+                result.placements[s.id] = placement
+                result.success(s.id, "placed on " + ", ".join(placement.agent_ids) + note)
+            if ctx.more is None:
+                break
+            if not free.cpu_left():
+                # Nothing more fits: read on only for a session further back that could preempt.
+                if running is None:
+                    running = await preemption.running_in(ctx.conn, ctx.resource_group)
+                if not await _victims_below(ctx, running, page[-1].priority):
+                    break
+            page = await ctx.more()
         placed = set(result.placements)
         await preemption.release(ctx.conn, [sid for sid in reserved if sid in placed])
         preempting = await _preempt(ctx, unplaced, free.snapshot(), reserved, held_by, result, running)
@@ -113,6 +118,26 @@ class ScheduleNewSessions(LifecycleHandler):
                 why += f"; agents {', '.join(sorted(hold.agent_ids))} held for it{until} (first in line)"
             result.skipped.append(Skip(s.id, why))
         return result
+
+
+def _ready(page: Sequence[SessionRecord], result: LifecycleResult, now: datetime) -> list[SessionRecord]:
+    """The page's sessions whose retry time has come, in queue order (the others are noted)."""
+    by_id = {s.id: s for s in page}
+    ready = queue_order(
+        (QueueEntry(s.id, s.priority, s.chain_submitted_at, s.retry_after) for s in page), now
+    )
+    ready_ids = {e.session_id for e in ready}
+    for s in page:
+        if s.id not in ready_ids:
+            result.skipped.append(Skip(s.id, "waiting for its retry time"))
+    return [by_id[e.session_id] for e in ready]
+
+
+async def _victims_below(ctx: HandlerContext, running: Sequence[RunningRecord], priority: int) -> bool:
+    """Some running session could be preempted by a waiting one of this priority or lower (the rest
+    of the queue): the settings' bound and lower priority, not yet its minimum runtime."""
+    settings = group_settings(await preemption.settings_of(ctx.conn, ctx.resource_group))
+    return any(r.priority <= settings.preemptible_priority and r.priority < priority for r in running)
 
 
 async def _resume(ctx: HandlerContext, s: SessionRecord) -> bool:
