@@ -25,29 +25,132 @@ kernel costs about a millisecond to start: the supervisor is on the path of ever
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import os
 import selectors
-import shutil
 import signal
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 from corral.agent.cgroup import CgroupMode, KernelCgroup
 
 PR_SET_CHILD_SUBREAPER = 36
 TICK = 0.1
-# Joins the kernel's cgroups ($0 files, then the files), then becomes the command (same pid): the limits
-# apply from its first byte, and it drops privileges only after joining (an unprivileged process could
-# not join a cgroup it does not own).
-TRAMPOLINE = 'n=$0; while [ "$n" -gt 0 ]; do echo $$ > "$1" || exit 126; shift; n=$((n-1)); done; exec "$@"'
-SETPRIV = shutil.which("setpriv") or "/usr/bin/setpriv"
 
 
 _DEFAULT_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGPIPE, signal.SIGXFSZ, signal.SIGHUP)
+
+
+_LOG_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_APPEND
+
+
+def _spawn(argv: list[str], env: dict[str, str], cwd: str, stdout: str, stderr: str) -> int:
+    """A kernel that joins no cgroup and keeps our account: posix_spawn (a vfork, the cheapest)."""
+    actions = [
+        (os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0),
+        (os.POSIX_SPAWN_OPEN, 1, stdout, _LOG_FLAGS, 0o600),
+        (os.POSIX_SPAWN_OPEN, 2, stderr, _LOG_FLAGS, 0o600),
+    ]
+    try:
+        os.chdir(cwd)
+        return os.posix_spawnp(
+            argv[0],
+            argv,
+            env,
+            file_actions=actions,
+            setsid=True,
+            # A kernel starts with default signals: what this process ignores (SIGTERM, SIGINT;
+            # Python's SIGPIPE, SIGXFSZ) would be inherited, and a kernel that cannot get
+            # SIGTERM never stops gracefully, only by the SIGKILL after its grace period.
+            setsigdef=_DEFAULT_SIGNALS,
+            setsigmask=(),
+        )
+    finally:
+        os.chdir("/")
+
+
+def _fork_exec(
+    argv: list[str],
+    env: dict[str, str],
+    cwd: str,
+    stdout: str,
+    stderr: str,
+    cgroup_files: list[str],
+    ids: tuple[int, int] | None,
+) -> int:
+    """A kernel that joins its cgroups, then drops to its account (uid, gid), then becomes the command:
+    the limits apply from its first instruction, and the joining is done while still privileged (an
+    unprivileged process cannot join a cgroup it does not own).  The child reports a failure before
+    the exec on a pipe that the exec closes; it is raised here, as posix_spawn would raise it."""
+    report_r, report_w = os.pipe2(os.O_CLOEXEC)
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child only execs or exits (measured by the tests' kernels)
+        os.close(report_r)
+        _child(argv, env, cwd, stdout, stderr, cgroup_files, ids, report_w)
+    os.close(report_w)
+    with os.fdopen(report_r, "rb") as report:
+        failure = report.read()
+    if not failure:
+        return pid
+    os.waitpid(pid, 0)  # it exited without becoming the kernel: not one to supervise
+    kind, _, rest = failure.decode(errors="replace").partition(":")
+    number, _, message = rest.partition(":")
+    if kind == "OSError":
+        raise OSError(int(number), message)
+    raise ValueError(message)
+
+
+def _child(
+    argv: list[str],
+    env: dict[str, str],
+    cwd: str,
+    stdout: str,
+    stderr: str,
+    cgroup_files: list[str],
+    ids: tuple[int, int] | None,
+    report: int,
+) -> NoReturn:  # pragma: no cover - runs between fork and exec
+    try:
+        os.setsid()
+        for sig in _DEFAULT_SIGNALS:
+            signal.signal(sig, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_SETMASK, [])
+        for fd, path, flags in (
+            (0, "/dev/null", os.O_RDONLY),
+            (1, stdout, _LOG_FLAGS),
+            (2, stderr, _LOG_FLAGS),
+        ):
+            opened = os.open(path, flags, 0o600)
+            if opened != fd:
+                os.dup2(opened, fd)
+                os.close(opened)
+        os.chdir(cwd)
+        me = str(os.getpid()).encode()
+        for path in cgroup_files:
+            try:
+                joined = os.open(path, os.O_WRONLY)
+                os.write(joined, me)
+                os.close(joined)
+            except OSError as exc:
+                raise PermissionError(
+                    exc.errno or 13, f"cannot join the kernel's cgroup {path}: {exc.strerror}"
+                ) from None
+        if ids is not None:
+            uid, gid = ids
+            os.setgroups([])
+            os.setresgid(gid, gid, gid)
+            os.setresuid(uid, uid, uid)
+        os.execvpe(argv[0], argv, env)
+    except BaseException as exc:
+        kind = "OSError" if isinstance(exc, OSError) else "ValueError"
+        number = exc.errno if isinstance(exc, OSError) and exc.errno else 0
+        with contextlib.suppress(BaseException):
+            os.write(report, f"{kind}:{number}:{exc}".encode(errors="replace")[:4096])
+    os._exit(127)
 
 
 @dataclass
@@ -133,42 +236,23 @@ class Supervisor:
         cgroup = KernelCgroup.of(self.mode, key)
         argv = list(cmd["command"])
         user = cmd.get("user")
-        if user:
-            uid, gid = int(user["uid"]), int(user["gid"])
-            argv = [SETPRIV, f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "--", *argv]
+        ids = (int(user["uid"]), int(user["gid"])) if user else None
         before = 0
+        files: list[str] = []
         if cgroup is not None:
             cgroup.create(mem or None, float(cmd.get("cpus") or 0) or None)
             before = cgroup.oom_kills()
             files = cgroup.procs_files()
-            argv = ["/bin/sh", "-c", TRAMPOLINE, str(len(files)), *files, *argv]
-        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
-        actions = [
-            (os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0),
-            (os.POSIX_SPAWN_OPEN, 1, cmd["stdout"], flags, 0o600),
-            (os.POSIX_SPAWN_OPEN, 2, cmd["stderr"], flags, 0o600),
-        ]
         try:
-            os.chdir(cmd["cwd"])
-            pid = os.posix_spawnp(
-                argv[0],
-                argv,
-                cmd["env"],
-                file_actions=actions,
-                setsid=True,
-                # A kernel starts with default signals: what this process ignores (SIGTERM, SIGINT;
-                # Python's SIGPIPE, SIGXFSZ) would be inherited, and a kernel that cannot get
-                # SIGTERM never stops gracefully, only by the SIGKILL after its grace period.
-                setsigdef=_DEFAULT_SIGNALS,
-                setsigmask=(),
-            )
+            if files or ids:
+                pid = _fork_exec(argv, cmd["env"], cmd["cwd"], cmd["stdout"], cmd["stderr"], files, ids)
+            else:
+                pid = _spawn(argv, cmd["env"], cmd["cwd"], cmd["stdout"], cmd["stderr"])
         except (OSError, ValueError, TypeError) as exc:
             # Like a shell: 127 when there is nothing to run, 126 when it cannot be executed.
             code = 127 if isinstance(exc, FileNotFoundError) or not isinstance(exc, OSError) else 126
             self._spawn_failed(cmd, cgroup, code, str(exc))
             return
-        finally:
-            os.chdir("/")
         grace = float(cmd.get("grace", 10.0))
         self.kernels[pid] = Kernel(key, pid, cgroup, before, mem, grace, started=time.monotonic())
         self.emit({"ev": "started", "key": key, "pid": pid})
