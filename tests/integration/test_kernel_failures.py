@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import pwd
 import subprocess
 import sys
 import time
@@ -87,6 +89,49 @@ def test_the_supervisor_survives_a_command_it_cannot_spawn(tmp_path: Path) -> No
         good = start("good.0", {"PATH": "/usr/bin:/bin"}, ["/bin/true"])
         assert good["ev"] == "started" and proc.poll() is None
         stdin.close()  # end of file: the supervisor kills what runs and exits
+        assert proc.wait(timeout=10) == 0
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="changing a kernel's account needs root")
+def test_a_kernel_forked_to_change_account_reports_why_it_could_not_start(tmp_path: Path) -> None:
+    """A kernel that changes account is forked and execs itself: "started" comes at once (the exec
+    is not waited for), and a failure before the exec ends it like in a shell, with the reason."""
+    account = pwd.getpwnam("nobody")
+    tmp_path.chmod(0o777)
+    with subprocess.Popen(
+        [sys.executable, "-m", "corral.agent.supervisor", "watchdog", ""],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    ) as proc:
+        assert proc.stdin is not None and proc.stdout is not None
+        stdin, stdout = proc.stdin, proc.stdout
+
+        def run(key: str, argv: list[str]) -> list[dict[str, object]]:
+            files = {name: str(tmp_path / f"{key}.{name}") for name in ("stdout", "stderr")}
+            cmd = {
+                "op": "start",
+                "key": key,
+                "command": argv,
+                "env": {"PATH": "/usr/bin:/bin"},
+                "cwd": str(tmp_path),
+                "user": {"uid": account.pw_uid, "gid": account.pw_gid},
+                **files,
+            }
+            stdin.write(json.dumps(cmd) + "\n")
+            stdin.flush()
+            return [dict(json.loads(stdout.readline())) for _ in range(2)]
+
+        started, ended = run("missing.0", ["/nonexistent/program"])
+        assert started["ev"] == "started" and ended["ev"] == "exited", (started, ended)
+        assert ended["exit_code"] == 127 and "No such file" in str(ended["start_error"])
+        said = (tmp_path / "missing.0.stderr").read_text()
+        assert said.startswith("corral: cannot start '/nonexistent/program'"), said
+        started, ended = run("id.0", ["id", "-u"])
+        assert (started["ev"], ended["ev"], ended["exit_code"]) == ("started", "exited", 0)
+        assert "start_error" not in ended
+        assert (tmp_path / "id.0.stdout").read_text().strip() == str(account.pw_uid)
+        stdin.close()
         assert proc.wait(timeout=10) == 0
 
 

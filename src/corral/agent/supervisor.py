@@ -81,27 +81,21 @@ def _fork_exec(
     stderr: str,
     cgroup_files: list[str],
     ids: tuple[int, int] | None,
-) -> int:
+) -> tuple[int, int]:
     """A kernel that joins its cgroups, then drops to its account (uid, gid), then becomes the command:
     the limits apply from its first instruction, and the joining is done while still privileged (an
-    unprivileged process cannot join a cgroup it does not own).  The child reports a failure before
-    the exec on a pipe that the exec closes; it is raised here, as posix_spawn would raise it."""
+    unprivileged process cannot join a cgroup it does not own).  Returns its pid and the read end of
+    a pipe on which it says why, if it fails before the exec; the exec closes it.  Not waited for:
+    joining a v1 cgroup can take a kernel RCU grace period (measured: 13 ms on an idle host), and
+    starts must not queue behind each other (nor "started" behind it)."""
     report_r, report_w = os.pipe2(os.O_CLOEXEC)
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child only execs or exits (measured by the tests' kernels)
         os.close(report_r)
         _child(argv, env, cwd, stdout, stderr, cgroup_files, ids, report_w)
     os.close(report_w)
-    with os.fdopen(report_r, "rb") as report:
-        failure = report.read()
-    if not failure:
-        return pid
-    os.waitpid(pid, 0)  # it exited without becoming the kernel: not one to supervise
-    kind, _, rest = failure.decode(errors="replace").partition(":")
-    number, _, message = rest.partition(":")
-    if kind == "OSError":
-        raise OSError(int(number), message)
-    raise ValueError(message)
+    os.set_blocking(report_r, False)
+    return pid, report_r
 
 
 def _child(
@@ -114,6 +108,7 @@ def _child(
     ids: tuple[int, int] | None,
     report: int,
 ) -> NoReturn:  # pragma: no cover - runs between fork and exec
+    code = 126
     try:
         os.setsid()
         for sig in _DEFAULT_SIGNALS:
@@ -146,11 +141,13 @@ def _child(
             os.setresuid(uid, uid, uid)
         os.execvpe(argv[0], argv, env)
     except BaseException as exc:
-        kind = "OSError" if isinstance(exc, OSError) else "ValueError"
-        number = exc.errno if isinstance(exc, OSError) and exc.errno else 0
+        # Like a shell: 127 when there is nothing to run, 126 when it cannot be executed.
+        code = 127 if isinstance(exc, FileNotFoundError) or not isinstance(exc, OSError) else 126
         with contextlib.suppress(BaseException):
-            os.write(report, f"{kind}:{number}:{exc}".encode(errors="replace")[:4096])
-    os._exit(127)
+            os.write(2, f"corral: cannot start {str(argv[0])!r}: {exc}\n".encode(errors="replace"))
+        with contextlib.suppress(BaseException):
+            os.write(report, str(exc).encode(errors="replace")[:4096])
+    os._exit(code)
 
 
 @dataclass
@@ -168,6 +165,9 @@ class Kernel:
     term_deadline: float | None = None
     by_us: bool = False
     watchdog_oom: bool = False
+    report_fd: int | None = None
+    """Where a forked kernel says why it failed before its exec (closed once read)."""
+    start_error: str | None = None
 
 
 def _subreaper() -> None:
@@ -224,6 +224,7 @@ class Supervisor:
         self.kernels: dict[int, Kernel] = {}
         self.out = sys.stdout
         self.fence_at: float | None = None
+        self.sel = selectors.DefaultSelector()
 
     def emit(self, event: dict[str, Any]) -> None:
         self.out.write(json.dumps(event) + "\n")
@@ -243,9 +244,12 @@ class Supervisor:
             cgroup.create(mem or None, float(cmd.get("cpus") or 0) or None)
             before = cgroup.oom_kills()
             files = cgroup.procs_files()
+        report_fd = None
         try:
             if files or ids:
-                pid = _fork_exec(argv, cmd["env"], cmd["cwd"], cmd["stdout"], cmd["stderr"], files, ids)
+                pid, report_fd = _fork_exec(
+                    argv, cmd["env"], cmd["cwd"], cmd["stdout"], cmd["stderr"], files, ids
+                )
             else:
                 pid = _spawn(argv, cmd["env"], cmd["cwd"], cmd["stdout"], cmd["stderr"])
         except (OSError, ValueError, TypeError) as exc:
@@ -254,7 +258,10 @@ class Supervisor:
             self._spawn_failed(cmd, cgroup, code, str(exc))
             return
         grace = float(cmd.get("grace", 10.0))
-        self.kernels[pid] = Kernel(key, pid, cgroup, before, mem, grace, started=time.monotonic())
+        k = Kernel(key, pid, cgroup, before, mem, grace, started=time.monotonic(), report_fd=report_fd)
+        self.kernels[pid] = k
+        if report_fd is not None:
+            self.sel.register(report_fd, selectors.EVENT_READ, k)
         self.emit({"ev": "started", "key": key, "pid": pid})
 
     def _spawn_failed(self, cmd: dict[str, Any], cgroup: KernelCgroup | None, code: int, why: str) -> None:
@@ -315,8 +322,25 @@ class Supervisor:
             pass
         _signal({p for p in tree if _pgid(p) != k.pid}, sig)  # those that left its group (setsid)
 
+    def _read_report(self, k: Kernel) -> None:
+        """What a forked kernel said before its exec: nothing (it became the command), or why not."""
+        if k.report_fd is None:
+            return
+        try:
+            said = os.read(k.report_fd, 4096)
+        except BlockingIOError:
+            return  # not yet: the exec (or the failure) is still to come
+        except OSError:
+            said = b""
+        if said:
+            k.start_error = said.decode(errors="replace")
+        self.sel.unregister(k.report_fd)
+        os.close(k.report_fd)
+        k.report_fd = None
+
     def _finish(self, k: Kernel, status: int) -> None:
         exited_at = time.time_ns()
+        self._read_report(k)  # it is dead: its end of the pipe is closed, the read does not wait
         # Batch semantics: the kernel ends with its main process; whatever it left behind goes too.
         for _ in range(100):
             rest = self._tree(k) - {k.pid}
@@ -343,6 +367,7 @@ class Supervisor:
                 "wall_seconds": round(time.monotonic() - k.started, 3),
                 "cgroup": str(k.cgroup.dirs[0]) if k.cgroup else None,
                 "killed_by_corral": k.by_us,
+                **({"start_error": k.start_error} if k.start_error else {}),
             }
         )
 
@@ -392,13 +417,16 @@ class Supervisor:
         os.set_blocking(wake_w, False)
         signal.set_wakeup_fd(wake_w)
         signal.signal(signal.SIGCHLD, lambda *_: None)
-        sel = selectors.DefaultSelector()
+        sel = self.sel
         stdin = sys.stdin.fileno()
         sel.register(stdin, selectors.EVENT_READ, "stdin")
         sel.register(wake_r, selectors.EVENT_READ, "wake")
         buf = b""
         while True:
             for sk, _ in sel.select(TICK):
+                if isinstance(sk.data, Kernel):
+                    self._read_report(sk.data)
+                    continue
                 if sk.data == "wake":
                     os.read(wake_r, 4096)
                     continue

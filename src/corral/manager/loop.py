@@ -19,6 +19,9 @@ from corral.wakeup import Wakeup, repeat
 
 log = structlog.get_logger("corral.loop")
 
+BATCH_MOVES = 10
+"""A cycle that moved this many sessions means load: the next one waits `batch_pause`."""
+
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
@@ -74,6 +77,8 @@ class SchedulerLoop:
         self._room_seen = version  # only once a cycle has used it: a failed cycle leaves it unseen
         if changed:
             await self._wakeup.orders_changed()  # fenced kernels leave their agents' orders
+        if moved >= BATCH_MOVES and self._cfg.batch_pause:
+            await asyncio.sleep(self._cfg.batch_pause)
         return moved + changed
 
     async def run(self) -> None:
