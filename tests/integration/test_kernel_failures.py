@@ -93,9 +93,9 @@ def test_the_supervisor_survives_a_command_it_cannot_spawn(tmp_path: Path) -> No
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="changing a kernel's account needs root")
-def test_a_kernel_forked_to_change_account_reports_why_it_could_not_start(tmp_path: Path) -> None:
-    """A kernel that changes account is forked and execs itself: "started" comes at once (the exec
-    is not waited for), and a failure before the exec ends it like in a shell, with the reason."""
+def test_a_kernel_that_changes_account_and_cannot_start_ends_like_in_a_shell(tmp_path: Path) -> None:
+    """Started through setpriv: a missing program ends it 127 with the reason in its stderr, and the
+    supervisor goes on; the next one runs as the account."""
     account = pwd.getpwnam("nobody")
     tmp_path.chmod(0o777)
     with subprocess.Popen(
@@ -123,13 +123,10 @@ def test_a_kernel_forked_to_change_account_reports_why_it_could_not_start(tmp_pa
             return [dict(json.loads(stdout.readline())) for _ in range(2)]
 
         started, ended = run("missing.0", ["/nonexistent/program"])
-        assert started["ev"] == "started" and ended["ev"] == "exited", (started, ended)
-        assert ended["exit_code"] == 127 and "No such file" in str(ended["start_error"])
-        said = (tmp_path / "missing.0.stderr").read_text()
-        assert said.startswith("corral: cannot start '/nonexistent/program'"), said
+        assert (started["ev"], ended["ev"], ended["exit_code"]) == ("started", "exited", 127), ended
+        assert "/nonexistent/program" in (tmp_path / "missing.0.stderr").read_text()
         started, ended = run("id.0", ["id", "-u"])
         assert (started["ev"], ended["ev"], ended["exit_code"]) == ("started", "exited", 0)
-        assert "start_error" not in ended
         assert (tmp_path / "id.0.stdout").read_text().strip() == str(account.pw_uid)
         stdin.close()
         assert proc.wait(timeout=10) == 0
