@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Mapping
 from functools import lru_cache
 from typing import Any
@@ -20,13 +21,39 @@ Source = Row[Any] | Mapping[str, Any]
 
 
 def _fields(row: Source) -> dict[str, Any]:
-    return dict(row._mapping) if isinstance(row, Row) else dict(row)
+    if isinstance(row, Row):
+        return dict(zip(names(row._fields), row, strict=True))
+    return dict(row)
+
+
+@lru_cache(maxsize=256)
+def names(fields: tuple[str, ...]) -> tuple[str, ...]:
+    """Column names, interned: SQLAlchemy's are str subclasses (quoted_name), and a record built
+    from them matches each keyword to its field by comparing text instead of identity (measured: a
+    session record took 14 us to build instead of 5, on every row of every handler's read)."""
+    return tuple(sys.intern(str(name)) for name in fields)
+
+
+# Status columns by value: a dict look-up, where calling the enum costs a microsecond a column.
+_KERNEL_STATUS = {str(s): s for s in KernelStatus}
+_SESSION_STATUS = {str(s): s for s in SessionStatus}
+_RESULT = {str(r): r for r in SessionResult}
+
+
+def _slots(raw: Mapping[str, Any]) -> ResourceSlots:
+    """Slots from a decoded JSON column, one parse per distinct value (they are immutable)."""
+    return _slots_of_items(tuple(raw.items()))
+
+
+@lru_cache(maxsize=4096)
+def _slots_of_items(items: tuple[tuple[str, Any], ...]) -> ResourceSlots:
+    return ResourceSlots.from_json(dict(items))
 
 
 def kernel(row: Source) -> KernelRecord:
     m = _fields(row)
-    m["status"] = KernelStatus(m["status"])
-    m["resources"] = ResourceSlots.from_json(m["resources"])
+    m["status"] = _KERNEL_STATUS[m["status"]]
+    m["resources"] = _slots(m["resources"])
     return KernelRecord(**m)
 
 
@@ -80,7 +107,7 @@ def spec(m: Mapping[str, Any]) -> SessionSpec:
     policy = m["retry_policy"]
     return SessionSpec(
         command=tuple(m["command"]),
-        resources=ResourceSlots.from_json(m["resources"]),
+        resources=_slots(m["resources"]),
         env=dict(m["env"] or {}),
         name=m["name"],
         type=SessionType(m["type"]),
@@ -105,8 +132,8 @@ def session(row: Source, kernels: tuple[KernelRecord, ...] = ()) -> SessionRecor
     m["spec"] = spec(m)
     for name in _SPEC_COLUMNS:
         del m[name]
-    m["status"] = SessionStatus(m["status"])
-    m["result"] = SessionResult(m["result"])
+    m["status"] = _SESSION_STATUS[m["status"]]
+    m["result"] = _RESULT[m["result"]]
     m["cause"] = Cause(m["cause"]) if m["cause"] else None
     m["retry_cause"] = Cause(m["retry_cause"]) if m["retry_cause"] else None
     m["rule_counts"] = dict(m["rule_counts"] or {})
@@ -114,14 +141,14 @@ def session(row: Source, kernels: tuple[KernelRecord, ...] = ()) -> SessionRecor
 
 
 def agent(row: Row[Any], used: ResourceSlots | None = None) -> AgentRecord:
-    m = dict(row._mapping)
+    m = _fields(row)
     m["status"] = AgentStatus(m["status"])
     m["capacity"] = ResourceSlots.from_json(m["capacity"])
     return AgentRecord(**m, used=used or ResourceSlots())
 
 
 def history(row: Row[Any]) -> HistoryRecord:
-    return HistoryRecord(**dict(row._mapping))
+    return HistoryRecord(**_fields(row))
 
 
 @lru_cache(maxsize=4096)

@@ -451,7 +451,7 @@ async def orders_for(conn: AsyncConnection, agent_id: str, epoch: int) -> list[K
     ).all()
     if not rows or rows[0].agent_epoch != epoch:
         return None
-    fields = [c.name for c in kernels.c]
+    fields = convert.names(tuple(c.name for c in kernels.c))
     return [convert.kernel({f: r._mapping[f] for f in fields}) for r in rows if r.id is not None]
 
 
