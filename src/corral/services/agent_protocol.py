@@ -140,18 +140,16 @@ class AgentProtocol:
         deadline = time.monotonic() + min(wait, heartbeat_interval(self._cfg))
         while True:
             version = self._wakeup.orders_version
-            async with reading(self._reader) as conn:
-                found = await _orders_for(conn, agent_id, epoch, self._checkpoint_root)
-            if found is None:
-                raise Fenced(f"agent {agent_id} epoch {epoch} is fenced; register again")
-            fingerprint = hashlib.sha1(
-                json.dumps(
-                    [(o["kernel_id"], o["generation"], o["status"], o["kill"], o["force"]) for o in found]
-                ).encode()
-            ).hexdigest()
             remaining = deadline - time.monotonic()
-            if fingerprint != seen or remaining <= 0:
-                return fingerprint, found, recorded
+            async with reading(self._reader) as conn:
+                mine = await kernels.orders_for(conn, agent_id, epoch)
+                if mine is None:
+                    raise Fenced(f"agent {agent_id} epoch {epoch} is fenced; register again")
+                # The orders' fingerprint is the kernels' alone: a poll woken by another agent's
+                # orders (most wake-ups) reads no session and builds no spec before waiting again.
+                fingerprint = _fingerprint(mine)
+                if fingerprint != seen or remaining <= 0:
+                    return fingerprint, await _orders(conn, mine, self._checkpoint_root), recorded
             # Another manager may run the loop: re-check at least every second.
             await self._wakeup.wait_orders(version, min(remaining, 1.0))
 
@@ -195,13 +193,16 @@ class AgentProtocol:
         return len(reports) - len(refused), refused, recorded
 
 
-async def _orders_for(
-    conn: AsyncConnection, agent_id: str, epoch: int, checkpoint_root: str
-) -> list[dict[str, Any]] | None:
-    """The agent's orders; None when this epoch is fenced."""
-    mine = await kernels.orders_for(conn, agent_id, epoch)
-    if mine is None:
-        return None
+def _fingerprint(mine: list[KernelRecord]) -> str:
+    """What an agent's orders say, in short: it polls again with it and is answered when it changes."""
+    said = [(k.id, k.generation, str(k.status), k.kill_requested, k.kill_forced) for k in mine]
+    return hashlib.sha1(json.dumps(said).encode()).hexdigest()
+
+
+async def _orders(
+    conn: AsyncConnection, mine: list[KernelRecord], checkpoint_root: str
+) -> list[dict[str, Any]]:
+    """The orders for an agent's kernels `mine` (those it should hold a process or preparation for)."""
     if not mine:
         return []
     wanted = sorted({k.session_id for k in mine if k.status in _SPEC_STATUSES})
