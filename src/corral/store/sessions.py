@@ -6,10 +6,25 @@ import uuid
 from collections import defaultdict
 from collections.abc import Collection, Sequence
 from datetime import datetime
+from functools import lru_cache
 from itertools import groupby
 from typing import Any
 
-from sqlalchemy import Select, and_, case, exists, func, insert, literal, or_, select, update
+from sqlalchemy import (
+    BindParameter,
+    Executable,
+    Select,
+    and_,
+    bindparam,
+    case,
+    exists,
+    func,
+    insert,
+    literal,
+    or_,
+    select,
+    update,
+)
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.domain.cause import TerminationReason
@@ -123,16 +138,22 @@ async def find_creation(conn: AsyncConnection, owner: str, creation_id: str) -> 
     return (found.id, found.spec_hash) if found else None
 
 
-async def select_with_kernels(conn: AsyncConnection, query: Select[Any]) -> list[SessionRecord]:
-    rows = (await conn.execute(query)).all()
+# Every read of sessions reads their kernels with it: built once (IN expands per execution).
+_KERNELS_OF = (
+    select(kernels).where(kernels.c.session_id.in_(bindparam("ids", expanding=True))).order_by(kernels.c.rank)
+)
+
+
+async def select_with_kernels(
+    conn: AsyncConnection, query: Select[Any], params: dict[str, Any] | None = None
+) -> list[SessionRecord]:
+    rows = (await conn.execute(query, params)).all()
     if not rows:
         return []
     by_session: dict[str, list[KernelRecord]] = defaultdict(list)
     ids = [r.id for r in rows]
     for chunk in range(0, len(ids), 500):
-        krows = await conn.execute(
-            select(kernels).where(kernels.c.session_id.in_(ids[chunk : chunk + 500])).order_by(kernels.c.rank)
-        )
+        krows = await conn.execute(_KERNELS_OF, {"ids": ids[chunk : chunk + 500]})
         for k in krows:
             by_session[k.session_id].append(convert.kernel(k))
     return [convert.session(r, tuple(by_session[r.id])) for r in rows]
@@ -229,10 +250,48 @@ async def for_handler(
             )
         found.sort(key=queue_key)
         return found[:queue_window]
-    names = sorted(str(s) for s in statuses)
+    query = _handler_query(
+        tuple(sorted(str(s) for s in statuses)),
+        frozenset(str(s) for s in kernel_statuses) if kernel_statuses is not None else None,
+        frozenset(str(s) for s in absent_kernel_statuses) if absent_kernel_statuses is not None else None,
+        terminating_requested,
+        queue_window,
+        limit,
+        tuple(sorted(str(s) for s in lost_agent_only)),
+        changed_before is not None,
+        ready_at is not None,
+        after is not None,
+    )
+    params: dict[str, Any] = {"resource_group": resource_group}
+    if changed_before is not None:
+        params["changed_before"] = changed_before
+    if ready_at is not None:
+        params["ready_at"] = ready_at
+    if after is not None:
+        params.update(after_priority=-after[0], after_submitted=after[1], after_id=after[2])
+    if not with_kernels:
+        return [convert.session(r) for r in await conn.execute(query, params)]
+    return await select_with_kernels(conn, query, params)
+
+
+@lru_cache(maxsize=512)
+def _handler_query(
+    names: tuple[str, ...],
+    kernel_statuses: frozenset[str] | None,
+    absent_kernel_statuses: frozenset[str] | None,
+    terminating_requested: bool | None,
+    queue_window: int | None,
+    limit: int,
+    lost_agent_only: tuple[str, ...],
+    changed_before: bool,
+    ready_at: bool,
+    after: bool,
+) -> Select[Any]:
+    """for_handler's statement, built once per shape (a handler's reads differ only in the bound
+    values: group, times, place in the queue): building it cost more than running it."""
     # One status by equality, so the queue index serves the ORDER BY as well as the WHERE.
     in_status = sessions.c.status == names[0] if len(names) == 1 else sessions.c.status.in_(names)
-    query = select(sessions).where(sessions.c.resource_group == resource_group, in_status)
+    query = select(sessions).where(sessions.c.resource_group == bindparam("resource_group"), in_status)
     if lost_agent_only:
         alive = select(agents.c.id).where(
             agents.c.id == kernels.c.agent_id, agents.c.status == str(AgentStatus.ALIVE)
@@ -242,15 +301,15 @@ async def for_handler(
             .where(kernels.c.session_id == sessions.c.id, kernels.c.agent_id.is_not(None), ~alive.exists())
             .exists()
         )
-        waiting = sessions.c.status.in_([str(s) for s in lost_agent_only])
+        waiting = sessions.c.status.in_(lost_agent_only)
         query = query.where(or_(~waiting, on_lost_agent))
     if queue_window is not None:
         query = query.order_by(
             sessions.c.priority.desc(), sessions.c.chain_submitted_at, sessions.c.id
         ).limit(queue_window)
-        if after is not None:
-            negated, submitted, sid = after
-            priority = -negated
+        if after:
+            priority: BindParameter[int] = bindparam("after_priority")
+            submitted: BindParameter[datetime] = bindparam("after_submitted")
             query = query.where(
                 or_(
                     sessions.c.priority < priority,
@@ -258,66 +317,67 @@ async def for_handler(
                         sessions.c.priority == priority,
                         or_(
                             sessions.c.chain_submitted_at > submitted,
-                            and_(sessions.c.chain_submitted_at == submitted, sessions.c.id > sid),
+                            and_(
+                                sessions.c.chain_submitted_at == submitted,
+                                sessions.c.id > bindparam("after_id"),
+                            ),
                         ),
                     ),
                 )
             )
     else:
         query = query.order_by(sessions.c.created_at, sessions.c.id).limit(limit)
-    if changed_before is not None:
-        query = query.where(sessions.c.status_changed_at < changed_before)
-    if ready_at is not None:
+    if changed_before:
+        query = query.where(sessions.c.status_changed_at < bindparam("changed_before"))
+    if ready_at:
         # Before the window's limit: retries waiting for their time never fill the window.
-        query = query.where(or_(sessions.c.retry_after.is_(None), sessions.c.retry_after <= ready_at))
+        query = query.where(
+            or_(sessions.c.retry_after.is_(None), sessions.c.retry_after <= bindparam("ready_at"))
+        )
     if terminating_requested is True:
         query = query.where(sessions.c.termination_reason.is_not(None))
     elif terminating_requested is False:
         query = query.where(sessions.c.termination_reason.is_(None))
-    if kernel_statuses is not None:
-        has_kernel = (
-            select(kernels.c.id)
-            .where(
-                kernels.c.session_id == sessions.c.id, kernels.c.status.in_([str(s) for s in kernel_statuses])
+    for wanted, statuses in ((True, kernel_statuses), (False, absent_kernel_statuses)):
+        if statuses is not None:
+            has_kernel = (
+                select(kernels.c.id)
+                .where(kernels.c.session_id == sessions.c.id, kernels.c.status.in_(sorted(statuses)))
+                .exists()
             )
-            .exists()
-        )
-        query = query.where(has_kernel)
-    if absent_kernel_statuses is not None:
-        has_kernel = (
-            select(kernels.c.id)
-            .where(
-                kernels.c.session_id == sessions.c.id,
-                kernels.c.status.in_([str(s) for s in absent_kernel_statuses]),
+            query = query.where(has_kernel if wanted else ~has_kernel)
+    return query
+
+
+_LIVE_PAIRS = [
+    (s, requested) for s in SessionStatus if s not in TERMINAL_SESSION for requested in (False, True)
+]
+
+
+@lru_cache(maxsize=1)
+def _live_probes() -> Executable:
+    """One probe per pair, each an index seek (ix_sessions_rg_status), in one statement.  Built
+    once: its 26 sub-queries took longer to build (and key for the compiled cache) than to run."""
+    group: BindParameter[str] = bindparam("resource_group")
+    return select(
+        *(
+            exists().where(
+                sessions.c.resource_group == group,
+                sessions.c.status == str(status),
+                sessions.c.termination_reason.is_not(None)
+                if requested
+                else sessions.c.termination_reason.is_(None),
             )
-            .exists()
+            for status, requested in _LIVE_PAIRS
         )
-        query = query.where(~has_kernel)
-    if not with_kernels:
-        return [convert.session(r) for r in await conn.execute(query)]
-    return await select_with_kernels(conn, query)
+    )
 
 
 async def live_statuses(conn: AsyncConnection, resource_group: str) -> set[tuple[SessionStatus, bool]]:
-    """(status, has a termination request) pairs present among the group's live sessions.
-
-    One probe per pair, each an index seek (ix_sessions_rg_status), in one statement: the cost does
-    not grow with the queue (a DISTINCT over 100k pending sessions read all of them)."""
-    pairs = [
-        (s, requested) for s in SessionStatus if s not in TERMINAL_SESSION for requested in (False, True)
-    ]
-    probes = [
-        exists().where(
-            sessions.c.resource_group == resource_group,
-            sessions.c.status == str(status),
-            sessions.c.termination_reason.is_not(None)
-            if requested
-            else sessions.c.termination_reason.is_(None),
-        )
-        for status, requested in pairs
-    ]
-    found = (await conn.execute(select(*probes))).one()
-    return {pair for pair, present in zip(pairs, found, strict=True) if present}
+    """(status, has a termination request) pairs present among the group's live sessions.  The cost
+    does not grow with the queue (a DISTINCT over 100k pending sessions read all of them)."""
+    found = (await conn.execute(_live_probes(), {"resource_group": resource_group})).one()
+    return {pair for pair, present in zip(_LIVE_PAIRS, found, strict=True) if present}
 
 
 async def count_by_status(conn: AsyncConnection, projects: Collection[str] | None = None) -> dict[str, int]:
