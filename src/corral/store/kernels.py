@@ -6,11 +6,26 @@ from collections import defaultdict
 from collections.abc import Sequence
 from datetime import datetime
 from decimal import Decimal
+from functools import cache
 from typing import Any
 
 import structlog
-from sqlalchemy import and_, bindparam, func, insert, literal, or_, select, tuple_, update
+from sqlalchemy import (
+    BindParameter,
+    ColumnElement,
+    Select,
+    and_,
+    bindparam,
+    func,
+    insert,
+    literal,
+    or_,
+    select,
+    tuple_,
+    update,
+)
 from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.sql.dml import ReturningUpdate
 
 from corral.domain.cause import TerminationReason
 from corral.domain.devices import assign_devices
@@ -151,13 +166,19 @@ async def _assign_gpus(conn: AsyncConnection, rows: list[dict[str, Any]]) -> Non
         await conn.execute(update(kernels).where(kernels.c.id == r["kernel_id"]).values(devices=list(got)))
 
 
+# Statements on the path of every report, built once (building one cost more than running it).
+_NOW = bindparam("k_now", type_=kernels.c.status_changed_at.type)
+_IDS: BindParameter[list[str]] = bindparam("k_ids", expanding=True)
+_RELEASE = (
+    update(allocations)
+    .where(allocations.c.kernel_id.in_(_IDS), allocations.c.released_at.is_(None))
+    .values(released_at=_NOW)
+)
+
+
 async def release(conn: AsyncConnection, kernel_ids: list[str], now: datetime) -> None:
     if kernel_ids:
-        await conn.execute(
-            update(allocations)
-            .where(allocations.c.kernel_id.in_(kernel_ids), allocations.c.released_at.is_(None))
-            .values(released_at=now)
-        )
+        await conn.execute(_RELEASE, {"k_ids": kernel_ids, "k_now": now})
 
 
 async def order_kill(conn: AsyncConnection, kernel_ids: list[str], grace: float | None = None) -> None:
@@ -240,22 +261,7 @@ async def _apply_steps(
     started: set[str] = set()
     ports: list[dict[str, Any]] = []
     for status, group in groups.items():
-        values: dict[str, Any] = {"status": str(status), "status_changed_at": now}
-        if status in (KernelStatus.RUNNING, KernelStatus.CREATING):
-            values["started"] = True
-        result = await conn.execute(
-            update(kernels)
-            .where(
-                # The ids alone too: that is what makes the planner look kernels up by key (the pair
-                # alone made SQLite scan every kernel the agent ever ran).
-                kernels.c.id.in_([r.kernel_id for r in group]),
-                tuple_(kernels.c.id, kernels.c.generation).in_([(r.kernel_id, r.generation) for r in group]),
-                kernels.c.agent_id == agent_id,
-                kernels.c.status.in_([str(s) for s in kernel_sources(status)]),
-            )
-            .values(**values)
-            .returning(kernels.c.id, kernels.c.session_id)
-        )
+        result = await conn.execute(_step(status), {**_guard_params(agent_id, group), "k_now": now})
         for kernel_id, session_id in result:
             moved.add(kernel_id)
             if status is KernelStatus.RUNNING:
@@ -272,15 +278,62 @@ async def _apply_steps(
     return moved
 
 
+def _guard(status: KernelStatus) -> list[ColumnElement[bool]]:
+    """A report's guard: this agent's current placement (a re-placed kernel is a new generation,
+    and reports about an earlier one are stale), from a legal source of the reported status."""
+    return [
+        # The ids alone too: that is what makes the planner look kernels up by key (the pair alone
+        # made SQLite scan every kernel the agent ever ran).
+        kernels.c.id.in_(_IDS),
+        tuple_(kernels.c.id, kernels.c.generation).in_(bindparam("k_pairs", expanding=True)),
+        kernels.c.agent_id == bindparam("k_agent"),
+        kernels.c.status.in_([str(s) for s in kernel_sources(status)]),
+    ]
+
+
+def _guard_params(agent_id: str, group: Sequence[KernelReport]) -> dict[str, Any]:
+    return {
+        "k_ids": [r.kernel_id for r in group],
+        "k_pairs": [(r.kernel_id, r.generation) for r in group],
+        "k_agent": agent_id,
+    }
+
+
+@cache
+def _step(status: KernelStatus) -> ReturningUpdate[str, str]:
+    """Kernels reported in a non-terminal `status` move there, through the guard."""
+    values: dict[str, Any] = {"status": str(status), "status_changed_at": _NOW}
+    if status in (KernelStatus.RUNNING, KernelStatus.CREATING):
+        values["started"] = True
+    return (
+        update(kernels).where(*_guard(status)).values(**values).returning(kernels.c.id, kernels.c.session_id)
+    )
+
+
+@cache
+def _passing(status: KernelStatus, lock: bool) -> Select[str]:
+    query = select(kernels.c.id).where(*_guard(status))
+    return query.with_for_update() if lock else query
+
+
+_STARTED = (
+    update(sessions).where(sessions.c.id.in_(_IDS), sessions.c.started_at.is_(None)).values(started_at=_NOW)
+)
+_STARTED_BY_KERNELS = (
+    update(sessions)
+    .where(
+        sessions.c.id.in_(select(kernels.c.session_id).where(kernels.c.id.in_(_IDS)).scalar_subquery()),
+        sessions.c.started_at.is_(None),
+    )
+    .values(started_at=_NOW)
+)
+
+
 async def _started(conn: AsyncConnection, session_ids: list[str], now: datetime) -> None:
     """A session has started when its first process has, even one that ended before a cycle
     promoted the session to RUNNING (its time budget and its history count from then)."""
     if session_ids:
-        await conn.execute(
-            update(sessions)
-            .where(sessions.c.id.in_(session_ids), sessions.c.started_at.is_(None))
-            .values(started_at=now)
-        )
+        await conn.execute(_STARTED, {"k_ids": session_ids, "k_now": now})
 
 
 async def _apply_endings(
@@ -306,12 +359,7 @@ async def _apply_endings(
     await release(conn, ended, now)  # a suspended kernel's is freed by _suspend
     ran = [r["k_id"] for r in rows if r["k_started"]]
     if ran:
-        of_kernels = select(kernels.c.session_id).where(kernels.c.id.in_(ran)).scalar_subquery()
-        await conn.execute(
-            update(sessions)
-            .where(sessions.c.id.in_(of_kernels), sessions.c.started_at.is_(None))
-            .values(started_at=now)
-        )
+        await conn.execute(_STARTED_BY_KERNELS, {"k_ids": ran, "k_now": now})
     return moved
 
 
@@ -323,16 +371,9 @@ async def _passing_guard(conn: AsyncConnection, agent_id: str, reports: Sequence
     for r in reports:
         by_status[r.status].append(r)
     passing: set[str] = set()
+    lock = conn.dialect.name != "sqlite"  # SQLite: the writer holds the database's one write lock
     for status, group in by_status.items():
-        query = select(kernels.c.id).where(
-            kernels.c.id.in_([r.kernel_id for r in group]),
-            tuple_(kernels.c.id, kernels.c.generation).in_([(r.kernel_id, r.generation) for r in group]),
-            kernels.c.agent_id == agent_id,
-            kernels.c.status.in_([str(s) for s in kernel_sources(status)]),
-        )
-        if conn.dialect.name != "sqlite":  # SQLite: the writer holds the database's one write lock
-            query = query.with_for_update()
-        passing.update((await conn.execute(query)).scalars())
+        passing.update((await conn.execute(_passing(status, lock), _guard_params(agent_id, group))).scalars())
     return passing
 
 
@@ -406,17 +447,16 @@ async def _guarded(
     return bool(result.rowcount)
 
 
+_SUSPENDING = (
+    select(kernels.c.id)
+    .join(sessions, sessions.c.id == kernels.c.session_id)
+    .where(kernels.c.id.in_(_IDS), sessions.c.termination_reason == str(TerminationReason.SUSPENDED))
+)
+
+
 async def _suspending(conn: AsyncConnection, kernel_ids: list[str]) -> set[str]:
     """Those of these kernels whose session is being suspended (preemption in suspend mode)."""
-    rows = await conn.execute(
-        select(kernels.c.id)
-        .join(sessions, sessions.c.id == kernels.c.session_id)
-        .where(
-            kernels.c.id.in_(kernel_ids),
-            sessions.c.termination_reason == str(TerminationReason.SUSPENDED),
-        )
-    )
-    return set(rows.scalars())
+    return set((await conn.execute(_SUSPENDING, {"k_ids": kernel_ids})).scalars())
 
 
 async def _suspend(conn: AsyncConnection, agent_id: str, report: KernelReport, now: datetime) -> bool:

@@ -26,6 +26,7 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.sql.dml import ReturningUpdate
 
 from corral.domain.cause import TerminationReason
 from corral.domain.rendezvous import may_run
@@ -399,18 +400,8 @@ async def apply_moves(conn: AsyncConnection, moves: Sequence[Move], now: datetim
     won: list[Move] = []
     for (src, dst, kernel_dst, values), group in groups.items():
         ids = [m.session_id for m in group]
-        extra = dict(values)
-        if dst in TERMINAL_SESSION:
-            extra.setdefault("terminated_at", now)
-        if dst is SessionStatus.RUNNING:
-            extra.setdefault("started_at", func.coalesce(sessions.c.started_at, now))
-        guard = [sessions.c.status == str(src)]
-        if dst is SessionStatus.PENDING:
-            # Never re-queued while a kernel of it may run (prepare and start): that would free its
-            # allocation before it is confirmed dead and could start a second copy beside it.
-            guard.append(
-                ~exists().where(kernels.c.session_id == sessions.c.id, kernels.c.status.in_(_MAY_RUN))
-            )
+        statement = _move(src, dst, tuple(name for name, _ in values))
+        params = {"m_now": now, **{f"m_{name}": value for name, value in values}}
         for chunk in range(0, len(ids), 500):
             part = ids[chunk : chunk + 500]
             if dst is SessionStatus.PENDING and conn.dialect.name == "postgresql":
@@ -419,13 +410,7 @@ async def apply_moves(conn: AsyncConnection, moves: Sequence[Move], now: datetim
                 await conn.execute(
                     select(kernels.c.id).where(kernels.c.session_id.in_(part)).with_for_update()
                 )
-            result = await conn.execute(
-                update(sessions)
-                .where(sessions.c.id.in_(part), *guard)
-                .values(status=str(dst), status_changed_at=now, phase_tries=0, **extra)
-                .returning(sessions.c.id)
-            )
-            moved = set(result.scalars())
+            moved = set((await conn.execute(statement, {**params, "m_ids": part})).scalars())
             won.extend(m for m in group if m.session_id in moved)
             if moved and kernel_dst is not None:
                 await move_kernels_of(conn, list(moved), kernel_dst, now)
@@ -438,6 +423,29 @@ async def apply_moves(conn: AsyncConnection, moves: Sequence[Move], now: datetim
 
 
 _MAY_RUN = [str(s) for s in KERNEL_PROCESS]
+
+
+@lru_cache(maxsize=1024)
+def _move(src: SessionStatus, dst: SessionStatus, names: tuple[str, ...]) -> ReturningUpdate[str]:
+    """The guarded UPDATE of a group of moves src -> dst setting the columns `names` too (bound as
+    m_<name>; the ids as m_ids, the time as m_now), built once per shape."""
+    now = bindparam("m_now", type_=sessions.c.status_changed_at.type)
+    extra: dict[str, Any] = {name: bindparam(f"m_{name}", type_=sessions.c[name].type) for name in names}
+    if dst in TERMINAL_SESSION:
+        extra.setdefault("terminated_at", now)
+    if dst is SessionStatus.RUNNING:
+        extra.setdefault("started_at", func.coalesce(sessions.c.started_at, now))
+    guard = [sessions.c.status == str(src)]
+    if dst is SessionStatus.PENDING:
+        # Never re-queued while a kernel of it may run (prepare and start): that would free its
+        # allocation before it is confirmed dead and could start a second copy beside it.
+        guard.append(~exists().where(kernels.c.session_id == sessions.c.id, kernels.c.status.in_(_MAY_RUN)))
+    return (
+        update(sessions)
+        .where(sessions.c.id.in_(bindparam("m_ids", expanding=True)), *guard)
+        .values(status=str(dst), status_changed_at=now, phase_tries=0, **extra)
+        .returning(sessions.c.id)
+    )
 
 
 async def with_running_kernels(conn: AsyncConnection, session_ids: Sequence[str]) -> set[str]:
