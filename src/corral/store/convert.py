@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from functools import lru_cache
 from typing import Any
 
-from sqlalchemy.engine import Row
+from sqlalchemy.engine import Result, Row
 
 from corral.domain.cause import Cause
 from corral.domain.placement import PlacementStrategy
@@ -20,10 +20,18 @@ from corral.store.records import AgentRecord, HistoryRecord, KernelRecord, Sessi
 Source = Row[Any] | Mapping[str, Any]
 
 
-def _fields(row: Source) -> dict[str, Any]:
+def _fields(row: Source, owned: bool = False) -> dict[str, Any]:
+    """The row's columns by name; `owned`: a dict of `mappings`, changed in place, not copied."""
     if isinstance(row, Row):
         return dict(zip(names(row._fields), row, strict=True))
-    return dict(row)
+    return row if owned and isinstance(row, dict) else dict(row)
+
+
+def mappings(result: Result[Any]) -> list[dict[str, Any]]:
+    """A result's rows as dicts keyed by its column names, named once for the whole result (a
+    row's own names are rebuilt at every call, on every row of every handler's read)."""
+    keys = names(tuple(result.keys()))
+    return [dict(zip(keys, row, strict=True)) for row in result]
 
 
 @lru_cache(maxsize=256)
@@ -50,8 +58,8 @@ def _slots_of_items(items: tuple[tuple[str, Any], ...]) -> ResourceSlots:
     return ResourceSlots.from_json(dict(items))
 
 
-def kernel(row: Source) -> KernelRecord:
-    m = _fields(row)
+def kernel(row: Source, owned: bool = False) -> KernelRecord:
+    m = _fields(row, owned)
     m["status"] = _KERNEL_STATUS[m["status"]]
     m["resources"] = _slots(m["resources"])
     return KernelRecord(**m)
@@ -127,8 +135,8 @@ def spec(m: Mapping[str, Any]) -> SessionSpec:
     )
 
 
-def session(row: Source, kernels: tuple[KernelRecord, ...] = ()) -> SessionRecord:
-    m = _fields(row)
+def session(row: Source, kernels: tuple[KernelRecord, ...] = (), owned: bool = False) -> SessionRecord:
+    m = _fields(row, owned)
     m["spec"] = spec(m)
     for name in _SPEC_COLUMNS:
         del m[name]

@@ -475,24 +475,28 @@ async def _suspend(conn: AsyncConnection, agent_id: str, report: KernelReport, n
     return moved
 
 
+_ORDERS = (
+    select(agents.c.epoch.label("agent_epoch"), *kernels.c)
+    .select_from(
+        agents.outerjoin(
+            kernels,
+            and_(kernels.c.agent_id == agents.c.id, kernels.c.status.in_([str(s) for s in KERNEL_ON_AGENT])),
+        )
+    )
+    .where(agents.c.id == bindparam("k_agent"))
+    .order_by(kernels.c.session_id, kernels.c.rank)
+)
+
+
 async def orders_for(conn: AsyncConnection, agent_id: str, epoch: int) -> list[KernelRecord] | None:
     """The agent's kernels that it should hold a process (or preparation) for; None when `epoch`
     is not the agent's current one (fenced).  One query: every order poll asks."""
-    on_agent = and_(
-        kernels.c.agent_id == agents.c.id, kernels.c.status.in_([str(s) for s in KERNEL_ON_AGENT])
-    )
-    rows = (
-        await conn.execute(
-            select(agents.c.epoch.label("agent_epoch"), *kernels.c)
-            .select_from(agents.outerjoin(kernels, on_agent))
-            .where(agents.c.id == agent_id)
-            .order_by(kernels.c.session_id, kernels.c.rank)
-        )
-    ).all()
-    if not rows or rows[0].agent_epoch != epoch:
+    rows = convert.mappings(await conn.execute(_ORDERS, {"k_agent": agent_id}))
+    if not rows or rows[0]["agent_epoch"] != epoch:
         return None
-    fields = convert.names(tuple(c.name for c in kernels.c))
-    return [convert.kernel({f: r._mapping[f] for f in fields}) for r in rows if r.id is not None]
+    for r in rows:
+        del r["agent_epoch"]
+    return [convert.kernel(r, owned=True) for r in rows if r["id"] is not None]
 
 
 async def get(conn: AsyncConnection, kernel_id: str) -> KernelRecord | None:

@@ -148,16 +148,15 @@ _KERNELS_OF = (
 async def select_with_kernels(
     conn: AsyncConnection, query: Select[Any], params: dict[str, Any] | None = None
 ) -> list[SessionRecord]:
-    rows = (await conn.execute(query, params)).all()
+    rows = convert.mappings(await conn.execute(query, params))
     if not rows:
         return []
     by_session: dict[str, list[KernelRecord]] = defaultdict(list)
-    ids = [r.id for r in rows]
+    ids = [r["id"] for r in rows]
     for chunk in range(0, len(ids), 500):
-        krows = await conn.execute(_KERNELS_OF, {"ids": ids[chunk : chunk + 500]})
-        for k in krows:
-            by_session[k.session_id].append(convert.kernel(k))
-    return [convert.session(r, tuple(by_session[r.id])) for r in rows]
+        for k in convert.mappings(await conn.execute(_KERNELS_OF, {"ids": ids[chunk : chunk + 500]})):
+            by_session[k["session_id"]].append(convert.kernel(k, owned=True))
+    return [convert.session(r, tuple(by_session[r["id"]]), owned=True) for r in rows]
 
 
 async def get_many(conn: AsyncConnection, session_ids: list[str]) -> list[SessionRecord]:
@@ -271,7 +270,7 @@ async def for_handler(
     if after is not None:
         params.update(after_priority=-after[0], after_submitted=after[1], after_id=after[2])
     if not with_kernels:
-        return [convert.session(r) for r in await conn.execute(query, params)]
+        return [convert.session(r, owned=True) for r in convert.mappings(await conn.execute(query, params))]
     return await select_with_kernels(conn, query, params)
 
 
