@@ -140,11 +140,11 @@ class AgentProtocol:
         deadline = time.monotonic() + min(wait, heartbeat_interval(self._cfg))
         while True:
             version = self._wakeup.orders_version
-            remaining = deadline - time.monotonic()
             async with reading(self._reader) as conn:
                 mine = await kernels.orders_for(conn, agent_id, epoch)
                 if mine is None:
                     raise Fenced(f"agent {agent_id} epoch {epoch} is fenced; register again")
+                remaining = deadline - time.monotonic()
                 # The orders' fingerprint is the kernels' alone: a poll woken by another agent's
                 # orders (most wake-ups) reads no session and builds no spec before waiting again.
                 fingerprint = _fingerprint(mine)
