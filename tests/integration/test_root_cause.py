@@ -158,14 +158,18 @@ if rank < len(contents):
     open(path, "wb").write(contents[rank])
 else:
     os.mkfifo(path)
-print("ValueError: rank", rank, "failed", file=sys.stderr)
-# All seven fail on their own: nobody exits before every rank has written its file.
+print("ValueError: rank", rank, "failed", file=sys.stderr, flush=True)
+# All seven fail on their own: nobody exits before every rank has written its file, and then all
+# exit at one agreed instant, at once (no interpreter teardown), so the gang's stop after the first
+# failure cannot reach a rank still on its way out.
 import pathlib, time
 d = pathlib.Path(sys.argv[1]); (d / str(rank)).touch()
 deadline = time.monotonic() + 30
 while len(list(d.iterdir())) < 7 and time.monotonic() < deadline:
     time.sleep(0.02)
-sys.exit(3)
+at = max(p.stat().st_mtime for p in d.iterdir()) + 0.5
+time.sleep(max(0.0, at - time.time()))
+os._exit(3)
 """
 
 
@@ -178,7 +182,8 @@ def test_bad_error_files_never_break_a_report(cluster: Cluster, tmp_path: Path) 
     )
     done = cluster.wait(s["id"], timeout=60)
     assert (done["status"], done["exit_code"]) == ("ERROR", 3)
-    assert all(k["status"] == "ERROR" and k["exit_code"] == 3 for k in done["kernels"])
+    ended = [(k["rank"], k["status"], k["exit_code"]) for k in done["kernels"]]
+    assert all(status == "ERROR" and code == 3 for _, status, code in ended), ended
     errors = cluster.http.get(f"/api/v1/sessions/{s['id']}/errors").json()
     by_rank = {e["rank"]: e for e in errors}
     assert sorted(by_rank) == list(range(7))
