@@ -35,10 +35,17 @@ def test_a_root_agent_runs_kernels_as_its_unprivileged_account(cluster: Cluster)
     assert f"corral (uid {corral_uid()})" in listed.stdout, listed.stdout
 
 
-def test_a_kernel_starts_clean_inside_its_cgroup(cluster: Cluster) -> None:
+@pytest.mark.parametrize("spawn", ["helper", "shell"])
+def test_a_kernel_starts_clean_inside_its_cgroup(cluster: Cluster, spawn: str) -> None:
     """In its own memory cgroup, every uid and gid its account's, no supplementary group, no signal
-    ignored or blocked (it can always be stopped gracefully)."""
-    done = cluster.corral("run", "--", "cat", "/proc/self/status", "/proc/self/cgroup")
+    ignored or blocked (it can always be stopped gracefully): through the compiled helper and through
+    the shell and setpriv an agent falls back to without a C compiler."""
+    group = "default"
+    if spawn == "shell":
+        group = "shell-" + uuid.uuid4().hex[:6]
+        cluster.start_agent(group, cpu=1, resource_group=group, CORRAL_SPAWN_HELPER="off")
+    run = ("run", "--resource-group", group, "--", "cat", "/proc/self/status", "/proc/self/cgroup")
+    done = cluster.corral(*run)
     assert done.returncode == 0, done.stderr
     status = dict(line.split(":", 1) for line in done.stdout.splitlines() if ":" in line and "\t" in line)
     uid, gid = corral_uid(), pwd.getpwnam("corral").pw_gid
@@ -53,6 +60,14 @@ def test_a_kernel_starts_clean_inside_its_cgroup(cluster: Cluster) -> None:
         line for line in lines if line.startswith("0::")
     ]
     assert len(memory) == 1 and "/corral-" in memory[0], memory
+
+    # Like a shell, 127 and the reason, whichever path started it (and the message tells which).
+    missing = cluster.submit(command=["/nonexistent/program"], resource_group=group)
+    ended = cluster.wait(missing["id"])
+    assert (ended["status"], ended["exit_code"]) == ("ERROR", 127), ended
+    reason = cluster.output(missing["id"])
+    assert "/nonexistent/program" in reason
+    assert ("corral: cannot execute" in reason) == (spawn == "helper"), reason
 
 
 def test_users_cannot_read_each_others_files(cluster: Cluster) -> None:

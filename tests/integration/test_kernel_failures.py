@@ -10,6 +10,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -64,72 +65,73 @@ def test_files_a_kernel_controls_never_wedge_its_agent(own_cluster: Callable[...
         assert after["result"] == "success", f"the agent stopped serving after {what}"
 
 
+class SupervisorPipe:
+    """A supervisor of our own, in watchdog mode (no cgroup), driven through its pipes like an agent."""
+
+    def __init__(self, tmp_path: Path, spawn: str = "helper") -> None:
+        env = {**os.environ, "CORRAL_SPAWN_HELPER": "off" if spawn == "shell" else "on"}
+        self.tmp_path = tmp_path
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "corral.agent.supervisor", "watchdog", ""],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.stdin, self.stdout = self.proc.stdin, self.proc.stdout
+
+    def send(self, line: str) -> None:
+        self.stdin.write(line + "\n")
+        self.stdin.flush()
+
+    def start(self, key: str, argv: list[str], events: int = 1, **extra: Any) -> list[dict[str, Any]]:
+        """Starts `argv` (a PATH-only environment unless `env` is given) and reads `events` events."""
+        files = {name: str(self.tmp_path / f"{key}.{name}") for name in ("stdout", "stderr")}
+        cmd = {"op": "start", "key": key, "command": argv, "env": {"PATH": "/usr/bin:/bin"}}
+        self.send(json.dumps({**cmd, "cwd": str(self.tmp_path), **files, **extra}))
+        return [dict(json.loads(self.stdout.readline())) for _ in range(events)]
+
+    def close(self) -> int:
+        """End of file: the supervisor kills what runs and exits; its exit code."""
+        self.stdin.close()
+        code = self.proc.wait(timeout=10)
+        self.stdout.close()
+        return code
+
+
 def test_the_supervisor_survives_a_command_it_cannot_spawn(tmp_path: Path) -> None:
-    with subprocess.Popen(
-        [sys.executable, "-m", "corral.agent.supervisor", "watchdog", ""],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    ) as proc:
-        assert proc.stdin is not None and proc.stdout is not None
-        stdin, stdout = proc.stdin, proc.stdout
-
-        def start(key: str, env: dict[str, str], argv: list[str]) -> dict[str, object]:
-            files = {name: str(tmp_path / f"{key}.{name}") for name in ("stdout", "stderr")}
-            cmd = {"op": "start", "key": key, "command": argv, "env": env, "cwd": str(tmp_path), **files}
-            stdin.write(json.dumps(cmd) + "\n")
-            stdin.flush()
-            return dict(json.loads(stdout.readline()))
-
-        bad = start("bad.0", {"A=B": "x"}, ["/bin/true"])
-        assert (bad["ev"], bad["exit_code"]) == ("exited", 127) and bad["start_error"]
-        stdin.write("not json\n")
-        stdin.flush()
-        assert json.loads(stdout.readline())["ev"] == "error"
-        good = start("good.0", {"PATH": "/usr/bin:/bin"}, ["/bin/true"])
-        assert good["ev"] == "started" and proc.poll() is None
-        stdin.close()  # end of file: the supervisor kills what runs and exits
-        assert proc.wait(timeout=10) == 0
+    sup = SupervisorPipe(tmp_path)
+    [bad] = sup.start("bad.0", ["/bin/true"], env={"A=B": "x"})
+    assert (bad["ev"], bad["exit_code"]) == ("exited", 127) and bad["start_error"]
+    sup.send("not json")
+    assert json.loads(sup.stdout.readline())["ev"] == "error"
+    [good] = sup.start("good.0", ["/bin/true"])
+    assert good["ev"] == "started" and sup.proc.poll() is None
+    assert sup.close() == 0
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="changing a kernel's account needs root")
-def test_a_kernel_that_changes_account_and_cannot_start_ends_like_in_a_shell(tmp_path: Path) -> None:
-    """Started through setpriv: a missing program ends it 127 with the reason in its stderr, and the
-    supervisor goes on; the next one runs as the account."""
+@pytest.mark.parametrize("spawn", ["helper", "shell"])
+def test_a_kernel_that_changes_account_and_cannot_start_ends_like_in_a_shell(
+    tmp_path: Path, spawn: str
+) -> None:
+    """Through the compiled helper or the shell and setpriv: a missing program ends it 127 and one that
+    is not executable 126, each with the reason in its stderr, and the supervisor goes on; the next one
+    runs as the account, with its group and no other."""
     account = pwd.getpwnam("nobody")
     tmp_path.chmod(0o777)
-    with subprocess.Popen(
-        [sys.executable, "-m", "corral.agent.supervisor", "watchdog", ""],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    ) as proc:
-        assert proc.stdin is not None and proc.stdout is not None
-        stdin, stdout = proc.stdin, proc.stdout
-
-        def run(key: str, argv: list[str]) -> list[dict[str, object]]:
-            files = {name: str(tmp_path / f"{key}.{name}") for name in ("stdout", "stderr")}
-            cmd = {
-                "op": "start",
-                "key": key,
-                "command": argv,
-                "env": {"PATH": "/usr/bin:/bin"},
-                "cwd": str(tmp_path),
-                "user": {"uid": account.pw_uid, "gid": account.pw_gid},
-                **files,
-            }
-            stdin.write(json.dumps(cmd) + "\n")
-            stdin.flush()
-            return [dict(json.loads(stdout.readline())) for _ in range(2)]
-
-        started, ended = run("missing.0", ["/nonexistent/program"])
-        assert (started["ev"], ended["ev"], ended["exit_code"]) == ("started", "exited", 127), ended
-        assert "/nonexistent/program" in (tmp_path / "missing.0.stderr").read_text()
-        started, ended = run("id.0", ["id", "-u"])
-        assert (started["ev"], ended["ev"], ended["exit_code"]) == ("started", "exited", 0)
-        assert (tmp_path / "id.0.stdout").read_text().strip() == str(account.pw_uid)
-        stdin.close()
-        assert proc.wait(timeout=10) == 0
+    sup = SupervisorPipe(tmp_path, spawn)
+    user = {"user": {"uid": account.pw_uid, "gid": account.pw_gid}}
+    for key, argv, code in [("missing.0", ["/nonexistent/program"], 127), ("noexec.0", ["/etc/passwd"], 126)]:
+        started, ended = sup.start(key, argv, events=2, **user)
+        assert (started["ev"], ended["ev"], ended["exit_code"]) == ("started", "exited", code), ended
+        assert argv[0] in (tmp_path / f"{key}.stderr").read_text()
+    started, ended = sup.start("id.0", ["sh", "-c", "id -u; id -G"], events=2, **user)
+    assert (started["ev"], ended["ev"], ended["exit_code"]) == ("started", "exited", 0)
+    uid, groups = (tmp_path / "id.0.stdout").read_text().split()
+    assert (uid, groups) == (str(account.pw_uid), str(account.pw_gid))
+    assert sup.close() == 0
 
 
 def test_a_killed_supervisor_ends_its_kernels_and_is_replaced(

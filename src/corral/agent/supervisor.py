@@ -31,24 +31,19 @@ import ctypes
 import json
 import os
 import selectors
-import shutil
 import signal
 import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from corral.agent import spawn
 from corral.agent.cgroup import CgroupMode, KernelCgroup
 
 PR_SET_CHILD_SUBREAPER = 36
 TICK = 0.1
 FLUSH_EVERY = 0.002
 """Within a batch of commands, events are written at least this often (seconds)."""
-# Joins the kernel's cgroups ($0 files, then the files), then becomes the command (same pid): the limits
-# apply from its first byte, and it drops privileges only after joining (an unprivileged process could
-# not join a cgroup it does not own).
-TRAMPOLINE = 'n=$0; while [ "$n" -gt 0 ]; do echo $$ > "$1" || exit 126; shift; n=$((n-1)); done; exec "$@"'
-SETPRIV = shutil.which("setpriv") or "/usr/bin/setpriv"
 
 
 _DEFAULT_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGPIPE, signal.SIGXFSZ, signal.SIGHUP)
@@ -127,6 +122,7 @@ class Supervisor:
         self.fence_at: float | None = None
         self._events: list[str] = []
         self._flushed = time.monotonic()
+        self.helper = spawn.helper()
 
     def emit(self, event: dict[str, Any]) -> None:
         """Queued: `flush` writes a turn's events at once (a write to the pipe per event was a fifth
@@ -149,18 +145,18 @@ class Supervisor:
         key = cmd["key"]
         mem = int(cmd.get("mem_limit") or 0)
         cgroup = KernelCgroup.of(self.mode, key)
-        argv = list(cmd["command"])
-        user = cmd.get("user")
-        if user:
-            uid, gid = int(user["uid"]), int(user["gid"])
-            argv = [SETPRIV, f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "--", *argv]
+        user = (int(cmd["user"]["uid"]), int(cmd["user"]["gid"])) if cmd.get("user") else None
         grace = float(cmd.get("grace", 10.0))  # before the start: nothing may fail after it
         before = 0
         if cgroup is not None:
             cgroup.create(mem or None, float(cmd.get("cpus") or 0) or None)
             before = cgroup.oom_kills()
-            files = cgroup.procs_files()
-            argv = ["/bin/sh", "-c", TRAMPOLINE, str(len(files)), *files, *argv]
+        argv = spawn.argv(
+            self.helper,
+            cgroup.procs_files() if cgroup is not None else [],
+            user,
+            list(cmd["command"]),
+        )
         flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
         actions = [
             (os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0),
