@@ -47,20 +47,31 @@ def port_is_free(port: int) -> bool:
     return True
 
 
-_PATHS: dict[str, tuple[float, str]] = {}
-PATH_RECHECK = 10.0  # seconds: a PATH entry's permissions change rarely; a kernel start is frequent
+_CHECKED: dict[tuple[str, str], tuple[float, Any]] = {}
+RECHECK = 10.0  # seconds: directories' permissions change rarely; a kernel start is frequent
+
+
+def _rechecked(kind: str, key: str, check: Callable[[], Any]) -> Any:
+    """`check()`, remembered for RECHECK seconds (walking each directory's ancestors on every kernel
+    start took a third of a busy agent's time)."""
+    seen = _CHECKED.get((kind, key))
+    if seen is not None and time.monotonic() - seen[0] < RECHECK:
+        return seen[1]
+    found = check()
+    _CHECKED[(kind, key)] = (time.monotonic(), found)
+    return found
 
 
 def _reachable_path(value: str | None) -> str:
-    """The entries of PATH every account can reach, checked again every PATH_RECHECK seconds
-    (checking each directory's ancestors took a third of a busy agent's time)."""
+    """The entries of PATH every account can reach."""
     value = value if value is not None else os.defpath
-    seen = _PATHS.get(value)
-    if seen is not None and time.monotonic() - seen[0] < PATH_RECHECK:
-        return seen[1]
-    found = os.pathsep.join(p for p in value.split(os.pathsep) if p and reachable(Path(p)))
-    _PATHS[value] = (time.monotonic(), found)
-    return found
+    return str(
+        _rechecked(
+            "path",
+            value,
+            lambda: os.pathsep.join(p for p in value.split(os.pathsep) if p and reachable(Path(p))),
+        )
+    )
 
 
 def kernel_env(
@@ -224,7 +235,7 @@ class KernelRunner:
 
     def _own_files(self, account: Account, checkpoint: Path) -> str | None:
         """Give the kernel's directories and log files to its account; why not, when it cannot be."""
-        blocked = unreachable_from(checkpoint.parent)
+        blocked = _rechecked("dir", str(checkpoint.parent), lambda: unreachable_from(checkpoint.parent))
         if blocked is not None:
             return f"the checkpoint directory {checkpoint} is not reachable by uid {account.uid} ({blocked})"
         try:

@@ -146,17 +146,13 @@ class Supervisor:
         mem = int(cmd.get("mem_limit") or 0)
         cgroup = KernelCgroup.of(self.mode, key)
         user = (int(cmd["user"]["uid"]), int(cmd["user"]["gid"])) if cmd.get("user") else None
+        command = list(cmd["command"])  # before the cgroup: a start without a command leaves nothing behind
         grace = float(cmd.get("grace", 10.0))  # before the start: nothing may fail after it
         before = 0
         if cgroup is not None:
             cgroup.create(mem or None, float(cmd.get("cpus") or 0) or None)
             before = cgroup.oom_kills()
-        argv = spawn.argv(
-            self.helper,
-            cgroup.procs_files() if cgroup is not None else [],
-            user,
-            list(cmd["command"]),
-        )
+        files = cgroup.procs_files() if cgroup is not None else []
         flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
         actions = [
             (os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0),
@@ -164,11 +160,12 @@ class Supervisor:
             (os.POSIX_SPAWN_OPEN, 2, cmd["stderr"], flags, 0o600),
         ]
         try:
+            argv, env = spawn.argv(self.helper, files, user, command, cmd["env"])
             os.chdir(cmd["cwd"])
             pid = os.posix_spawnp(
                 argv[0],
                 argv,
-                cmd["env"],
+                env,
                 file_actions=actions,
                 setsid=True,
                 # A kernel starts with default signals: what this process ignores (SIGTERM, SIGINT;
