@@ -10,6 +10,7 @@ import socket
 import stat
 import time
 from collections.abc import Callable
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -74,6 +75,14 @@ def _reachable_path(value: str | None) -> str:
     )
 
 
+@cache
+def _inherited() -> dict[str, str]:
+    """The agent's environment, as every kernel inherits it: nothing of Corral's own configuration
+    (tokens, keys, data paths).  Read once: the agent's environment is set when it starts (reading
+    os.environ decodes every entry again, a fifth of a kernel's start)."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("CORRAL_") and k != "XDG_CONFIG_HOME"}
+
+
 def kernel_env(
     spec: dict[str, Any],
     kernel_id: str,
@@ -84,8 +93,7 @@ def kernel_env(
     worker_lib: Path = WORKER_LIB,
 ) -> dict[str, str]:
     """`account`: the kernel runs as another account than the agent's."""
-    # Nothing of Corral's own configuration (tokens, keys, data paths) reaches a kernel.
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CORRAL_") and k != "XDG_CONFIG_HOME"}
+    env = dict(_inherited())
     if account is not None:
         # Its own name, a home it can write (not root's), and only the PATH entries it can reach
         # (a root agent's PATH often starts in /root, where `python3` would be "Permission denied").
