@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
+import tempfile
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from datetime import datetime
 from pathlib import Path
 
@@ -23,6 +25,17 @@ def pct(values: list[float], q: float) -> float:
     """The q-quantile by nearest rank (q in 0..1)."""
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * (len(ordered) - 1) + 0.5))]
+
+
+def scratch(prefix: str, stack: ExitStack, keep: bool = False) -> Path:
+    """A run's work dir (database, logs, kernel files), removed when `stack` closes; kept, and named,
+    with `keep` or CORRAL_BENCH_KEEP=1."""
+    work = Path(tempfile.mkdtemp(prefix=prefix))
+    if keep or os.environ.get("CORRAL_BENCH_KEEP"):
+        stack.callback(print, f"work dir kept: {work}", file=sys.stderr)
+    else:
+        stack.callback(shutil.rmtree, work, ignore_errors=True)
+    return work
 
 
 def add_database_options(parser: argparse.ArgumentParser) -> None:

@@ -20,9 +20,9 @@ import random
 import resource
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
+from contextlib import ExitStack
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from bench.common import add_database_options, database, machine, pct
+from bench.common import add_database_options, database, machine, pct, scratch
 from corral.domain.resources import ResourceSlots
 from corral.domain.spec import SessionSpec
 from corral.manager.loop import SchedulerLoop
@@ -156,8 +156,8 @@ def main() -> None:
     if args.fill_only:
         asyncio.run(fill(args.fill_only, args.pending, args.agents, args.full))
         return
-    work = Path(tempfile.mkdtemp(prefix="corral-bench-cycle-"))
-    with database(args, work) as url:
+    with ExitStack() as stack:
+        url = stack.enter_context(database(args, scratch("corral-bench-cycle-", stack)))
         t0 = time.monotonic()
         child = [sys.executable, __file__, "--fill-only", url, "--pending", str(args.pending)]
         child += ["--agents", str(args.agents)] + (["--full"] if args.full else [])

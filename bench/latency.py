@@ -9,13 +9,12 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import tempfile
 from contextlib import ExitStack
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import add_database_options, at, database, machine, pct
+from bench.common import add_database_options, at, database, machine, pct, scratch
 from tests.support.cluster import Cluster
 
 
@@ -24,8 +23,8 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=200)
     add_database_options(parser)
     args = parser.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="corral-bench-latency-"))
     databases = ExitStack()
+    work = scratch("corral-bench-latency-", databases)
     url = databases.enter_context(database(args, work))
     c = Cluster(url, work)
     try:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
 import time
 from contextlib import ExitStack
 from datetime import datetime
@@ -18,7 +17,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.common import add_database_options, database, machine  # noqa: E402
+from bench.common import add_database_options, database, machine, scratch  # noqa: E402
 from tests.support.cluster import Cluster, poll  # noqa: E402
 
 WRITER = (
@@ -36,8 +35,8 @@ def main() -> int:
     parser.add_argument("--mib", type=int, default=200, help="MiB the kernel writes")
     add_database_options(parser)
     args = parser.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="corral-bench-logs-"))
     databases = ExitStack()
+    work = scratch("corral-bench-logs-", databases)
     url = databases.enter_context(database(args, work))
     cluster = Cluster(url, work, env={"CORRAL_LOOP_INTERVAL": "0.2"})
     try:

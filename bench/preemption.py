@@ -10,14 +10,13 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import tempfile
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import add_database_options, at, database, machine, pct
+from bench.common import add_database_options, at, database, machine, pct, scratch
 from tests.support.cluster import Cluster, poll
 
 
@@ -27,8 +26,8 @@ def main() -> None:
     parser.add_argument("--cpus", type=int, default=32, help="CPUs each of the 2 agents declares")
     add_database_options(parser)
     args = parser.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="corral-bench-preempt-"))
     databases = ExitStack()
+    work = scratch("corral-bench-preempt-", databases)
     url = databases.enter_context(database(args, work))
     c = Cluster(url, work)
     try:

@@ -14,7 +14,6 @@ import argparse
 import os
 import statistics
 import sys
-import tempfile
 import time
 from contextlib import ExitStack
 from datetime import datetime
@@ -22,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import add_database_options, database, machine
+from bench.common import add_database_options, database, machine, scratch
 from tests.support.cluster import TERMINAL, Cluster, poll
 
 
@@ -31,8 +30,8 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=200, help="failures to measure")
     add_database_options(parser)
     args = parser.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="corral-bench-retry-"))
     databases = ExitStack()
+    work = scratch("corral-bench-retry-", databases)
     url = databases.enter_context(database(args, work))
     c = Cluster(url, work, env={"CORRAL_LOOP_INTERVAL": os.environ.get("BENCH_LOOP", "1.0")})
     try:

@@ -17,7 +17,6 @@ import asyncio
 import os
 import subprocess
 import sys
-import tempfile
 import time
 from contextlib import ExitStack
 from datetime import datetime
@@ -29,7 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench import slurm  # noqa: E402
-from bench.common import add_database_options, database, machine  # noqa: E402
+from bench.common import add_database_options, database, machine, scratch  # noqa: E402
 from tests.support.postgres import free_port  # noqa: E402
 
 TERMINAL = ("TERMINATED", "CANCELLED", "ERROR")
@@ -96,13 +95,16 @@ def main() -> int:
         help="then run the same N on a local Slurm (slurm-wlm) with the same CPUs and print the ratio",
     )
     parser.add_argument("--slurm-untuned", action="store_true", help="Slurm's default settings")
+    parser.add_argument(
+        "--keep", action="store_true", help="keep the work dir (database, logs) and print where it is"
+    )
     args = parser.parse_args()
     if args.compare_slurm and not slurm.available():
         raise SystemExit("--compare-slurm needs Slurm: apt-get install -y slurm-wlm")
 
-    work = Path(tempfile.mkdtemp(prefix="corral-bench-"))
-    work.chmod(0o711)  # kernels run as the agents' unprivileged account: they must reach their dirs
     databases = ExitStack()
+    work = scratch("corral-bench-", databases, args.keep)
+    work.chmod(0o711)  # kernels run as the agents' unprivileged account: they must reach their dirs
     database_url = databases.enter_context(database(args, work))
     port = free_port()
     url = f"http://127.0.0.1:{port}"
