@@ -50,14 +50,14 @@ def test_a_root_agent_runs_kernels_as_its_unprivileged_account(cluster: Cluster)
     assert f"corral (uid {corral_uid()})" in listed.stdout, listed.stdout
 
 
-@pytest.mark.parametrize("spawn", ["helper", "shell"])
+@pytest.mark.parametrize("spawn", ["helper", "fallback"])
 def test_a_kernel_starts_clean_inside_its_cgroup(cluster: Cluster, spawn: str) -> None:
     """In its own memory cgroup, every uid and gid its account's, no supplementary group, no signal
     ignored or blocked (it can always be stopped gracefully): through the compiled helper and through
-    the shell and setpriv an agent falls back to without a C compiler."""
+    the Python fallback an agent uses without a C compiler."""
     group = "default"
-    if spawn == "shell":
-        group = "shell-" + uuid.uuid4().hex[:6]
+    if spawn == "fallback":
+        group = "fallback-" + uuid.uuid4().hex[:6]
         cluster.start_agent(group, cpu=1, resource_group=group, CORRAL_SPAWN_HELPER="off")
     run = ("run", "--resource-group", group, "--", "cat", "/proc/self/status", "/proc/self/cgroup")
     done = cluster.corral(*run)
@@ -89,13 +89,16 @@ def test_a_kernel_starts_clean_inside_its_cgroup(cluster: Cluster, spawn: str) -
         assert ran["status"] == "TERMINATED", ran
         assert (spy / "euid.log").read_text().split() == [str(uid)], "preloaded as root, or never"
 
-    # Like a shell, 127 and the reason, whichever path started it (and the message tells which).
+    # Like a shell, 127 and the reason, whichever path started it.
     missing = cluster.submit(command=["/nonexistent/program"], resource_group=group)
     ended = cluster.wait(missing["id"])
     assert (ended["status"], ended["exit_code"]) == ("ERROR", 127), ended
     reason = cluster.output(missing["id"])
     assert "/nonexistent/program" in reason
-    assert ("corral: cannot execute" in reason) == (spawn == "helper"), reason
+    assert "corral: cannot execute" in reason, reason
+    agents = [group] if spawn == "fallback" else ["agent-a", "agent-b"]
+    logs = "".join((cluster.workdir / f"agent-{a}.log").read_text() for a in agents)
+    assert ("through the Python fallback" in logs) == (spawn == "fallback"), "the path tested is named"
 
 
 def test_users_cannot_read_each_others_files(cluster: Cluster) -> None:

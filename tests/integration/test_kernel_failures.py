@@ -69,7 +69,7 @@ class SupervisorPipe:
     """A supervisor of our own, in watchdog mode (no cgroup), driven through its pipes like an agent."""
 
     def __init__(self, tmp_path: Path, spawn: str = "helper") -> None:
-        env = {**os.environ, "CORRAL_SPAWN_HELPER": "off" if spawn == "shell" else "on"}
+        env = {**os.environ, "CORRAL_SPAWN_HELPER": "off" if spawn == "fallback" else "on"}
         self.tmp_path = tmp_path
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "corral.agent.supervisor", "watchdog", ""],
@@ -112,11 +112,11 @@ def test_the_supervisor_survives_a_command_it_cannot_spawn(tmp_path: Path) -> No
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="changing a kernel's account needs root")
-@pytest.mark.parametrize("spawn", ["helper", "shell"])
+@pytest.mark.parametrize("spawn", ["helper", "fallback"])
 def test_a_kernel_that_changes_account_and_cannot_start_ends_like_in_a_shell(
     tmp_path: Path, spawn: str
 ) -> None:
-    """Through the compiled helper or the shell and setpriv: a missing program ends it 127 and one that
+    """Through the compiled helper or its Python fallback: a missing program ends it 127 and one that
     is not executable 126, each with the reason in its stderr, and the supervisor goes on; the next one
     runs as the account, with its group and no other."""
     account = pwd.getpwnam("nobody")

@@ -4,7 +4,6 @@ cached build is replaced, never run for every kernel."""
 from __future__ import annotations
 
 import shutil
-import subprocess
 import tempfile
 from collections.abc import Iterator
 from importlib import resources
@@ -19,11 +18,9 @@ pytestmark = pytest.mark.skipif(shutil.which("cc") is None, reason="the helper n
 SOURCE = resources.files("corral.agent").joinpath("spawn.c").read_bytes()
 
 
-def run(helper: str, *command: str) -> subprocess.CompletedProcess[str]:
-    """`command` through the helper as the supervisor starts it (no cgroup, no account change)."""
-    fd = int(helper.rsplit("/", 1)[1])
-    argv = [helper, "0", "-", "-", "1", "PATH=/usr/bin:/bin", *command]
-    return subprocess.run(argv, env={}, pass_fds=(fd,), capture_output=True, text=True, timeout=10)
+def run(helper: str, *command: str) -> int:
+    """`command`'s exit code through the helper, as the supervisor starts it (no cgroup or account)."""
+    return spawn.trial(helper, "0", "-", "-", *command, env={"PATH": "/usr/bin:/bin"})
 
 
 def test_a_program_planted_in_a_cache_others_can_write_is_never_run(
@@ -41,8 +38,7 @@ def test_a_program_planted_in_a_cache_others_can_write_is_never_run(
     planted.chmod(0o700)
     helper = spawn.helper()
     assert helper is not None, "built privately instead"
-    done = run(helper, "sh", "-c", "echo through-the-helper")
-    assert (done.returncode, done.stdout) == (0, "through-the-helper\n"), done.stderr
+    assert run(helper, "sh", "-c", "exit 7") == 7
     assert not marker.exists()
     assert planted.read_text().startswith("#!/bin/sh"), "the shared cache is not written either"
 
@@ -56,15 +52,25 @@ def private_cache(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     shutil.rmtree(cache)
 
 
-def test_a_broken_cached_build_is_rebuilt(private_cache: Path) -> None:
+@pytest.mark.parametrize(
+    "planted",
+    [
+        # What a power loss before the write reached the disk leaves.
+        b"\x7fELF truncated",
+        # Another program: it would run, exit 0, and have every kernel "succeed" without running.
+        Path("/bin/true").read_bytes(),
+    ],
+    ids=["truncated", "another-program"],
+)
+def test_a_cached_file_that_is_not_a_working_helper_is_replaced(private_cache: Path, planted: bytes) -> None:
     target = spawn.cache_file(SOURCE)
     assert target is not None and spawn._safe_cache(target), "a private cache is used"
-    target.write_bytes(b"\x7fELF truncated")  # what a power loss before the write reached the disk leaves
+    target.write_bytes(planted)
     target.chmod(0o700)
     helper = spawn.helper()
     assert helper is not None
-    assert run(helper, "true").returncode == 0
-    assert target.read_bytes()[:4] == b"\x7fELF" and target.stat().st_size > 1000, "replaced by a good build"
+    assert run(helper, "sh", "-c", "exit 7") == 7
+    assert target.read_bytes() != planted, "the cache holds the good build now"
 
 
 def test_a_relative_cache_home_is_ignored(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -1,15 +1,15 @@
 /* corral-spawn: the first process of a kernel, built by the agent (see corral/agent/spawn.py).
  *
- *   corral-spawn N FILE... UID GID M NAME=VALUE... COMMAND ARG...
+ *   corral-spawn N FILE... UID GID COMMAND ARG...      (the environment on fd 3)
  *
  * Writes its pid to each of the N cgroup.procs FILEs (the kernel's limits apply from its first byte),
  * then, when UID is not "-", drops to UID:GID with no supplementary groups (only after joining: an
  * unprivileged process could not join a cgroup it does not own), then becomes COMMAND (same pid) with
- * the M NAME=VALUEs as its whole environment, PATH searched in it.  It is started as root with an
- * empty environment of its own: the kernel's (LD_PRELOAD and the like) applies only once it runs as
- * the kernel's account.  It does what a shell, setpriv and env did, in one exec instead of four.
- * Exit codes follow a shell's: 126 when a step fails or COMMAND cannot be executed, 127 when it is
- * not found.
+ * the environment read from fd 3 (NAME=VALUE entries, each ended by a NUL), PATH searched in it.
+ * It is started as root with an empty environment of its own: the kernel's (LD_PRELOAD and the like)
+ * applies only once it runs as the kernel's account, and it never shows in this process's command
+ * line, which every account can read.  Exit codes follow a shell's: 126 when a step fails or COMMAND
+ * cannot be executed, 127 when it is not found.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -18,7 +18,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#define ENV_FD 3
 
 extern char **environ;
 
@@ -41,13 +44,35 @@ static int parse(const char *text, unsigned long max, unsigned long *out) {
     return errno == 0 && *end == '\0' && *out <= max;
 }
 
+/* The environment on ENV_FD: the whole file, its NUL-ended entries as a NULL-ended list. */
+static char **read_env(void) {
+    struct stat st;
+    if (fstat(ENV_FD, &st) != 0 || st.st_size < 0) return NULL;
+    size_t size = (size_t)st.st_size;
+    char *text = malloc(size + 1);
+    if (text == NULL) return NULL;
+    size_t got = 0;
+    while (got < size) {
+        ssize_t n = pread(ENV_FD, text + got, size - got, (off_t)got);
+        if (n <= 0) return NULL;
+        got += (size_t)n;
+    }
+    text[size] = '\0';
+    size_t count = 0;
+    for (size_t i = 0; i < size; i++) count += text[i] == '\0';
+    char **envp = calloc(count + 1, sizeof *envp);
+    if (envp == NULL) return NULL;
+    for (size_t i = 0, k = 0; i < size && k < count; i += strlen(text + i) + 1) envp[k++] = text + i;
+    close(ENV_FD);
+    return envp;
+}
+
 int main(int argc, char **argv) {
-    unsigned long n, m, uid = 0, gid = 0;
+    unsigned long n, uid = 0, gid = 0;
     if (argc < 2 || !parse(argv[1], (unsigned long)argc, &n) || n + 5 > (unsigned long)argc) return usage();
-    char **rest = argv + 2 + n; /* UID GID M ... */
+    char **rest = argv + 2 + n; /* UID GID COMMAND ... */
     int own = strcmp(rest[0], "-") != 0;
     if (own && (!parse(rest[0], 0xfffffffeUL, &uid) || !parse(rest[1], 0xfffffffeUL, &gid))) return usage();
-    if (!parse(rest[2], (unsigned long)argc, &m) || n + 6 + m > (unsigned long)argc) return usage();
 
     char pid[24];
     int len = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
@@ -62,14 +87,10 @@ int main(int argc, char **argv) {
         if (setresgid((gid_t)gid, (gid_t)gid, (gid_t)gid) != 0) return fail(126, "cannot set group", rest[1]);
         if (setresuid((uid_t)uid, (uid_t)uid, (uid_t)uid) != 0) return fail(126, "cannot set user", rest[0]);
     }
-    char **env = rest + 3;
-    char **command = env + m;
-    const char *first = command[0];
-    /* A list of its own, ended by NULL (in argv it runs on into the command); execvp reads PATH in it. */
-    char **envp = calloc(m + 1, sizeof *envp);
-    if (envp == NULL) return fail(126, "cannot start", first);
-    memcpy(envp, env, m * sizeof *envp);
+    char **command = rest + 2;
+    char **envp = read_env();
+    if (envp == NULL) return fail(126, "cannot read the environment of", command[0]);
     environ = envp;
-    execvp(first, command);
-    return fail(errno == ENOENT ? 127 : 126, "cannot execute", first);
+    execvp(command[0], command);
+    return fail(errno == ENOENT ? 127 : 126, "cannot execute", command[0]);
 }

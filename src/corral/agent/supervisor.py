@@ -146,25 +146,37 @@ class Supervisor:
         mem = int(cmd.get("mem_limit") or 0)
         cgroup = KernelCgroup.of(self.mode, key)
         user = (int(cmd["user"]["uid"]), int(cmd["user"]["gid"])) if cmd.get("user") else None
-        command = list(cmd["command"])  # before the cgroup: a start without a command leaves nothing behind
+        # All read before the cgroup is made: a malformed start leaves nothing behind.
+        command, env, out, err = list(cmd["command"]), dict(cmd["env"]), cmd["stdout"], cmd["stderr"]
         grace = float(cmd.get("grace", 10.0))  # before the start: nothing may fail after it
         before = 0
         if cgroup is not None:
-            cgroup.create(mem or None, float(cmd.get("cpus") or 0) or None)
-            before = cgroup.oom_kills()
-        files = cgroup.procs_files() if cgroup is not None else []
-        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
-        actions = [
+            try:
+                cgroup.create(mem or None, float(cmd.get("cpus") or 0) or None)
+                before = cgroup.oom_kills()
+            except BaseException:
+                cgroup.remove()
+                raise
+        # Opened as root in a directory the kernel's account owns: never through a link it put there.
+        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW
+        actions: list[tuple[Any, ...]] = [
             (os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0),
-            (os.POSIX_SPAWN_OPEN, 1, cmd["stdout"], flags, 0o600),
-            (os.POSIX_SPAWN_OPEN, 2, cmd["stderr"], flags, 0o600),
+            (os.POSIX_SPAWN_OPEN, 1, out, flags, 0o600),
+            (os.POSIX_SPAWN_OPEN, 2, err, flags, 0o600),
         ]
+        env_fd = None
         try:
-            argv, env = spawn.argv(self.helper, files, user, command, cmd["env"])
+            if cgroup is not None or user is not None:
+                # Its first process joins the cgroups and drops privileges, then reads the env.
+                files = cgroup.procs_files() if cgroup is not None else []
+                command = spawn.argv(self.helper, files, user, command)
+                env_fd = spawn.env_file(env)
+                actions.append((os.POSIX_SPAWN_DUP2, env_fd, spawn.ENV_FD))
+                env = {}
             os.chdir(cmd["cwd"])
             pid = os.posix_spawnp(
-                argv[0],
-                argv,
+                command[0],
+                command,
                 env,
                 file_actions=actions,
                 setsid=True,
@@ -181,6 +193,8 @@ class Supervisor:
             return
         finally:
             os.chdir("/")
+            if env_fd is not None:
+                os.close(env_fd)
         self.kernels[pid] = Kernel(key, pid, cgroup, before, mem, grace, started=time.monotonic())
         self.emit({"ev": "started", "key": key, "pid": pid})
 
