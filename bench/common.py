@@ -31,7 +31,7 @@ def scratch(prefix: str, stack: ExitStack, keep: bool = False) -> Path:
     """A run's work dir (database, logs, kernel files), removed when `stack` closes; kept, and named,
     with `keep` or CORRAL_BENCH_KEEP=1."""
     work = Path(tempfile.mkdtemp(prefix=prefix))
-    if keep or os.environ.get("CORRAL_BENCH_KEEP"):
+    if keep or os.environ.get("CORRAL_BENCH_KEEP", "").lower() in ("1", "true", "yes"):
         stack.callback(print, f"work dir kept: {work}", file=sys.stderr)
     else:
         stack.callback(shutil.rmtree, work, ignore_errors=True)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import pwd
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -15,22 +16,10 @@ from pathlib import Path
 import pytest
 
 from tests.support.cluster import Cluster, poll
+from tests.support.preload import euid_spy, euids
 from tests.support.tenants import client, make_user
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="identity switching needs an agent started as root")
-
-
-PRELOAD_SPY = r"""
-#include <fcntl.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <unistd.h>
-__attribute__((constructor)) static void spy(void) {
-    const char *log = getenv("EUID_LOG");
-    int fd = log ? open(log, O_WRONLY | O_APPEND | O_CREAT, 0666) : -1;
-    if (fd >= 0) { dprintf(fd, "%d\n", (int)geteuid()); close(fd); }
-}
-"""
 
 
 def corral_uid() -> int:
@@ -76,19 +65,6 @@ def test_a_kernel_starts_clean_inside_its_cgroup(cluster: Cluster, spawn: str) -
     ]
     assert len(memory) == 1 and "/corral-" in memory[0], memory
 
-    # The kernel's environment applies only once it runs as its account: a preloaded library of its
-    # own never runs as root on the way (it records each process's effective uid it is loaded into).
-    with tempfile.TemporaryDirectory() as tmp:
-        spy = Path(tmp)
-        spy.chmod(0o777)
-        (spy / "euid.c").write_text(PRELOAD_SPY)
-        built = subprocess.run(["cc", "-shared", "-fPIC", "-o", str(spy / "euid.so"), str(spy / "euid.c")])
-        assert built.returncode == 0
-        env = {"LD_PRELOAD": str(spy / "euid.so"), "EUID_LOG": str(spy / "euid.log")}
-        ran = cluster.wait(cluster.submit(command=["true"], env=env, resource_group=group)["id"])
-        assert ran["status"] == "TERMINATED", ran
-        assert (spy / "euid.log").read_text().split() == [str(uid)], "preloaded as root, or never"
-
     # Like a shell, 127 and the reason, whichever path started it.
     missing = cluster.submit(command=["/nonexistent/program"], resource_group=group)
     ended = cluster.wait(missing["id"])
@@ -99,6 +75,17 @@ def test_a_kernel_starts_clean_inside_its_cgroup(cluster: Cluster, spawn: str) -
     agents = [group] if spawn == "fallback" else ["agent-a", "agent-b"]
     logs = "".join((cluster.workdir / f"agent-{a}.log").read_text() for a in agents)
     assert ("through the Python fallback" in logs) == (spawn == "fallback"), "the path tested is named"
+
+    # The kernel's environment applies only once it runs as its account: a preloaded library of its
+    # own never runs as root on the way (it records each process's effective uid it is loaded into).
+    if shutil.which("cc") is None:
+        pytest.skip("building the preloaded library needs a C compiler")
+    with tempfile.TemporaryDirectory() as tmp:
+        Path(tmp).chmod(0o777)
+        env = euid_spy(Path(tmp))
+        ran = cluster.wait(cluster.submit(command=["true"], env=env, resource_group=group)["id"])
+        assert ran["status"] == "TERMINATED", ran
+        assert euids(env) == [str(uid)], "preloaded as root, or never"
 
 
 def test_users_cannot_read_each_others_files(cluster: Cluster) -> None:

@@ -75,11 +75,14 @@ class SupervisorPipe:
             [sys.executable, "-m", "corral.agent.supervisor", "watchdog", ""],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             text=True,
             env=env,
         )
         assert self.proc.stdin is not None and self.proc.stdout is not None
         self.stdin, self.stdout = self.proc.stdin, self.proc.stdout
+        self.log = ""
+        """Its stderr, once closed (it names the way it starts kernels when that is the fallback)."""
 
     def send(self, line: str) -> None:
         self.stdin.write(line + "\n")
@@ -97,6 +100,9 @@ class SupervisorPipe:
         self.stdin.close()
         code = self.proc.wait(timeout=10)
         self.stdout.close()
+        assert self.proc.stderr is not None
+        self.log = self.proc.stderr.read()
+        self.proc.stderr.close()
         return code
 
 
@@ -131,6 +137,30 @@ def test_a_kernel_that_changes_account_and_cannot_start_ends_like_in_a_shell(
     assert (started["ev"], ended["ev"], ended["exit_code"]) == ("started", "exited", 0)
     uid, groups = (tmp_path / "id.0.stdout").read_text().split()
     assert (uid, groups) == (str(account.pw_uid), str(account.pw_gid))
+    assert sup.close() == 0
+    assert ("Python fallback" in sup.log) == (spawn == "fallback"), "the path tested is the one named"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="changing a kernel's account needs root")
+def test_log_files_replaced_by_a_link_or_a_fifo_fail_that_start_alone(tmp_path: Path) -> None:
+    """The account owns its kernel's directory, so it can put a link (to a file only root may write)
+    or a FIFO (which would block an open) where the supervisor, as root, opens the kernel's logs."""
+    account = pwd.getpwnam("nobody")
+    user = {"user": {"uid": account.pw_uid, "gid": account.pw_gid}}
+    secret = tmp_path / "root-only"
+    secret.write_text("root's\n")
+    secret.chmod(0o600)
+    tmp_path.chmod(0o777)
+    sup = SupervisorPipe(tmp_path)
+    for stream in ("stdout", "stderr"):
+        (tmp_path / f"link.0.{stream}").symlink_to(secret)
+        os.mkfifo(tmp_path / f"fifo.0.{stream}")
+    for key in ("link.0", "fifo.0"):
+        [ended] = sup.start(key, ["sh", "-c", "echo written"], **user)
+        assert (ended["ev"], ended["exit_code"]) == ("exited", 126) and ended["start_error"], ended
+    assert secret.read_text() == "root's\n"
+    started, ended = sup.start("after.0", ["true"], events=2, **user)
+    assert (started["ev"], ended["ev"], ended["exit_code"]) == ("started", "exited", 0)
     assert sup.close() == 0
 
 

@@ -20,6 +20,7 @@ from typing import Any
 
 import structlog
 
+from corral.agent import spawn
 from corral.agent.capacity import capacity
 from corral.agent.cgroup import CgroupMode, detect, detect_cpu, parent_name, release
 from corral.agent.client import Fenced, ManagerUnreachable, ProtocolClient, Refused, Rejected
@@ -108,6 +109,8 @@ class Agent:
         self.mode, self._cpu_why = detect_cpu(self.mode, name)
         log.info("cpu limits", mode=self.mode.cpu, why=self._cpu_why, cgroup=self.mode.cpu_parent or None)
         self._why = why
+        if os.geteuid() == 0 or self.mode.kind != "watchdog":
+            await asyncio.to_thread(spawn.prepare)  # the helper kernels start through (agent/spawn.py)
         await self._start_supervisor()
         await self._register()
         if self._stopped.is_set():

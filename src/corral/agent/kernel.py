@@ -59,7 +59,11 @@ def _rechecked(kind: str, key: str, check: Callable[[], Any]) -> Any:
     if seen is not None and time.monotonic() - seen[0] < RECHECK:
         return seen[1]
     found = check()
-    _CHECKED[(kind, key)] = (time.monotonic(), found)
+    now = time.monotonic()
+    if len(_CHECKED) > 1000:  # keys include user-given checkpoint dirs: forget what has expired
+        for old in [k for k, (at, _) in _CHECKED.items() if now - at >= RECHECK]:
+            del _CHECKED[old]
+    _CHECKED[(kind, key)] = (now, found)
     return found
 
 
@@ -247,12 +251,15 @@ class KernelRunner:
         if blocked is not None:
             return f"the checkpoint directory {checkpoint} is not reachable by uid {account.uid} ({blocked})"
         try:
-            give(self.dir, account)
-            give(checkpoint, account)
+            # The files before the directory: once it is the account's, it could put a link or a
+            # FIFO where they go (a FIFO would block this loop; O_NONBLOCK fails it instead).
             for name in STREAMS:
-                fd = os.open(self.files[name], os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+                flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+                fd = os.open(self.files[name], flags, 0o600)
                 os.fchown(fd, account.uid, account.gid)
                 os.close(fd)
+            give(self.dir, account)
+            give(checkpoint, account)
         except OSError as exc:
             return f"cannot give the kernel's files to uid {account.uid}: {exc}"
         return None

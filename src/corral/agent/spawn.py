@@ -61,6 +61,7 @@ try:
 except OSError as exc:
     fail(127 if isinstance(exc, FileNotFoundError) else 126, "cannot execute", command[0], exc)
 """
+_SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin"
 _SEALS = fcntl.F_SEAL_SEAL | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE
 
 
@@ -79,21 +80,23 @@ def _safe_dir(path: Path) -> bool:
     return True
 
 
-def _compile(source: bytes, out: Path) -> None:
+def _compile(source: bytes, out: Path, static: bool = True) -> None:
     """Static when the machine has a static libc (no loader at all before the exec), else dynamic."""
-    compiler = shutil.which("cc") or shutil.which("gcc")
+    # Found on a PATH of root's own directories: root runs it.
+    compiler = shutil.which("cc", path=_SYSTEM_PATH) or shutil.which("gcc", path=_SYSTEM_PATH)
     if compiler is None:
         raise FileNotFoundError("no C compiler")
     src = out.with_suffix(".c")
     src.write_bytes(source)
-    for static in (["-static"], []):
+    for link in (["-static"], []) if static else ([],):
         done = subprocess.run(
-            [compiler, "-O2", *static, "-o", str(out), str(src)],
+            [compiler, "-O2", *link, "-o", str(out), str(src)],
             capture_output=True,
             timeout=60,
-            env={"PATH": "/usr/local/bin:/usr/bin:/bin"},
+            env={"PATH": _SYSTEM_PATH},
         )
         if done.returncode == 0:
+            out.chmod(0o700)  # whatever the umask: the cache takes only a file nobody else may write
             with open(out, "rb") as f:
                 os.fsync(f.fileno())
             return
@@ -170,7 +173,7 @@ def trial(path: str, *argv: str, env: dict[str, str]) -> int:
     fd = env_file(env)
     try:
         actions: list[tuple[Any, ...]] = [(os.POSIX_SPAWN_DUP2, fd, ENV_FD)]
-        actions += [(os.POSIX_SPAWN_OPEN, out, os.devnull, os.O_WRONLY, 0) for out in (1, 2)]
+        actions += [(os.POSIX_SPAWN_OPEN, std, os.devnull, os.O_RDWR, 0) for std in (0, 1, 2)]
         pid = os.posix_spawn(path, [path, *argv], {}, file_actions=actions)
     finally:
         os.close(fd)
@@ -195,17 +198,37 @@ def _loaded(binary: bytes) -> str | None:
     return None
 
 
+def _off() -> bool:
+    return os.environ.get("CORRAL_SPAWN_HELPER", "").lower() in ("off", "0", "no")
+
+
+def _source_and_cache() -> tuple[bytes, Path | None]:
+    source = resources.files("corral.agent").joinpath("spawn.c").read_bytes()
+    target = cache_file(source)
+    return source, target if target is not None and _safe_cache(target) else None
+
+
+def prepare() -> None:
+    """Builds the helper into the cache, if it is safe and lacks it: run by the agent before it starts
+    its supervisor, which then only loads it (a build in the supervisor holds up its commands)."""
+    if _off():
+        return
+    try:
+        source, target = _source_and_cache()
+        if target is not None and _cached(target) is None:
+            _fresh(source, target)
+    except (OSError, subprocess.SubprocessError):
+        pass  # the supervisor tries again, and says why it falls back
+
+
 def helper() -> str | None:
     """The helper's path (see `_loaded`), or None to start kernels through FALLBACK."""
-    if os.environ.get("CORRAL_SPAWN_HELPER", "").lower() in ("off", "0", "no"):
+    if _off():
         why = "CORRAL_SPAWN_HELPER=off"
         print(f"corral supervisor: kernels start through the Python fallback ({why})", file=sys.stderr)
         return None
     try:
-        source = resources.files("corral.agent").joinpath("spawn.c").read_bytes()
-        target = cache_file(source)
-        if target is not None and not _safe_cache(target):
-            target = None
+        source, target = _source_and_cache()
         cached = _cached(target) if target is not None else None
         loaded = _loaded(cached) if cached is not None else None
         # Missing or broken (a truncated file, another machine's build): built again.

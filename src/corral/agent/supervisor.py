@@ -32,6 +32,7 @@ import json
 import os
 import selectors
 import signal
+import stat
 import sys
 import time
 from dataclasses import dataclass, field
@@ -122,7 +123,8 @@ class Supervisor:
         self.fence_at: float | None = None
         self._events: list[str] = []
         self._flushed = time.monotonic()
-        self.helper = spawn.helper()
+        # Needed to join cgroups or change account; an unprivileged supervisor without cgroups does neither.
+        self.helper = spawn.helper() if os.geteuid() == 0 or mode.kind != "watchdog" else None
 
     def emit(self, event: dict[str, Any]) -> None:
         """Queued: `flush` writes a turn's events at once (a write to the pipe per event was a fifth
@@ -147,7 +149,8 @@ class Supervisor:
         cgroup = KernelCgroup.of(self.mode, key)
         user = (int(cmd["user"]["uid"]), int(cmd["user"]["gid"])) if cmd.get("user") else None
         # All read before the cgroup is made: a malformed start leaves nothing behind.
-        command, env, out, err = list(cmd["command"]), dict(cmd["env"]), cmd["stdout"], cmd["stderr"]
+        command, env, cwd = list(cmd["command"]), dict(cmd["env"]), str(cmd["cwd"])
+        out, err = cmd["stdout"], cmd["stderr"]
         grace = float(cmd.get("grace", 10.0))  # before the start: nothing may fail after it
         before = 0
         if cgroup is not None:
@@ -157,8 +160,9 @@ class Supervisor:
             except BaseException:
                 cgroup.remove()
                 raise
-        # Opened as root in a directory the kernel's account owns: never through a link it put there.
-        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW
+        # Opened as root in a directory the kernel's account owns: never through a link it put there,
+        # and never waiting on a FIFO (posix_spawn waits for the open, and so would this process).
+        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK
         actions: list[tuple[Any, ...]] = [
             (os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0),
             (os.POSIX_SPAWN_OPEN, 1, out, flags, 0o600),
@@ -173,7 +177,7 @@ class Supervisor:
                 env_fd = spawn.env_file(env)
                 actions.append((os.POSIX_SPAWN_DUP2, env_fd, spawn.ENV_FD))
                 env = {}
-            os.chdir(cmd["cwd"])
+            os.chdir(cwd)
             pid = os.posix_spawnp(
                 command[0],
                 command,
@@ -200,9 +204,16 @@ class Supervisor:
 
     def _spawn_failed(self, cmd: dict[str, Any], cgroup: KernelCgroup | None, code: int, why: str) -> None:
         try:
-            with open(cmd["stderr"], "a") as err:
-                err.write(f"corral: cannot start {str(cmd['command'][0])!r}: {why}\n")
-        except (OSError, KeyError, IndexError, TypeError):
+            # As root, in a directory the kernel's account owns: never through a link or into a FIFO
+            # it put there (which would have root write anywhere, or hang this process).
+            flags = os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+            fd = os.open(cmd["stderr"], flags)
+            try:
+                if stat.S_ISREG(os.fstat(fd).st_mode):
+                    os.write(fd, f"corral: cannot start {str(cmd['command'][0])!r}: {why}\n".encode())
+            finally:
+                os.close(fd)
+        except (OSError, KeyError, IndexError, TypeError, ValueError):
             pass
         if cgroup is not None:
             cgroup.remove()
