@@ -47,7 +47,7 @@ def test_a_kernel_starts_clean_inside_its_cgroup(cluster: Cluster, spawn: str) -
     group = "default"
     if spawn == "fallback":
         group = "fallback-" + uuid.uuid4().hex[:6]
-        cluster.start_agent(group, cpu=1, resource_group=group, CORRAL_SPAWN_HELPER="off")
+        cluster.start_agent(group, cpu=1, resource_group=group, CORRAL_AGENT_SPAWN_HELPER="false")
     run = ("run", "--resource-group", group, "--", "cat", "/proc/self/status", "/proc/self/cgroup")
     done = cluster.corral(*run)
     assert done.returncode == 0, done.stderr

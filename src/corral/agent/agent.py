@@ -109,7 +109,7 @@ class Agent:
         self.mode, self._cpu_why = detect_cpu(self.mode, name)
         log.info("cpu limits", mode=self.mode.cpu, why=self._cpu_why, cgroup=self.mode.cpu_parent or None)
         self._why = why
-        if os.geteuid() == 0 or self.mode.kind != "watchdog":
+        if self.cfg.spawn_helper and (os.geteuid() == 0 or self.mode.kind != "watchdog"):
             await asyncio.to_thread(spawn.prepare)  # the helper kernels start through (agent/spawn.py)
         await self._start_supervisor()
         await self._register()
@@ -144,7 +144,9 @@ class Agent:
         return identity
 
     async def _start_supervisor(self) -> None:
-        self.link = SupervisorLink(self.mode, self._on_supervisor_event, self._on_supervisor_exit)
+        self.link = SupervisorLink(
+            self.mode, self._on_supervisor_event, self._on_supervisor_exit, spawn_helper=self.cfg.spawn_helper
+        )
         await self.link.start()
         for k in self.kernels.values():
             k.link = self.link

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -23,8 +24,10 @@ class SupervisorLink:
         mode: CgroupMode,
         on_event: Callable[[dict[str, Any]], None],
         on_exit: Callable[[int | None], None] | None = None,
+        spawn_helper: bool = True,
     ) -> None:
         self.mode = mode
+        self.spawn_helper = spawn_helper
         self._on_event = on_event
         self._on_exit = on_exit
         self._closing = False
@@ -39,6 +42,7 @@ class SupervisorLink:
             *self.mode.argv(),
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
+            env={**os.environ, "CORRAL_SPAWN_HELPER": "on" if self.spawn_helper else "off"},
         )
         self._reader = asyncio.create_task(self._read(), name="agent:supervisor")
 

@@ -29,5 +29,8 @@ class AgentSettings(BaseSettings):
     # When started as root: the account kernels of owners with no mapped uid run as.
     kernel_user: str = "corral"
     allow_root_kernels: bool = False
+    # Kernels that join cgroups or change account start through a compiled helper (agent/spawn.c);
+    # false: through its Python fallback (the same steps at ten times the CPU).
+    spawn_helper: bool = True
     # LOW-HIGH: ports the manager may choose for a gang's rank 0 here (see domain/rendezvous.py).
     rendezvous_ports: str | None = None

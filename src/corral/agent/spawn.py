@@ -8,7 +8,7 @@ like) takes effect only once it runs as the kernel's account.  It reads that env
 It is a small C helper (`spawn.c`), compiled once per source and machine with the machine's C
 compiler into a cache, loaded from there into a sealed in-memory file, tried once, and executed from
 that file alone: the root supervisor never executes a path anyone else could replace.  Without a
-compiler, with an unsafe cache, a helper that does not behave, or CORRAL_SPAWN_HELPER=off, it is
+compiler, with an unsafe cache, a helper that does not behave, or CORRAL_AGENT_SPAWN_HELPER=false, it is
 `python -I -S` running FALLBACK: the same steps and exit codes, at 13 ms of CPU per kernel against 1.
 """
 
@@ -61,6 +61,7 @@ try:
 except OSError as exc:
     fail(127 if isinstance(exc, FileNotFoundError) else 126, "cannot execute", command[0], exc)
 """
+_MFD_EXEC = 0x0010  # <linux/memfd.h>; Python 3.11 does not name it
 _SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin"
 _SEALS = fcntl.F_SEAL_SEAL | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE
 
@@ -184,7 +185,11 @@ def _loaded(binary: bytes) -> str | None:
     """A sealed in-memory copy of `binary`, as a path valid in this process and its children, if it
     behaves here (a noexec memory, another machine's build, another program would fail or fake
     every kernel; the fallback does not)."""
-    fd = _high(os.memfd_create("corral-spawn", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING))
+    try:  # executable even where vm.memfd_noexec asks for the flag (Linux 6.3 and later)
+        fd = os.memfd_create("corral-spawn", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING | _MFD_EXEC)
+    except OSError:  # an older kernel, which knows no such flag
+        fd = os.memfd_create("corral-spawn", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    fd = _high(fd)
     os.write(fd, binary)
     fcntl.fcntl(fd, fcntl.F_ADD_SEALS, _SEALS)
     path = f"/proc/self/fd/{fd}"
@@ -199,6 +204,7 @@ def _loaded(binary: bytes) -> str | None:
 
 
 def _off() -> bool:
+    """The agent's CORRAL_AGENT_SPAWN_HELPER=false, passed to its supervisor as CORRAL_SPAWN_HELPER."""
     return os.environ.get("CORRAL_SPAWN_HELPER", "").lower() in ("off", "0", "no")
 
 
@@ -224,7 +230,7 @@ def prepare() -> None:
 def helper() -> str | None:
     """The helper's path (see `_loaded`), or None to start kernels through FALLBACK."""
     if _off():
-        why = "CORRAL_SPAWN_HELPER=off"
+        why = "CORRAL_AGENT_SPAWN_HELPER=false"
         print(f"corral supervisor: kernels start through the Python fallback ({why})", file=sys.stderr)
         return None
     try:
