@@ -157,7 +157,11 @@ class Cluster:
                 try:
                     proc.wait(timeout=10)
                 except subprocess.TimeoutExpired:
+                    # Said, so that a slow stop shows in the run's output; then reaped (an unreaped
+                    # child fails whichever test runs when it is collected).
+                    print(f"cluster: {proc.args[3:5]} ignored SIGTERM for 10 s", file=sys.stderr)
                     proc.kill()
+                    proc.wait(timeout=10)
         self.http.close()
 
     # --- API and CLI -----------------------------------------------------------------------
