@@ -156,17 +156,27 @@ def _high(fd: int) -> int:
     return moved
 
 
-def env_file(env: dict[str, str]) -> int:
-    """A sealed in-memory file of `env` for the first process's ENV_FD (the caller closes it)."""
-    if any("=" in k or not k or "\0" in k + v for k, v in env.items()):
-        raise ValueError("illegal environment variable")  # what posix_spawn would say
-    fd = _high(os.memfd_create("corral-env", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING))
-    data = b"".join(f"{k}={v}".encode(errors="surrogateescape") + b"\0" for k, v in env.items())
+def _sealed(name: str, data: bytes, executable: bool = False) -> int:
+    """An in-memory file holding `data`, sealed against any change, above fd ENV_FD."""
+    flags = os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING
+    try:  # executable even where vm.memfd_noexec asks for the flag (Linux 6.3 and later)
+        fd = os.memfd_create(name, flags | _MFD_EXEC if executable else flags)
+    except OSError:  # an older kernel, which knows no such flag
+        fd = os.memfd_create(name, flags)
+    fd = _high(fd)
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view) :]
     fcntl.fcntl(fd, fcntl.F_ADD_SEALS, _SEALS)
     return fd
+
+
+def env_file(env: dict[str, str]) -> int:
+    """A sealed in-memory file of `env` for the first process's ENV_FD (the caller closes it)."""
+    if any("=" in k or not k or "\0" in k + v for k, v in env.items()):
+        raise ValueError("illegal environment variable")  # what posix_spawn would say
+    data = b"".join(f"{k}={v}".encode(errors="surrogateescape") + b"\0" for k, v in env.items())
+    return _sealed("corral-env", data)
 
 
 def trial(path: str, *argv: str, env: dict[str, str]) -> int:
@@ -185,13 +195,7 @@ def _loaded(binary: bytes) -> str | None:
     """A sealed in-memory copy of `binary`, as a path valid in this process and its children, if it
     behaves here (a noexec memory, another machine's build, another program would fail or fake
     every kernel; the fallback does not)."""
-    try:  # executable even where vm.memfd_noexec asks for the flag (Linux 6.3 and later)
-        fd = os.memfd_create("corral-spawn", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING | _MFD_EXEC)
-    except OSError:  # an older kernel, which knows no such flag
-        fd = os.memfd_create("corral-spawn", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
-    fd = _high(fd)
-    os.write(fd, binary)
-    fcntl.fcntl(fd, fcntl.F_ADD_SEALS, _SEALS)
+    fd = _sealed("corral-spawn", binary, executable=True)
     path = f"/proc/self/fd/{fd}"
     try:
         probe = ["0", "-", "-", "/bin/sh", "-c", 'exit "$CORRAL_SPAWN_PROBE"']
