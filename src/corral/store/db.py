@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from functools import partial
@@ -14,6 +15,7 @@ from alembic import command
 from alembic.config import Config
 from sqlalchemy import event
 from sqlalchemy.engine import Connection, Engine, make_url
+from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from corral.store import sqlite_inline
@@ -52,20 +54,52 @@ def make_engine(url: str, pool_size: int = 10) -> AsyncEngine:
         # switch to a generic plan that cannot see which status is rare, e.g. `id IN (...) AND status
         # = $n` by the status index over 100k pending sessions instead of by id (measured: 0.9 s
         # instead of 10 ms, bench/cycle.py --postgres).
-        return create_async_engine(
+        engine = create_async_engine(
             url,
             pool_size=pool_size,
             max_overflow=pool_size,
-            pool_pre_ping=True,
             hide_parameters=True,
             json_deserializer=json_loads,
             connect_args={"server_settings": {"plan_cache_mode": "force_custom_plan"}},
         )
+        # A many-row INSERT as one multi-row statement (as SQLAlchemy does for psycopg2), not one
+        # execution per row: the history and event rows of a batch, an array's sessions and kernels.
+        engine.sync_engine.dialect.use_insertmanyvalues_wo_returning = True
+        _ping_when_idle(engine)
+        return engine
     # One writer connection: SQLite has one writer anyway, and a single connection means no
     # "database is locked" between our own coroutines.  BEGIN IMMEDIATE takes the write lock up
     # front, so another process (e.g. `corral db upgrade`) makes it wait, not fail.
     # Its automatic checkpoint is off: the manager checkpoints on a thread (store/checkpoint.py).
     return _sqlite_engine(url, 1, "BEGIN IMMEDIATE", ("wal_autocheckpoint=0", "journal_size_limit=4194304"))
+
+
+# How long a pooled connection may sit unused before a checkout pings it.  pool_pre_ping pinged at
+# every checkout, and asyncpg's ping is three round trips (BEGIN, ";", ROLLBACK): a fifth of the
+# statements the PostgreSQL server ran in bench/throughput.py, for connections used milliseconds
+# before.  One that dies within this window fails its transaction once, as a connection dying
+# mid-transaction does; the pool then replaces every connection older than the failure.
+PING_AFTER = 1.0
+
+
+def _ping_when_idle(engine: AsyncEngine) -> None:
+    """pool_pre_ping, only for connections idle longer than PING_AFTER."""
+    pool = engine.sync_engine.pool
+
+    @event.listens_for(pool, "connect")
+    @event.listens_for(pool, "checkin")
+    def _idle_from(dbapi_connection: Any, record: Any) -> None:
+        record.info["idle_since"] = time.monotonic()
+
+    @event.listens_for(pool, "checkout")
+    def _ping(dbapi_connection: Any, record: Any, proxy: Any) -> None:
+        if time.monotonic() - record.info.get("idle_since", 0.0) < PING_AFTER:
+            return
+        try:
+            dbapi_connection.ping()
+        except Exception as exc:
+            # The pool discards this connection and checks out another (a new one if need be).
+            raise DisconnectionError("a pooled connection failed its ping") from exc
 
 
 def sqlite_file(engine: AsyncEngine) -> Path | None:

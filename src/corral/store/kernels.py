@@ -76,12 +76,16 @@ async def write_placements(conn: AsyncConnection, placed: dict[str, Placement], 
             for kid, sid, rank, slots in found
         ]
     await conn.execute(insert(allocations), rows)
-    await conn.execute(
-        update(kernels)
-        .where(kernels.c.id == bindparam("k_id"))
-        .values(agent_id=bindparam("k_agent"), devices=None),
-        [{"k_id": r["kernel_id"], "k_agent": r["agent_id"]} for r in rows],
-    )
+    by_agent: dict[str, list[str]] = defaultdict(list)
+    for r in rows:
+        by_agent[r["agent_id"]].append(r["kernel_id"])
+    for agent_id, kernel_ids in sorted(by_agent.items()):  # a statement per agent, not per kernel
+        for chunk in range(0, len(kernel_ids), 500):
+            await conn.execute(
+                update(kernels)
+                .where(kernels.c.id.in_(kernel_ids[chunk : chunk + 500]))
+                .values(agent_id=agent_id, devices=None)
+            )
     await _assign_gpus(conn, [r for r in rows if int(Decimal(str(r["slots"].get("gpu", 0)))) > 0])
     await _assign_rendezvous(conn, placed)
 
