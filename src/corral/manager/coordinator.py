@@ -163,6 +163,8 @@ class Coordinator:
                 return [], False, 0
             changed_before = now - limit
         window, page = handler.queue_window, handler.queue_page or handler.queue_window
+        if isinstance(handler, SessionPromotionHandler) and handler.decided_by_kernel_statuses:
+            return await self._promote_by_status(handler, now)
         async with transaction(self._engine) as conn:
 
             async def read(size: int | None, after: sessions.QueueKey | None = None) -> list[SessionRecord]:
@@ -244,6 +246,28 @@ class Coordinator:
                 changed_before=now - limit,
             )
         return [s for s in found if s.id not in seen]
+
+    async def _promote_by_status(
+        self, handler: SessionPromotionHandler, now: datetime
+    ) -> tuple[list[Move], bool, int]:
+        """_run for a promotion its targets' read decides alone: the same moves and history from
+        the targets' ids and statuses (a third of a session's reads each cycle were these)."""
+        async with transaction(self._engine) as conn:
+            found = await sessions.promotable(
+                conn,
+                self._rg,
+                handler.target_session_statuses,
+                kernel_statuses=_present_kernels(handler),
+                absent_kernel_statuses=_absent_kernels(handler),
+                terminating_requested=handler.termination_requested,
+            )
+            if not found:
+                return [], False, 0
+            dst = handler.success_session_status()
+            won = await sessions.apply_moves(conn, [Move(sid, src, dst, None, ()) for sid, src in found], now)
+            history = [(m.session_id, handler.name, SchedulingResult.SUCCESS, m.src, dst, "") for m in won]
+            await journal.add_history(conn, history, now)
+        return won, bool(won), len(found)
 
     def _promote(
         self, handler: SessionPromotionHandler, targets: Sequence[SessionRecord]

@@ -48,6 +48,10 @@ _SESSION_STATUS = {str(s): s for s in SessionStatus}
 _RESULT = {str(r): r for r in SessionResult}
 
 
+def session_status(value: str) -> SessionStatus:
+    return _SESSION_STATUS[value]
+
+
 def _slots(raw: Mapping[str, Any]) -> ResourceSlots:
     """Slots from a decoded JSON column, one parse per distinct value (they are immutable)."""
     return _slots_of_items(tuple(raw.items()))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import AsyncIterator, Callable
@@ -171,30 +172,37 @@ def _sqlite_session(engine: AsyncEngine, begin: str, pragmas: tuple[str, ...]) -
 @asynccontextmanager
 async def transaction(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
     """One database transaction: committed on success, rolled back on any error."""
-    if engine.sync_engine not in _INLINE:
-        async with engine.begin() as conn:
-            yield conn
-        return
-    async with reading(engine) as conn, conn.begin():
+    async with _connected(engine) as conn, conn.begin():
         yield conn
 
 
 @asynccontextmanager
 async def reading(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
-    """A connection for reads (the engine's own BEGIN only), back to the pool on exit.  SQLAlchemy
-    closes a connection on `async with` exit in a task of its own, so that a cancellation cannot
-    cut the close short: a task per use, and a wait behind whatever else is ready.  SQLite's
-    connections here (store/sqlite_inline.py) close without ever suspending, so nothing can cut
-    their close short: they are closed directly (bench/throughput.py --array: 210/s -> 218/s)."""
-    if engine.sync_engine not in _INLINE:
-        async with engine.connect() as conn:
-            yield conn
-        return
+    """A connection for reads (the engine's own BEGIN only), back to the pool on exit."""
+    async with _connected(engine, autocommit=engine.sync_engine not in _INLINE) as conn:
+        yield conn
+
+
+@asynccontextmanager
+async def _connected(engine: AsyncEngine, autocommit: bool = False) -> AsyncIterator[AsyncConnection]:
+    """A pooled connection, closed on exit.  SQLAlchemy's `async with` closes it in a task of its
+    own, so that a cancellation cannot cut the close short: a task per use, and a wait behind
+    whatever else is ready, for every transaction.  A connection with no transaction open closes
+    without suspending (SQLite's here never suspend, store/sqlite_inline.py; asyncpg's has nothing
+    to roll back), so nothing can cut that close short: it is closed directly (bench/throughput.py
+    --array on SQLite: 210/s -> 218/s).  After an error a transaction may still be open, and its
+    close needs the database: that one is shielded, as SQLAlchemy does."""
     conn = await engine.connect()
     try:
+        if autocommit:
+            # Under READ COMMITTED each statement reads its own snapshot, in a transaction or not:
+            # outside one, a read costs no BEGIN and ROLLBACK round trips.
+            await conn.execution_options(isolation_level="AUTOCOMMIT")
         yield conn
-    finally:
-        await conn.close()
+    except BaseException:
+        await asyncio.shield(conn.close())
+        raise
+    await conn.close()
 
 
 def _upgrade(conn: Connection, revision: str) -> None:

@@ -110,3 +110,19 @@ class SessionPromotionHandler(HandlerOptions, ABC):
     def verdict(self, session: SessionRecord) -> FinalVerdict | None:
         """For promotions that end a session: how it ends (overrides the success status)."""
         return None
+
+    @property
+    def decided_by_kernel_statuses(self) -> bool:
+        """Whether the targets' read alone decides: a match on ANY or NOT_ANY kernel status is a
+        filter the read applies, and, with the base class's `matches` and no verdict, every target
+        read moves to the success status.  Its targets need no more than their ids and statuses."""
+        cls = type(self)
+        return (
+            self.match_type in (KernelMatchType.ANY, KernelMatchType.NOT_ANY)
+            and cls.matches is SessionPromotionHandler.matches
+            and cls.verdict is SessionPromotionHandler.verdict
+            and self.target_kernel_statuses is None
+            and not self.lost_agent_only
+            and not self.expiry_only
+            and self.queue_window is None
+        )
