@@ -87,3 +87,21 @@ async def test_a_promotion_moves_what_its_kernels_decide(
                     ], name
                 else:
                     assert (str(found.status), history) == (status, []), name
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_a_handler_that_found_nothing_still_finds_what_comes_later(
+    backend: str, fresh_database: Callable[[str], str]
+) -> None:
+    """After a cycle in which it found nothing, a handler first probes for targets: what arrived
+    since is moved in the next cycle all the same."""
+    async with migrated(fresh_database(backend)) as engine:
+        coordinator = Coordinator(
+            engine, "default", [PromoteToPrepared()], PhaseLimits(timeouts={}), lambda: NOW
+        )
+        assert await coordinator.run_cycle() == 0  # nothing yet: probed from now on
+        ids = await _scenario(engine)
+        assert await coordinator.run_cycle() == sum(moves for *_, moves in CASES.values())
+        async with engine.connect() as conn:
+            found = await sessions.get(conn, ids["ready"])
+        assert found is not None and found.status is SessionStatus.PREPARED

@@ -275,7 +275,7 @@ async def for_handler(
     return await select_with_kernels(conn, query, params)
 
 
-async def promotable(
+async def target_ids(
     conn: AsyncConnection,
     resource_group: str,
     statuses: Collection[SessionStatus],
@@ -283,10 +283,12 @@ async def promotable(
     kernel_statuses: Collection[KernelStatus] | None,
     absent_kernel_statuses: Collection[KernelStatus] | None,
     terminating_requested: bool | None,
+    lost_agent_only: Collection[SessionStatus] = (),
     limit: int = 5000,
 ) -> list[tuple[str, SessionStatus]]:
-    """for_handler's targets as (id, status) only, for a promotion its kernel-status filter decides
-    alone: a whole session and its kernels cost ten times as much to read and build."""
+    """for_handler's targets (outside a queue window) as (id, status) only: for a promotion its
+    kernel-status filter decides alone, or to learn whether a handler has anything to do.  A whole
+    session and its kernels cost ten times as much to read and build."""
     query = _handler_query(
         True,
         tuple(sorted(str(s) for s in statuses)),
@@ -295,7 +297,7 @@ async def promotable(
         terminating_requested,
         None,
         limit,
-        (),
+        tuple(sorted(str(s) for s in lost_agent_only)),
         False,
         False,
         False,
