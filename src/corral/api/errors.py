@@ -8,6 +8,7 @@ import structlog
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from sqlalchemy.exc import DBAPIError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from corral.protocol.types import safe_text
@@ -64,6 +65,19 @@ def install(app: FastAPI) -> None:
             code = "malformed_body"
         details = {"field": "body"} if exc.status_code in (400, 413) else None
         return JSONResponse(error_body(code, str(exc.detail), details), status_code=exc.status_code)
+
+    @app.exception_handler(DBAPIError)
+    async def _database(_: Request, exc: DBAPIError) -> JSONResponse:
+        if not exc.connection_invalidated:
+            return await _unexpected(_, exc)
+        # A connection that died under the request (a database restart): the pool has replaced it,
+        # and the same request succeeds if sent again.  Parameters are hidden (hide_parameters).
+        log.warning("database connection lost during a request", error=type(exc.orig).__name__)
+        return JSONResponse(
+            error_body("database_unavailable", "the database connection was lost; retry the request"),
+            status_code=503,
+            headers={"Retry-After": "1"},
+        )
 
     @app.exception_handler(Exception)
     async def _unexpected(_: Request, exc: Exception) -> JSONResponse:
