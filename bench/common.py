@@ -27,12 +27,20 @@ def _on_tmpfs(path: str) -> bool:
 
 
 # Work dirs (the database, a PostgreSQL cluster, agents' kernel files, Slurm's) go to /dev/shm when
-# it is a writable tmpfs and TMPDIR names nothing else.  A run removes its work dir, thousands of
-# inodes; on an ext4 without a journal (this machine's root) every file created in the next 1-5
-# minutes then scans past the recently freed inodes (perf: 12% of all CPU in `recently_deleted`
-# and `find_inode_bit`, under the agents' mkdir and open), so one run slowed the next by 10-20%.
-# Corral and Slurm share the one place; TMPDIR=/tmp puts both on disk.
-if not os.environ.get("TMPDIR") and os.access(SHM, os.W_OK) and _on_tmpfs(SHM):
+# it is a writable tmpfs with 2 GiB free and TMPDIR names nothing else.  A run removes its work
+# dir, thousands of inodes; on an ext4 without a journal (this machine's root) every file created
+# in the next 1-5 minutes then scans past the recently freed inodes (perf: 12% of all CPU in
+# `recently_deleted` and `find_inode_bit`, under the agents' mkdir and open), so one run slowed
+# the next by 10-20%.  Corral and Slurm share the one place; TMPDIR=/tmp puts both on disk.
+
+
+def _roomy(path: str, need: int = 2 << 30) -> bool:
+    """At least `need` bytes free (a container's /dev/shm is often 64 MiB)."""
+    st = os.statvfs(path)
+    return st.f_bavail * st.f_frsize >= need
+
+
+if not os.environ.get("TMPDIR") and os.access(SHM, os.W_OK) and _on_tmpfs(SHM) and _roomy(SHM):
     tempfile.tempdir = SHM
 
 

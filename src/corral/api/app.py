@@ -63,6 +63,12 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        # What importing made (modules, classes, the app) lives as long as the process: frozen out
+        # of the collector's reach, a full collection walks only what serving makes.  Unfrozen, one
+        # took 90 ms of the manager's thread in the middle of a bench/throughput.py run.  Frozen
+        # before the engine, so no database connection is kept from the collector.
+        gc.collect()
+        gc.freeze()
         url = settings.resolved_database_url()
         engine = make_engine(url)
         await prepare_database(engine, settings)
@@ -99,11 +105,6 @@ def create_app(
         database_file = sqlite_file(engine)
         if database_file is not None:
             tasks.append(asyncio.create_task(keep_checkpointed(database_file), name="checkpoints"))
-        # What start-up made (modules, the app, its settings) lives as long as the process: frozen
-        # out of the collector's reach, a full collection walks only what serving makes.  Unfrozen,
-        # one took 90 ms of the manager's thread in the middle of a bench/throughput.py run.
-        gc.collect()
-        gc.freeze()
         log.info("manager ready", database="sqlite" if is_sqlite(url) else "postgresql")
         try:
             yield

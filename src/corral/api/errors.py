@@ -70,11 +70,16 @@ def install(app: FastAPI) -> None:
     async def _database(_: Request, exc: DBAPIError) -> JSONResponse:
         if not exc.connection_invalidated:
             return await _unexpected(_, exc)
-        # A connection that died under the request (a database restart): the pool has replaced it,
-        # and the same request succeeds if sent again.  Parameters are hidden (hide_parameters).
+        # A connection that died under the request (a database restart): the pool has replaced it.
+        # It may have died in COMMIT, after the write was made: a request that creates something is
+        # safe to send again only with its creation_id.  Parameters are hidden (hide_parameters).
         log.warning("database connection lost during a request", error=type(exc.orig).__name__)
+        message = (
+            "the database connection was lost during the request; it may or may not have been"
+            " applied (a create sent again with the same creation_id is applied once)"
+        )
         return JSONResponse(
-            error_body("database_unavailable", "the database connection was lost; retry the request"),
+            error_body("database_unavailable", message),
             status_code=503,
             headers={"Retry-After": "1"},
         )

@@ -292,6 +292,8 @@ class Coordinator:
         there is nothing (three handlers of a busy cycle found nothing each time, 5 ms each).  Only
         handlers whose targets are all that read finds: none with a queue window or a time
         limit of its own, whose overdue sessions are read apart (_overdue)."""
+        if self._engine.dialect.name != "postgresql":
+            return False  # SQLite's read takes the write lock like the transaction would: no saving
         if handler.name not in self._found_none or handler.queue_window is not None:
             return False
         if handler.expiry_only or (timed and handler.lost_agent_only):

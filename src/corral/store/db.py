@@ -78,13 +78,15 @@ def make_engine(url: str, pool_size: int = 10) -> AsyncEngine:
 # How long a pooled connection may sit unused before a checkout pings it.  pool_pre_ping pinged at
 # every checkout, and asyncpg's ping is three round trips (BEGIN, ";", ROLLBACK): a fifth of the
 # statements the PostgreSQL server ran in bench/throughput.py, for connections used milliseconds
-# before.  One that dies within this window fails its transaction once, as a connection dying
-# mid-transaction does; the pool then replaces every connection older than the failure.
+# before.  Within the window a connection the server has closed (a restart terminates every
+# backend) is still caught, by asyncpg's own knowledge and without a round trip; one that dies
+# unnoticed fails its transaction once, as a connection dying mid-transaction does, and the pool
+# then replaces every connection older than the failure.
 PING_AFTER = 1.0
 
 
 def _ping_when_idle(engine: AsyncEngine) -> None:
-    """pool_pre_ping, only for connections idle longer than PING_AFTER."""
+    """pool_pre_ping, with the round trip only for connections idle longer than PING_AFTER."""
     pool = engine.sync_engine.pool
 
     @event.listens_for(pool, "connect")
@@ -94,6 +96,8 @@ def _ping_when_idle(engine: AsyncEngine) -> None:
 
     @event.listens_for(pool, "checkout")
     def _ping(dbapi_connection: Any, record: Any, proxy: Any) -> None:
+        if dbapi_connection.driver_connection.is_closed():
+            raise DisconnectionError("a pooled connection was closed by the server")
         if time.monotonic() - record.info.get("idle_since", 0.0) < PING_AFTER:
             return
         try:
@@ -179,7 +183,7 @@ async def transaction(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
 @asynccontextmanager
 async def reading(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
     """A connection for reads (the engine's own BEGIN only), back to the pool on exit."""
-    async with _connected(engine, autocommit=engine.sync_engine not in _INLINE) as conn:
+    async with _connected(engine, autocommit=engine.dialect.name == "postgresql") as conn:
         yield conn
 
 
@@ -187,11 +191,12 @@ async def reading(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
 async def _connected(engine: AsyncEngine, autocommit: bool = False) -> AsyncIterator[AsyncConnection]:
     """A pooled connection, closed on exit.  SQLAlchemy's `async with` closes it in a task of its
     own, so that a cancellation cannot cut the close short: a task per use, and a wait behind
-    whatever else is ready, for every transaction.  A connection with no transaction open closes
-    without suspending (SQLite's here never suspend, store/sqlite_inline.py; asyncpg's has nothing
-    to roll back), so nothing can cut that close short: it is closed directly (bench/throughput.py
-    --array on SQLite: 210/s -> 218/s).  After an error a transaction may still be open, and its
-    close needs the database: that one is shielded, as SQLAlchemy does."""
+    whatever else is ready, for every transaction.  A connection with no transaction open goes back
+    to the pool without suspending (SQLite's here never suspend, store/sqlite_inline.py; asyncpg's
+    has nothing to roll back), so it is closed directly (bench/throughput.py --array on SQLite:
+    210/s -> 218/s).  Two closes may still wait on the database: an overflow connection the pool
+    discards (a cancellation there raises after the transaction committed, as it could anywhere
+    after COMMIT), and, after an error, one with a transaction still open, whose close is shielded."""
     conn = await engine.connect()
     try:
         if autocommit:
