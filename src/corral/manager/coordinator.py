@@ -61,6 +61,16 @@ def _absent_kernels(handler: Handler) -> frozenset[KernelStatus] | None:
     return None
 
 
+def _filters(handler: Handler) -> dict[str, Any]:
+    """What a handler's targets are filtered by, besides their status (one for every read of them)."""
+    return {
+        "kernel_statuses": handler.target_kernel_statuses or _present_kernels(handler),
+        "absent_kernel_statuses": _absent_kernels(handler),
+        "terminating_requested": handler.termination_requested,
+        "lost_agent_only": handler.lost_agent_only,
+    }
+
+
 # Statuses a lifecycle handler moves a session to when it may free capacity or change the queue.
 _ROOM = frozenset({SessionStatus.PENDING, SessionStatus.SUSPENDED}) | TERMINAL_SESSION
 
@@ -181,14 +191,11 @@ class Coordinator:
                     conn,
                     self._rg,
                     handler.target_session_statuses,
-                    kernel_statuses=handler.target_kernel_statuses or _present_kernels(handler),
-                    absent_kernel_statuses=_absent_kernels(handler),
-                    terminating_requested=handler.termination_requested,
+                    **_filters(handler),
                     queue_window=size,
                     ready_at=now if window is not None else None,
                     with_kernels=handler.with_kernels,
                     changed_before=changed_before,
-                    lost_agent_only=handler.lost_agent_only,
                     after=after,
                 )
 
@@ -275,16 +282,8 @@ class Coordinator:
         self, conn: AsyncConnection, handler: Handler, limit: int = 5000
     ) -> list[tuple[str, SessionStatus]]:
         """The handler's targets as (id, status), for a handler outside a queue window."""
-        return await sessions.target_ids(
-            conn,
-            self._rg,
-            handler.target_session_statuses,
-            kernel_statuses=handler.target_kernel_statuses or _present_kernels(handler),
-            absent_kernel_statuses=_absent_kernels(handler),
-            terminating_requested=handler.termination_requested,
-            lost_agent_only=handler.lost_agent_only,
-            limit=limit,
-        )
+        statuses = handler.target_session_statuses
+        return await sessions.target_ids(conn, self._rg, statuses, **_filters(handler), limit=limit)
 
     async def _nothing_to_do(self, handler: Handler, timed: bool) -> bool:
         """A handler that found nothing last time is probed before its transaction: on PostgreSQL

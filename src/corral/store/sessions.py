@@ -250,15 +250,15 @@ async def for_handler(
             )
         found.sort(key=queue_key)
         return found[:queue_window]
-    query = _handler_query(
+    query = _query(
         False,
-        tuple(sorted(str(s) for s in statuses)),
-        frozenset(str(s) for s in kernel_statuses) if kernel_statuses is not None else None,
-        frozenset(str(s) for s in absent_kernel_statuses) if absent_kernel_statuses is not None else None,
+        statuses,
+        kernel_statuses,
+        absent_kernel_statuses,
         terminating_requested,
-        queue_window,
+        lost_agent_only,
         limit,
-        tuple(sorted(str(s) for s in lost_agent_only)),
+        queue_window,
         changed_before is not None,
         ready_at is not None,
         after is not None,
@@ -289,21 +289,40 @@ async def target_ids(
     """for_handler's targets (outside a queue window) as (id, status) only: for a promotion its
     kernel-status filter decides alone, or to learn whether a handler has anything to do.  A whole
     session and its kernels cost ten times as much to read and build."""
-    query = _handler_query(
-        True,
+    query = _query(
+        True, statuses, kernel_statuses, absent_kernel_statuses, terminating_requested, lost_agent_only, limit
+    )
+    rows = await conn.execute(query, {"resource_group": resource_group})
+    return [(sid, convert.session_status(status)) for sid, status in rows]
+
+
+def _query(
+    narrow: bool,
+    statuses: Collection[SessionStatus],
+    kernel_statuses: Collection[KernelStatus] | None,
+    absent_kernel_statuses: Collection[KernelStatus] | None,
+    terminating_requested: bool | None,
+    lost_agent_only: Collection[SessionStatus],
+    limit: int,
+    queue_window: int | None = None,
+    changed_before: bool = False,
+    ready_at: bool = False,
+    after: bool = False,
+) -> Select[Any]:
+    """_handler_query's cached statement for these filters (as hashable text)."""
+    return _handler_query(
+        narrow,
         tuple(sorted(str(s) for s in statuses)),
         frozenset(str(s) for s in kernel_statuses) if kernel_statuses is not None else None,
         frozenset(str(s) for s in absent_kernel_statuses) if absent_kernel_statuses is not None else None,
         terminating_requested,
-        None,
+        queue_window,
         limit,
         tuple(sorted(str(s) for s in lost_agent_only)),
-        False,
-        False,
-        False,
+        changed_before,
+        ready_at,
+        after,
     )
-    rows = await conn.execute(query, {"resource_group": resource_group})
-    return [(sid, convert.session_status(status)) for sid, status in rows]
 
 
 @lru_cache(maxsize=512)
