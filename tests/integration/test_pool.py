@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy import text
+from sqlalchemy.exc import DBAPIError
 
 from corral.store import db
 from tests.support.cluster import Cluster
@@ -53,8 +54,18 @@ async def test_a_connection_the_server_closed_within_the_window_is_replaced(
     monkeypatch.setattr(db, "PING_AFTER", 3600.0)
     engine = db.make_engine(fresh_database("postgres"), pool_size=1)
     try:
-        first = await _backend(engine)
+        async with db.transaction(engine) as conn:
+            first = int((await conn.execute(text("SELECT pg_backend_pid()"))).scalar_one())
+            pooled = (await conn.get_raw_connection()).driver_connection
         await _kill(engine, first)
+        # The backend sends its FATAL message, then closes the socket: only once asyncpg has read
+        # the close does it know.  In between, a statement fails once as a disconnect (the pool
+        # replaces the connection, a request answers 503), as one on a connection dying unnoticed.
+        for _ in range(1000):  # 10 s at most
+            if pooled.is_closed():
+                break
+            await asyncio.sleep(0.01)
+        assert pooled.is_closed()
         assert await _backend(engine) != first
     finally:
         await engine.dispose()
@@ -97,3 +108,26 @@ async def test_a_request_whose_connection_dies_under_it_is_a_503(
     finally:
         await holder.dispose()
         c.close()
+
+
+async def test_a_connection_ended_in_the_pool_fails_at_most_once_and_as_a_disconnect(
+    fresh_database: Callable[[str], str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ended and used at once, before asyncpg has read the close: the statement may fail, but as a
+    disconnect (a request's 503, the pool replacing the connection), and the next one runs."""
+    monkeypatch.setattr(db, "PING_AFTER", 3600.0)
+    url = fresh_database("postgres")
+    engine, killer = db.make_engine(url, pool_size=1), db.make_engine(url, pool_size=1)
+    try:
+        for _ in range(5):
+            first = await _backend(engine)
+            async with db.transaction(killer) as conn:
+                await conn.execute(text("SELECT pg_terminate_backend(:p)"), {"p": first})
+            try:
+                assert await _backend(engine) != first
+            except DBAPIError as exc:
+                assert exc.connection_invalidated, exc
+            assert await _backend(engine) != first
+    finally:
+        await engine.dispose()
+        await killer.dispose()
