@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
+from functools import cache
 from typing import Any
 
-from sqlalchemy import and_, insert, select, update
+from sqlalchemy import ARRAY, Insert, Table, and_, bindparam, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.store import convert
@@ -21,20 +22,8 @@ async def add_events(
 ) -> None:
     """Rows of (session_id, kind, from_status, to_status, payload)."""
     if rows:
-        await conn.execute(
-            insert(session_events),
-            [
-                {
-                    "session_id": s,
-                    "kind": k,
-                    "from_status": a,
-                    "to_status": b,
-                    "payload": p,
-                    "created_at": now,
-                }
-                for s, k, a, b, p in rows
-            ],
-        )
+        columns = ("session_id", "kind", "from_status", "to_status", "payload")
+        await _insert(conn, session_events, columns, rows, {"created_at": now})
 
 
 async def add_history(
@@ -44,23 +33,35 @@ async def add_history(
 ) -> None:
     """Rows of (session_id, handler, result, from_status, to_status, message)."""
     if rows:
-        await conn.execute(
-            insert(session_history),
-            [
-                {
-                    "session_id": s,
-                    "handler": h,
-                    "result": r,
-                    "from_status": a,
-                    "to_status": b,
-                    "message": m,
-                    "count": 1,
-                    "created_at": now,
-                    "last_at": now,
-                }
-                for s, h, r, a, b, m in rows
-            ],
-        )
+        columns = ("session_id", "handler", "result", "from_status", "to_status", "message")
+        same = {"count": 1, "created_at": now, "last_at": now}
+        await _insert(conn, session_history, columns, rows, same)
+
+
+async def _insert(
+    conn: AsyncConnection,
+    table: Table,
+    columns: tuple[str, ...],
+    rows: Sequence[tuple[Any, ...]],
+    same: dict[str, Any],
+) -> None:
+    """Rows of `columns`, plus values every row shares.  On PostgreSQL one statement whatever the
+    row count: a multi-row VALUES list is a statement of its own for every count, and asyncpg
+    prepares each one (a round trip, and a parse in the server)."""
+    if conn.dialect.name == "postgresql":
+        by_column = dict(zip(columns, map(list, zip(*rows, strict=True)), strict=True))
+        await conn.execute(_unnest_insert(table, columns, tuple(same)), {**by_column, **same})
+    else:
+        await conn.execute(insert(table), [{**dict(zip(columns, row, strict=True)), **same} for row in rows])
+
+
+@cache
+def _unnest_insert(table: Table, columns: tuple[str, ...], same: tuple[str, ...]) -> Insert:
+    """INSERT ... SELECT FROM unnest(one array per column), the shared values as scalars."""
+    arrays = [bindparam(c, type_=ARRAY(table.c[c].type)) for c in columns]
+    unnested = func.unnest(*arrays).table_valued(*columns).render_derived()
+    shared = [bindparam(c, type_=table.c[c].type) for c in same]
+    return insert(table).from_select([*columns, *same], select(*(unnested.c[c] for c in columns), *shared))
 
 
 async def add_skips(

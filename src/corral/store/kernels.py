@@ -14,14 +14,15 @@ from sqlalchemy import (
     BindParameter,
     ColumnElement,
     Select,
+    String,
     and_,
     bindparam,
+    cast,
     func,
     insert,
     literal,
     or_,
     select,
-    tuple_,
     update,
 )
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -289,7 +290,9 @@ def _guard(status: KernelStatus) -> list[ColumnElement[bool]]:
         # The ids alone too: that is what makes the planner look kernels up by key (the pair alone
         # made SQLite scan every kernel the agent ever ran).
         kernels.c.id.in_(_IDS),
-        tuple_(kernels.c.id, kernels.c.generation).in_(bindparam("k_pairs", expanding=True)),
+        # The pair as one text, `id:generation`: a list of scalars is one parameter on PostgreSQL
+        # (store/db.py), where a list of pairs is a statement of its own for every length.
+        (kernels.c.id + ":" + cast(kernels.c.generation, String)).in_(bindparam("k_pairs", expanding=True)),
         kernels.c.agent_id == bindparam("k_agent"),
         kernels.c.status.in_([str(s) for s in kernel_sources(status)]),
     ]
@@ -298,7 +301,7 @@ def _guard(status: KernelStatus) -> list[ColumnElement[bool]]:
 def _guard_params(agent_id: str, group: Sequence[KernelReport]) -> dict[str, Any]:
     return {
         "k_ids": [r.kernel_id for r in group],
-        "k_pairs": [(r.kernel_id, r.generation) for r in group],
+        "k_pairs": [f"{r.kernel_id}:{r.generation}" for r in group],
         "k_agent": agent_id,
     }
 

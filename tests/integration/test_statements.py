@@ -1,0 +1,75 @@
+"""Statements whose text does not depend on how many values they carry (PostgreSQL prepares every
+text once per connection): IN lists as one array, many rows inserted from arrays.  What they find
+and write is what the plain forms did, on both backends, and a value longer than its column never
+matches a row it merely begins with."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+import pytest
+from sqlalchemy import bindparam, event, select
+
+from corral.domain.spec import SessionSpec
+from corral.store import journal, sessions
+from corral.store.db import transaction
+from corral.store.records import NewSession
+from corral.store.tables import session_events, session_history
+from corral.store.tables import sessions as session_table
+from tests.conftest import BACKENDS
+from tests.support.db import migrated
+
+NOW = datetime(2026, 11, 25, 12, 0, tzinfo=UTC)
+BY_IDS = select(session_table.c.id).where(session_table.c.id.in_(bindparam("ids", expanding=True)))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_an_in_list_finds_exactly_its_values_whatever_their_number(
+    backend: str, fresh_database: Callable[[str], str]
+) -> None:
+    async with migrated(fresh_database(backend)) as engine:
+        ids = [str(uuid.uuid4()) for _ in range(5)]
+        async with transaction(engine) as conn:
+            for sid in ids:
+                spec = SessionSpec(command=("true",))
+                await sessions.insert_session(conn, NewSession(id=sid, name="s", owner="t", spec=spec), NOW)
+        sent: list[str] = []
+        event.listen(engine.sync_engine, "before_cursor_execute", lambda *a: sent.append(a[2]))
+        async with engine.connect() as conn:
+            for n in range(6):
+                found = set((await conn.execute(BY_IDS, {"ids": ids[:n]})).scalars())
+                assert found == set(ids[:n])
+            # Longer than the column (36): never cut to match the session it begins with.
+            assert list(await conn.execute(BY_IDS, {"ids": [ids[0] + "x", ids[1] + "-0"]})) == []
+            unrelated = select(session_table.c.id).where(session_table.c.status.in_(["RUNNING", "ERROR"]))
+            assert list(await conn.execute(unrelated)) == []
+        if backend == "postgres":
+            assert len(set(sent[:7])) == 1 and "ANY" in sent[0]  # one text, so one prepared statement
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_many_rows_are_written_as_given(backend: str, fresh_database: Callable[[str], str]) -> None:
+    events = [
+        ("s1", "session.status_changed", None, "PENDING", {}),
+        ("s2", "session.custom", "PENDING", None, {"nested": [1, "é", {"k": None}]}),
+        ("s1", "session.status_changed", "PENDING", "SCHEDULED", {}),
+    ]
+    history = [
+        ("s1", "ScheduleNewSessions", "SUCCESS", "PENDING", "SCHEDULED", "placed on a"),
+        ("s2", "ScheduleNewSessions", "SKIPPED", "PENDING", None, ""),
+    ]
+    async with migrated(fresh_database(backend)) as engine:
+        for rows in ([events[0]], events):  # one row, then many: the same statement on PostgreSQL
+            async with transaction(engine) as conn:
+                await journal.add_events(conn, rows, NOW)
+        async with transaction(engine) as conn:
+            await journal.add_history(conn, history, NOW)
+        async with engine.connect() as conn:
+            written = await conn.execute(select(session_events).order_by(session_events.c.id))
+            assert [(*r[1:6], r.created_at) for r in written] == [(*e, NOW) for e in [events[0], *events]]
+            written = await conn.execute(select(session_history).order_by(session_history.c.id))
+            assert [(*r[1:7], r.count, r.created_at, r.last_at) for r in written] == [
+                (*h, 1, NOW, NOW) for h in history
+            ]
