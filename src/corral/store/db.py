@@ -53,17 +53,17 @@ def json_loads(text: str) -> Any:
 
 def make_engine(url: str, pool_size: int = 10) -> AsyncEngine:
     if not is_sqlite(url):
-        # Custom plans always: asyncpg prepares every statement, and after five runs PostgreSQL may
-        # switch to a generic plan that cannot see which status is rare, e.g. `id IN (...) AND status
-        # = $n` by the status index over 100k pending sessions instead of by id (measured: 0.9 s
-        # instead of 10 ms, bench/cycle.py --postgres).
+        # PostgreSQL's own plan caching (a generic plan after five runs, if it costs no more): with
+        # `id IN` as `= ANY(array)` (_in_as_any) the generic plan of `id = ANY($1) AND status = $2`
+        # looks sessions up by id.  With an IN list of n parameters it had chosen the status index
+        # over 100k pending sessions (0.9 s instead of 10 ms), and custom plans were forced; planning
+        # every statement was a fifth of the server's time (bench/cycle.py --postgres: 530 -> 400 ms).
         engine = create_async_engine(
             url,
             pool_size=pool_size,
             max_overflow=pool_size,
             hide_parameters=True,
             json_deserializer=json_loads,
-            connect_args={"server_settings": {"plan_cache_mode": "force_custom_plan"}},
         )
         # A many-row INSERT as one multi-row statement (as SQLAlchemy does for psycopg2), not one
         # execution per row: the history and event rows of a batch, an array's sessions and kernels.
