@@ -130,3 +130,46 @@ async def test_a_batch_applies_in_order_and_refuses_only_its_stale_reports(
             )
             assert (applied, refused) == (0, [k_foreign.id]), status
         assert (await _kernel(engine, foreign)).status is KernelStatus.PREPARED
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_a_session_has_started_once_a_process_of_it_ran_whatever_was_reported(
+    backend: str, fresh_database: Callable[[str], str]
+) -> None:
+    """started_at is the time of the batch in which a kernel's process was first known to run: its
+    RUNNING report, or an end with an exit code or a signal when no start was reported.  A kernel
+    that failed before it ran leaves its session not started."""
+    async with migrated(fresh_database(backend)) as engine:
+        epoch = await _register(engine, "a")
+        ids = [str(uuid.uuid4()) for _ in range(4)]
+        async with transaction(engine) as conn:
+            spec = SessionSpec(command=("true",))
+            news = [NewSession(id=sid, name=f"s{i}", owner="t", spec=spec) for i, sid in enumerate(ids)]
+            await sessions.insert_sessions(conn, news, datetime.now(UTC))
+        scheduler = Coordinator(engine, "default", [], PhaseLimits(timeouts={}), lambda: datetime.now(UTC))
+        assert await scheduler.run_handler(ScheduleNewSessions()) == 4
+        k = [(await _kernel(engine, sid)).id for sid in ids]
+        protocol = AgentProtocol(engine, SchedulerSettings(), Wakeup(), log_cap=1 << 20)
+        ran_and_said, ended_only, never_ran, not_yet = k
+        batch = [
+            KernelReport(ran_and_said, KernelStatus.PREPARING),
+            KernelReport(ran_and_said, KernelStatus.PREPARED),
+            KernelReport(ran_and_said, KernelStatus.CREATING),
+            KernelReport(ran_and_said, KernelStatus.RUNNING),
+            KernelReport(ran_and_said, KernelStatus.TERMINATED, exit_code=0),
+            KernelReport(ended_only, KernelStatus.PREPARING),
+            KernelReport(ended_only, KernelStatus.TERMINATED, signal=9),
+            KernelReport(never_ran, KernelStatus.PREPARING),
+            KernelReport(never_ran, KernelStatus.ERROR, termination_message="image not found"),
+            KernelReport(not_yet, KernelStatus.PREPARING),
+        ]
+        before = datetime.now(UTC)
+        applied, refused, _ = await protocol.report("a", epoch, batch)
+        after = datetime.now(UTC)
+        assert (applied, refused) == (len(batch), [])
+        async with engine.connect() as conn:
+            found = {s.id: s.started_at for s in await sessions.get_many(conn, ids)}
+        for sid in ids[:2]:
+            started = found[sid]
+            assert started is not None and before <= started <= after, sid
+        assert (found[ids[2]], found[ids[3]]) == (None, None)

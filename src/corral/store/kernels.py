@@ -236,8 +236,8 @@ async def apply_reports(
     Kernels are independent rows, so the batch is applied in rounds: round i holds every kernel's
     i-th report, and a round's non-terminal reports go in one guarded UPDATE per status (the same
     guard as a single report: this agent, this generation, a legal source).  An ending is its own
-    guarded UPDATE (it carries its own outcome); what follows from endings (allocations freed,
-    sessions started) is written once per round."""
+    guarded UPDATE (it carries its own outcome); allocations freed by endings are written once per
+    round, and sessions whose first process started once per batch."""
     refused = [r.kernel_id for r in reports if r.status not in AGENT_REPORTS]
     rounds: list[list[KernelReport]] = []
     seen: dict[str, int] = defaultdict(int)
@@ -247,23 +247,26 @@ async def apply_reports(
         if i == len(rounds):
             rounds.append([])
         rounds[i].append(r)
+    started: set[str] = set()
     for batch in rounds:
         steps = [r for r in batch if r.status not in TERMINAL_KERNEL]
-        moved = await _apply_steps(conn, agent_id, steps, now)
-        moved |= await _apply_endings(conn, agent_id, [r for r in batch if r.status in TERMINAL_KERNEL], now)
+        moved = await _apply_steps(conn, agent_id, steps, now, started)
+        endings = [r for r in batch if r.status in TERMINAL_KERNEL]
+        moved |= await _apply_endings(conn, agent_id, endings, now, started)
         refused += [r.kernel_id for r in batch if r.kernel_id not in moved]
+    await _started(conn, sorted(started), now)
     return refused
 
 
 async def _apply_steps(
-    conn: AsyncConnection, agent_id: str, steps: Sequence[KernelReport], now: datetime
+    conn: AsyncConnection, agent_id: str, steps: Sequence[KernelReport], now: datetime, started: set[str]
 ) -> set[str]:
-    """Non-terminal reports of distinct kernels, one guarded UPDATE per status; the moved."""
+    """Non-terminal reports of distinct kernels, one guarded UPDATE per status; the moved.  Adds
+    to `started` the sessions of kernels that started."""
     groups: dict[KernelStatus, list[KernelReport]] = defaultdict(list)
     for r in steps:
         groups[r.status].append(r)
     moved: set[str] = set()
-    started: set[str] = set()
     ports: list[dict[str, Any]] = []
     for status, group in groups.items():
         result = await conn.execute(_step(status), {**_guard_params(agent_id, group), "k_now": now})
@@ -279,7 +282,6 @@ async def _apply_steps(
             update(kernels).where(kernels.c.id == bindparam("k_id")).values(master_port=bindparam("k_port")),
             ports,
         )
-    await _started(conn, sorted(started), now)
     return moved
 
 
@@ -318,21 +320,14 @@ def _step(status: KernelStatus) -> ReturningUpdate[str, str]:
 
 
 @cache
-def _passing(status: KernelStatus, lock: bool) -> Select[str]:
-    query = select(kernels.c.id).where(*_guard(status))
+def _passing(status: KernelStatus, lock: bool) -> Select[str, str]:
+    """The (kernel id, session id) of the reports in `status` that pass the guard."""
+    query = select(kernels.c.id, kernels.c.session_id).where(*_guard(status))
     return query.with_for_update() if lock else query
 
 
 _STARTED = (
     update(sessions).where(sessions.c.id.in_(_IDS), sessions.c.started_at.is_(None)).values(started_at=_NOW)
-)
-_STARTED_BY_KERNELS = (
-    update(sessions)
-    .where(
-        sessions.c.id.in_(select(kernels.c.session_id).where(kernels.c.id.in_(_IDS)).scalar_subquery()),
-        sessions.c.started_at.is_(None),
-    )
-    .values(started_at=_NOW)
 )
 
 
@@ -344,11 +339,13 @@ async def _started(conn: AsyncConnection, session_ids: list[str], now: datetime)
 
 
 async def _apply_endings(
-    conn: AsyncConnection, agent_id: str, endings: Sequence[KernelReport], now: datetime
+    conn: AsyncConnection, agent_id: str, endings: Sequence[KernelReport], now: datetime, started: set[str]
 ) -> set[str]:
     """Terminal reports of distinct kernels through the single report's guard, set-wise: the rows
     that pass it are read (and locked) in one query, then written in one executemany; the moved.
-    A kernel of a session being suspended waits SUSPENDED instead (preemption in suspend mode)."""
+    A kernel of a session being suspended waits SUSPENDED instead (preemption in suspend mode).
+    Adds to `started` the sessions of kernels whose process ran (an end with an exit code or a
+    signal), for a session whose start was never reported."""
     if not endings:
         return set()
     suspending = await _suspending(conn, [r.kernel_id for r in endings])
@@ -359,28 +356,29 @@ async def _apply_endings(
     ending = [r for r in endings if r.kernel_id not in suspending]
     passing = await _passing_guard(conn, agent_id, ending)
     rows = [_ending(r, now) for r in ending if r.kernel_id in passing]
+    started.update(passing[r["k_id"]] for r in rows if r["k_started"])
     if rows:
         await conn.execute(_END, rows)
     ended = sorted(r["k_id"] for r in rows)
     moved.update(ended)
     await release(conn, ended, now)  # a suspended kernel's is freed by _suspend
-    ran = [r["k_id"] for r in rows if r["k_started"]]
-    if ran:
-        await conn.execute(_STARTED_BY_KERNELS, {"k_ids": ran, "k_now": now})
     return moved
 
 
-async def _passing_guard(conn: AsyncConnection, agent_id: str, reports: Sequence[KernelReport]) -> set[str]:
+async def _passing_guard(
+    conn: AsyncConnection, agent_id: str, reports: Sequence[KernelReport]
+) -> dict[str, str]:
     """The kernels whose report passes the guard: this agent's current placement (a re-placed
     kernel is a new generation), from a legal source of the reported status.  On PostgreSQL the
     rows are locked, so the guard still holds when they are written."""
     by_status: dict[KernelStatus, list[KernelReport]] = defaultdict(list)
     for r in reports:
         by_status[r.status].append(r)
-    passing: set[str] = set()
+    passing: dict[str, str] = {}
     lock = conn.dialect.name != "sqlite"  # SQLite: the writer holds the database's one write lock
     for status, group in by_status.items():
-        passing.update((await conn.execute(_passing(status, lock), _guard_params(agent_id, group))).scalars())
+        rows = await conn.execute(_passing(status, lock), _guard_params(agent_id, group))
+        passing.update((kernel_id, session_id) for kernel_id, session_id in rows)
     return passing
 
 
