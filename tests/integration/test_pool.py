@@ -17,6 +17,7 @@ from sqlalchemy.exc import DBAPIError
 
 from corral.store import db
 from tests.support.cluster import Cluster
+from tests.support.postgres import start_postgres
 
 
 async def _backend(engine: object) -> int:
@@ -131,3 +132,46 @@ async def test_a_connection_ended_in_the_pool_fails_at_most_once_and_as_a_discon
     finally:
         await engine.dispose()
         await killer.dispose()
+
+
+def test_while_the_database_cannot_be_reached_requests_answer_503_and_recover(tmp_path: Path) -> None:
+    """A server of its own, shut down under a running manager: every request is a 503 saying so
+    (never a 500, nothing applied), and once it is back the manager serves again."""
+    server = start_postgres()
+    try:
+        server.psql("CREATE DATABASE corral_down")
+        url = server.dsn("corral_down")
+        asyncio.run(_migrate(url))
+        c = Cluster(url, tmp_path)
+        try:
+            c.start_manager()
+            assert c.http.get("/api/v1/sessions").status_code == 200
+            server.pause()
+            for _ in range(3):  # the pooled connections' deaths, then refused connections
+                for resp in (c.http.get("/api/v1/sessions"), c.http.post("/api/v1/sessions", json=SPEC)):
+                    assert resp.status_code == 503, resp.text
+                    assert resp.json()["error"]["code"] == "database_unavailable"
+                    assert resp.headers["Retry-After"] == "1"
+            server.resume()
+            deadline = time.monotonic() + 30
+            while c.http.get("/api/v1/sessions").status_code != 200:
+                assert time.monotonic() < deadline, "the manager did not serve again"
+                time.sleep(0.2)
+            assert c.http.get("/api/v1/sessions").json() == []  # nothing was applied while down
+            assert c.http.post("/api/v1/sessions", json=SPEC).status_code == 201
+            assert "unhandled error" not in (tmp_path / "manager.log").read_text()
+        finally:
+            c.close()
+    finally:
+        server.stop()
+
+
+SPEC = {"name": "down", "command": ["true"]}
+
+
+async def _migrate(url: str) -> None:
+    engine = db.make_engine(url)
+    try:
+        await db.upgrade(engine)
+    finally:
+        await engine.dispose()

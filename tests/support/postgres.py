@@ -27,6 +27,8 @@ class PgServer:
     port: int
     datadir: Path
     root: Path
+    opts: str = ""
+    """The server's command-line options (to start it again after `pause`)."""
 
     def dsn(self, db: str = "postgres") -> str:
         return f"postgresql+asyncpg://postgres@127.0.0.1:{self.port}/{db}"
@@ -52,6 +54,14 @@ class PgServer:
         )
         return out.stdout.strip()
 
+    def pause(self) -> None:
+        """Shut the server down (fast: sessions ended), keeping its data."""
+        _pg_ctl(self.datadir, "stop", "-m", "fast")
+
+    def resume(self) -> None:
+        """Start it again after `pause`, on the same port."""
+        _pg_ctl(self.datadir, "start", "-o", self.opts, "-l", str(self.root / "log"), "-w", "-t", "60")
+
     def stop(self) -> None:
         pidfile = self.datadir / "postmaster.pid"
         if pidfile.exists():
@@ -68,6 +78,17 @@ class PgServer:
                     break
                 time.sleep(0.05)
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _pg_ctl(datadir: Path, *args: str) -> None:
+    as_user = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+    # Output to files only: a started server keeps its descriptors, and a pipe would never close.
+    subprocess.run(
+        [*as_user, f"{_bindir()}/pg_ctl", "-D", str(datadir), *args],
+        check=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
 
 
 def _bindir() -> str:
@@ -125,4 +146,4 @@ def start_postgres() -> PgServer:
         check=True,
         capture_output=True,
     )
-    return PgServer(port, datadir, root)
+    return PgServer(port, datadir, root, opts)

@@ -13,6 +13,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from corral.protocol.types import safe_text
 from corral.services.errors import CorralError
+from corral.store.db import DatabaseUnavailable
 
 log = structlog.get_logger("corral.api")
 
@@ -80,6 +81,15 @@ def install(app: FastAPI) -> None:
         )
         return JSONResponse(
             error_body("database_unavailable", message),
+            status_code=503,
+            headers={"Retry-After": "1"},
+        )
+
+    @app.exception_handler(DatabaseUnavailable)
+    async def _no_database(_: Request, exc: DatabaseUnavailable) -> JSONResponse:
+        log.warning("database unreachable", error=str(exc))
+        return JSONResponse(
+            error_body("database_unavailable", "the database cannot be reached; nothing was applied"),
             status_code=503,
             headers={"Retry-After": "1"},
         )

@@ -16,7 +16,7 @@ from alembic import command
 from alembic.config import Config
 from sqlalchemy import ARRAY, BindParameter, String, event
 from sqlalchemy.engine import Connection, Engine, make_url
-from sqlalchemy.exc import DisconnectionError
+from sqlalchemy.exc import DBAPIError, DisconnectionError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.sqltypes import TupleType
@@ -64,6 +64,8 @@ def make_engine(url: str, pool_size: int = 10) -> AsyncEngine:
             max_overflow=pool_size,
             hide_parameters=True,
             json_deserializer=json_loads,
+            # A request waits this long for a connection to an unreachable server, not asyncpg's 60 s.
+            connect_args={"timeout": CONNECT_TIMEOUT},
         )
         # A many-row INSERT as one multi-row statement (as SQLAlchemy does for psycopg2), not one
         # execution per row: the history and event rows of a batch, an array's sessions and kernels.
@@ -88,6 +90,7 @@ def make_engine(url: str, pool_size: int = 10) -> AsyncEngine:
 # unnoticed fails its transaction once, as a connection dying mid-transaction does, and the pool
 # then replaces every connection older than the failure.
 PING_AFTER = 1.0
+CONNECT_TIMEOUT = 5.0
 
 
 def _in_as_any(base: type[SQLCompiler]) -> type[SQLCompiler]:
@@ -206,6 +209,10 @@ def _sqlite_session(engine: AsyncEngine, begin: str, pragmas: tuple[str, ...]) -
         conn.exec_driver_sql(begin)
 
 
+class DatabaseUnavailable(Exception):
+    """No connection to the database could be made (a request answers 503 and may be sent again)."""
+
+
 @asynccontextmanager
 async def transaction(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
     """One database transaction: committed on success, rolled back on any error."""
@@ -230,7 +237,11 @@ async def _connected(engine: AsyncEngine, autocommit: bool = False) -> AsyncIter
     210/s -> 218/s).  Two closes may still wait on the database: an overflow connection the pool
     discards (a cancellation there raises after the transaction committed, as it could anywhere
     after COMMIT), and, after an error, one with a transaction still open, whose close is shielded."""
-    conn = await engine.connect()
+    try:
+        conn = await engine.connect()
+    except (OSError, DBAPIError) as exc:
+        # Refused, timed out, or turned away (the server starting or shutting down): nothing ran.
+        raise DatabaseUnavailable(type(exc).__name__) from exc
     try:
         if autocommit:
             # Under READ COMMITTED each statement reads its own snapshot, in a transaction or not:
