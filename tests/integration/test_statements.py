@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 
 import pytest
 from sqlalchemy import bindparam, event, select
+from sqlalchemy.exc import DBAPIError
 
 from corral.domain.spec import SessionSpec
 from corral.store import journal, sessions
@@ -55,6 +56,8 @@ async def test_many_rows_are_written_as_given(backend: str, fresh_database: Call
         ("s1", "session.status_changed", None, "PENDING", {}),
         ("s2", "session.custom", "PENDING", None, {"nested": [1, "é", {"k": None}]}),
         ("s1", "session.status_changed", "PENDING", "SCHEDULED", {}),
+        ("s3", "session.custom", None, None, ["a"]),  # not taken apart as an array dimension
+        ("s3", "session.custom", None, None, [1, [2, None]]),
     ]
     history = [
         ("s1", "ScheduleNewSessions", "SUCCESS", "PENDING", "SCHEDULED", "placed on a"),
@@ -73,3 +76,21 @@ async def test_many_rows_are_written_as_given(backend: str, fresh_database: Call
             assert [(*r[1:7], r.count, r.created_at, r.last_at) for r in written] == [
                 (*h, 1, NOW, NOW) for h in history
             ]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_a_value_longer_than_its_column_is_never_stored_cut(
+    backend: str, fresh_database: Callable[[str], str]
+) -> None:
+    """PostgreSQL refuses it, as a plain INSERT does; SQLite (no lengths) stores it whole."""
+    long_id = "x" * 40
+    async with migrated(fresh_database(backend)) as engine:
+        try:
+            async with transaction(engine) as conn:
+                await journal.add_history(conn, [(long_id, "H", "SUCCESS", "PENDING", None, "")], NOW)
+        except DBAPIError:
+            assert backend == "postgres"
+            return
+        assert backend == "sqlite"
+        async with engine.connect() as conn:
+            assert list((await conn.execute(select(session_history.c.session_id))).scalars()) == [long_id]

@@ -88,8 +88,14 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(DatabaseUnavailable)
     async def _no_database(_: Request, exc: DatabaseUnavailable) -> JSONResponse:
         log.warning("database unreachable", error=str(exc))
+        # Most requests were turned away before writing; one that reads back what it committed on
+        # a second connection was not, hence "may".
+        message = (
+            "the database cannot be reached; the request may not have been applied (a create sent"
+            " again with the same creation_id is applied once)"
+        )
         return JSONResponse(
-            error_body("database_unavailable", "the database cannot be reached; nothing was applied"),
+            error_body("database_unavailable", message),
             status_code=503,
             headers={"Retry-After": "1"},
         )

@@ -17,6 +17,7 @@ from alembic.config import Config
 from sqlalchemy import ARRAY, BindParameter, String, event
 from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.exc import DBAPIError, DisconnectionError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.sqltypes import TupleType
@@ -106,16 +107,16 @@ def _in_as_any(base: type[SQLCompiler]) -> type[SQLCompiler]:
             if isinstance(right, BindParameter) and right.expanding and not isinstance(right.type, TupleType):
                 array = right._clone(maintain_key=True)
                 array.expanding = False
-                array.type = ARRAY(_unbounded(right.type))
+                array.type = ARRAY(unbounded(right.type))
                 return f"{self.process(binary.left, **kw)} = ANY({self.process(array, **kw)})"
             return str(self._generate_generic_binary(binary, " IN ", **kw))
 
     return Compiler
 
 
-def _unbounded(item: Any) -> Any:
-    """A string type without its length: `$1::VARCHAR(36)[]` would cut a longer value to 36
-    characters (and so match what it is not); `IN ($1::VARCHAR)` never did."""
+def unbounded(item: Any) -> Any:
+    """A string type without its length, for an array of values: `$1::VARCHAR(36)[]` cuts a longer
+    value to 36 characters (to match what it is not, or be stored cut); `$1::VARCHAR` never did."""
     if isinstance(item, String) and item.length is not None:
         return String()
     return item
@@ -239,9 +240,11 @@ async def _connected(engine: AsyncEngine, autocommit: bool = False) -> AsyncIter
     after COMMIT), and, after an error, one with a transaction still open, whose close is shielded."""
     try:
         conn = await engine.connect()
-    except (OSError, DBAPIError) as exc:
-        # Refused, timed out, or turned away (the server starting or shutting down): nothing ran.
-        raise DatabaseUnavailable(type(exc).__name__) from exc
+    except (OSError, DBAPIError, PoolTimeout) as exc:
+        # Refused, no answer, turned away (the server starting or stopping, a missing database or
+        # role), or no pooled connection freed in time: nothing ran on this connection.
+        reason = exc.orig if isinstance(exc, DBAPIError) else exc
+        raise DatabaseUnavailable(f"{type(reason).__name__}: {str(reason)[:300]}") from exc
     try:
         if autocommit:
             # Under READ COMMITTED each statement reads its own snapshot, in a transaction or not:

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from datetime import datetime
 from functools import cache
 from typing import Any
 
-from sqlalchemy import ARRAY, Insert, Table, and_, bindparam, func, insert, select, update
+from sqlalchemy import ARRAY, JSON, Insert, Table, Text, and_, bindparam, cast, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.store import convert
+from corral.store.db import unbounded
 from corral.store.records import HistoryRecord
 from corral.store.tables import session_events, session_history
 
@@ -50,6 +52,9 @@ async def _insert(
     prepares each one (a round trip, and a parse in the server)."""
     if conn.dialect.name == "postgresql":
         by_column = dict(zip(columns, map(list, zip(*rows, strict=True)), strict=True))
+        for c in columns:
+            if isinstance(table.c[c].type, JSON):  # as text: an array of JSON would take a list apart
+                by_column[c] = [json.dumps(v) for v in by_column[c]]
         await conn.execute(_unnest_insert(table, columns, tuple(same)), {**by_column, **same})
     else:
         await conn.execute(insert(table), [{**dict(zip(columns, row, strict=True)), **same} for row in rows])
@@ -58,10 +63,15 @@ async def _insert(
 @cache
 def _unnest_insert(table: Table, columns: tuple[str, ...], same: tuple[str, ...]) -> Insert:
     """INSERT ... SELECT FROM unnest(one array per column), the shared values as scalars."""
-    arrays = [bindparam(c, type_=ARRAY(table.c[c].type)) for c in columns]
+    json_columns = {c for c in columns if isinstance(table.c[c].type, JSON)}
+    arrays = [
+        bindparam(c, type_=ARRAY(Text() if c in json_columns else unbounded(table.c[c].type)))
+        for c in columns
+    ]
     unnested = func.unnest(*arrays).table_valued(*columns).render_derived()
+    picked = [cast(unnested.c[c], JSON) if c in json_columns else unnested.c[c] for c in columns]
     shared = [bindparam(c, type_=table.c[c].type) for c in same]
-    return insert(table).from_select([*columns, *same], select(*(unnested.c[c] for c in columns), *shared))
+    return insert(table).from_select([*columns, *same], select(*picked, *shared))
 
 
 async def add_skips(
