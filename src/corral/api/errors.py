@@ -75,14 +75,8 @@ def install(app: FastAPI) -> None:
         # It may have died in COMMIT, after the write was made: a request that creates something is
         # safe to send again only with its creation_id.  Parameters are hidden (hide_parameters).
         log.warning("database connection lost during a request", error=type(exc.orig).__name__)
-        message = (
-            "the database connection was lost during the request; it may or may not have been"
-            " applied (a create sent again with the same creation_id is applied once)"
-        )
-        return JSONResponse(
-            error_body("database_unavailable", message),
-            status_code=503,
-            headers={"Retry-After": "1"},
+        return _unavailable(
+            "the database connection was lost during the request; it may or may not have been applied"
         )
 
     @app.exception_handler(DatabaseUnavailable)
@@ -90,17 +84,17 @@ def install(app: FastAPI) -> None:
         log.warning("database unreachable", error=str(exc))
         # Most requests were turned away before writing; one that reads back what it committed on
         # a second connection was not, hence "may".
-        message = (
-            "the database cannot be reached; the request may not have been applied (a create sent"
-            " again with the same creation_id is applied once)"
-        )
-        return JSONResponse(
-            error_body("database_unavailable", message),
-            status_code=503,
-            headers={"Retry-After": "1"},
-        )
+        return _unavailable("the database cannot be reached; the request may not have been applied")
 
     @app.exception_handler(Exception)
     async def _unexpected(_: Request, exc: Exception) -> JSONResponse:
         log.exception("unhandled error", error=repr(exc))
         return JSONResponse(error_body("internal", "internal error; see the manager log"), status_code=500)
+
+
+def _unavailable(what: str) -> JSONResponse:
+    """503 database_unavailable: the client may send the request again in a second."""
+    message = f"{what} (a create sent again with the same creation_id is applied once)"
+    return JSONResponse(
+        error_body("database_unavailable", message), status_code=503, headers={"Retry-After": "1"}
+    )

@@ -69,7 +69,8 @@ def make_engine(url: str, pool_size: int = 10) -> AsyncEngine:
             connect_args={"timeout": CONNECT_TIMEOUT},
         )
         # A many-row INSERT as one multi-row statement (as SQLAlchemy does for psycopg2), not one
-        # execution per row: the history and event rows of a batch, an array's sessions and kernels.
+        # execution per row: an array's sessions and kernels (history and event rows, written every
+        # cycle, go through unnest instead: store/journal.py).
         engine.sync_engine.dialect.use_insertmanyvalues_wo_returning = True
         engine.sync_engine.dialect.statement_compiler = _in_as_any(
             engine.sync_engine.dialect.statement_compiler
