@@ -122,6 +122,23 @@ def test_integer_overflow_in_queries_is_422(cluster: Cluster, path: str) -> None
     assert "error" in resp.json()
 
 
+@pytest.mark.parametrize(
+    ("path", "field"),
+    [
+        ("/api/v1/sessions?array=%00", "array"),
+        ("/api/v1/sessions?status=RUNNING&array=a%00b", "array"),
+        ("/api/v1/sessions/abc%00", "path"),
+        ("/api/v1/arrays/%00/cancel", "path"),
+    ],
+)
+def test_a_nul_byte_in_the_url_is_422_naming_where(cluster: Cluster, path: str, field: str) -> None:
+    """PostgreSQL cannot store NUL: refused at the door, for every route, never a 500."""
+    resp = cluster.http.post(path) if path.endswith("/cancel") else cluster.http.get(path)
+    assert resp.status_code == 422, resp.text
+    assert resp.json()["error"]["details"]["field"] == field
+    assert cluster.http.get("/api/v1/sessions").status_code == 200
+
+
 def test_a_huge_body_is_refused_before_it_is_read(cluster: Cluster) -> None:
     before = count_sessions(cluster)
     body = b'{"command": ["echo", "' + b"x" * (50 * 1024 * 1024) + b'"]}'
