@@ -83,18 +83,22 @@ async def test_a_request_whose_connection_dies_under_it_is_a_503(
     try:
         c.start_manager()
         async with db.transaction(holder) as conn:
-            await conn.execute(text("LOCK TABLE sessions IN ACCESS EXCLUSIVE MODE"))
+            # The API keys, which every user request reads and nothing else does: the scheduling
+            # loop's reads of a locked sessions table would wait too, and be ended along with it.
+            await conn.execute(text("LOCK TABLE api_keys IN ACCESS EXCLUSIVE MODE"))
             with ThreadPoolExecutor(1) as pool:
                 pending = pool.submit(c.http.get, "/api/v1/sessions")
                 waiting = text(
                     "SELECT pid FROM pg_stat_activity WHERE datname = current_database()"
-                    " AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()"
+                    " AND wait_event_type = 'Lock' AND query LIKE '%api_keys%'"
+                    " AND pid <> pg_backend_pid()"
                 )
-                # Every query that waits on the lock is ended, until the request has its answer:
-                # the scheduling loop's reads of sessions wait on it too, and may come first.
                 deadline = time.monotonic() + 30
                 ended = 0
                 while not pending.done() and time.monotonic() < deadline:
+                    # Within a transaction pg_stat_activity is read once and then kept: without this,
+                    # the loop saw only what waited at its first look (the test's earlier flakiness).
+                    await conn.execute(text("SELECT pg_stat_clear_snapshot()"))
                     for pid in list((await conn.execute(waiting)).scalars()):
                         await conn.execute(text("SELECT pg_terminate_backend(:p)"), {"p": pid})
                         ended += 1
