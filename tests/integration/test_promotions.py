@@ -16,6 +16,7 @@ from corral.domain.spec import SessionSpec
 from corral.domain.status import SessionStatus
 from corral.manager.coordinator import Coordinator
 from corral.manager.handlers.base import SessionPromotionHandler
+from corral.manager.handlers.detect_termination import DetectTermination
 from corral.manager.handlers.promote_prepared import PromoteToPrepared
 from corral.store import journal, sessions
 from corral.store.db import transaction
@@ -39,10 +40,13 @@ CASES = {
 }
 
 
-async def _scenario(engine: object) -> dict[str, str]:
-    ids = {name: str(uuid.uuid4()) for name in CASES}
+async def _scenario(
+    engine: object, cases: dict[str, tuple[str, list[str], bool, bool]] = CASES
+) -> dict[str, str]:
+    """The cases' sessions; a kernel status "TERMINATED:<code>" is an ended kernel and its exit code."""
+    ids = {name: str(uuid.uuid4()) for name in cases}
     async with transaction(engine) as conn:  # type: ignore[arg-type]
-        for name, (status, kernel_statuses, stopping, _) in CASES.items():
+        for name, (status, kernel_statuses, stopping, _) in cases.items():
             sid = ids[name]
             spec = SessionSpec(command=("true",), cluster_size=len(kernel_statuses))
             await sessions.insert_session(conn, NewSession(id=sid, name="p", owner="t", spec=spec), NOW)
@@ -52,10 +56,11 @@ async def _scenario(engine: object) -> dict[str, str]:
                 .values(status=status, termination_reason="user_cancelled" if stopping else None)
             )
             for rank, kernel_status in enumerate(kernel_statuses):
+                kernel_status, _, code = kernel_status.partition(":")
                 await conn.execute(
                     update(kernel_table)
                     .where(kernel_table.c.session_id == sid, kernel_table.c.rank == rank)
-                    .values(status=kernel_status)
+                    .values(status=kernel_status, exit_code=int(code) if code else None)
                 )
     return ids
 
@@ -105,3 +110,41 @@ async def test_a_handler_that_found_nothing_still_finds_what_comes_later(
         async with engine.connect() as conn:
             found = await sessions.get(conn, ids["ready"])
         assert found is not None and found.status is SessionStatus.PREPARED
+
+
+# DetectTermination: before RUNNING only a failed kernel stops a session (read only then); RUNNING
+# stops on a failure or once every kernel has ended.
+ENDINGS = {
+    "started alone and exited 0": ("PREPARED", ["TERMINATED:0"], False, False),
+    "started alone and exited 1": ("PREPARED", ["TERMINATED:1"], False, True),
+    "gang, rank 0 exited 0 early": ("PREPARING", ["TERMINATED:0", "PREPARING"], False, False),
+    "gang, a kernel in ERROR": ("CREATING", ["CREATING", "ERROR"], False, True),
+    "gang, a kernel cancelled": ("PULLING", ["CANCELLED", "PULLING"], False, True),
+    "running, all exited 0": ("RUNNING", ["TERMINATED:0", "TERMINATED:0"], False, True),
+    "running, one exited 0": ("RUNNING", ["TERMINATED:0", "RUNNING"], False, False),
+    "running, one exited 2": ("RUNNING", ["RUNNING", "TERMINATED:2"], False, True),
+    "running, being stopped": ("RUNNING", ["TERMINATED:0"], True, True),
+}
+
+
+@pytest.mark.parametrize("filtered", [True, False], ids=["failed kernels only", "every ended kernel"])
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_a_session_stops_exactly_when_its_kernels_say_so_read_filtered_or_not(
+    backend: str, filtered: bool, fresh_database: Callable[[str], str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The read's filter on startup statuses (a failed kernel) leaves out only what `matches`
+    would refuse: the same sessions stop either way."""
+    assert DetectTermination().failed_kernel_only  # the filter under test is the one in use
+    if not filtered:
+        monkeypatch.setattr(DetectTermination, "failed_kernel_only", frozenset())
+    async with migrated(fresh_database(backend)) as engine:
+        ids = await _scenario(engine, ENDINGS)
+        coordinator = Coordinator(
+            engine, "default", [DetectTermination()], PhaseLimits(timeouts={}), lambda: NOW
+        )
+        assert await coordinator.run_cycle() == sum(moves for *_, moves in ENDINGS.values())
+        async with engine.connect() as conn:
+            for name, (status, _, _, moves) in ENDINGS.items():
+                found = await sessions.get(conn, ids[name])
+                assert found is not None
+                assert str(found.status) == ("TERMINATING" if moves else status), name

@@ -272,3 +272,44 @@ async def test_a_gang_with_a_running_rank_is_stopped_not_requeued(
         async with engine.connect() as conn:
             rows = await journal.history_of(conn, sid)
         assert [r.handler for r in rows if "already run" in r.message] == ["PrepareSessions"]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_an_order_carries_its_spec_until_the_agent_says_it_started_that_generation(
+    backend: str, fresh_database: Callable[[str], str]
+) -> None:
+    """The spec is read (and sent) for a kernel the agent has not started; for one it has, the
+    order still says the kernel's status, generation and kill, without the spec it never reads."""
+    async with migrated(fresh_database(backend)) as engine:
+        async with transaction(engine) as conn:
+            epoch = await agents.register(
+                conn,
+                "a",
+                hostname="a",
+                address="10.0.0.1",
+                resource_group="default",
+                capacity=ResourceSlots.parse({"cpu": 8}),
+                info={},
+                now=datetime.now(UTC),
+            )
+        protocol = AgentProtocol(engine, SchedulerSettings(), Wakeup(), log_cap=1 << 20)
+        started, waiting = await _handed_over(engine, ("a",)), await _handed_over(engine, ("a",))
+
+        async def orders(said: frozenset[str]) -> dict[str, dict[str, Any]]:
+            _, found, _ = await protocol.orders("a", epoch, "", 0, said)
+            return {o["session_id"]: o for o in found}
+
+        before = await orders(frozenset())
+        assert before[started]["spec"]["command"] == ["true"] and before[waiting]["spec"]["command"] == [
+            "true"
+        ]
+        key = f"{before[started]['kernel_id']}.{before[started]['generation']}"
+        after = await orders(frozenset({key}))
+        assert after[started]["spec"] == {}
+        assert {k: v for k, v in after[started].items() if k != "spec"} == {
+            k: v for k, v in before[started].items() if k != "spec"
+        }
+        assert after[waiting] == before[waiting]
+        # Another generation of the kernel (placed again) is not the one started: its spec is sent.
+        other = f"{before[started]['kernel_id']}.{before[started]['generation'] + 1}"
+        assert (await orders(frozenset({other})))[started]["spec"]["command"] == ["true"]

@@ -280,7 +280,9 @@ class Agent:
             epoch = self.epoch
             sent = time.monotonic()
             try:
-                reply = await self.client.orders(self.cfg.id, epoch, seen, self.long_poll)
+                # The spec of a kernel started here is never read again (_act): not sent again.
+                started = [k.key for k in self.kernels.values() if k.started]
+                reply = await self.client.orders(self.cfg.id, epoch, seen, self.long_poll, started)
             except Fenced as exc:
                 await self._fenced(str(exc))
                 seen = ""

@@ -64,9 +64,11 @@ class ProtocolClient:
     async def register(self, **body: Any) -> RegisterOut:
         return _read(RegisterOut, await self._post("register", body))
 
-    async def orders(self, agent_id: str, epoch: int, seen: str, wait: float) -> OrdersOut:
-        reply = await self._post("orders", {"agent_id": agent_id, "epoch": epoch, "seen": seen, "wait": wait})
-        return _read(OrdersOut, reply)
+    async def orders(
+        self, agent_id: str, epoch: int, seen: str, wait: float, started: list[str]
+    ) -> OrdersOut:
+        body = {"agent_id": agent_id, "epoch": epoch, "seen": seen, "wait": wait, "started": started}
+        return _read(OrdersOut, await self._post("orders", body))
 
     async def reports(self, agent_id: str, epoch: int, reports: list[dict[str, Any]]) -> ReportsOut:
         body = {"agent_id": agent_id, "epoch": epoch, "reports": reports}

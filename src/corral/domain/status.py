@@ -49,6 +49,8 @@ class AgentStatus(StrEnum):
 
 TERMINAL_SESSION = frozenset({SessionStatus.TERMINATED, SessionStatus.CANCELLED, SessionStatus.ERROR})
 TERMINAL_KERNEL = frozenset({KernelStatus.TERMINATED, KernelStatus.CANCELLED, KernelStatus.ERROR})
+# A kernel in these has failed whatever its exit code (any other has failed by a non-zero one).
+FAILED_KERNEL = frozenset({KernelStatus.CANCELLED, KernelStatus.ERROR})
 NON_TERMINAL_KERNEL = frozenset(KernelStatus) - TERMINAL_KERNEL
 NON_TERMINAL_SESSION = frozenset(SessionStatus) - TERMINAL_SESSION
 

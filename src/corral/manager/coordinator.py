@@ -68,6 +68,7 @@ def _filters(handler: Handler) -> dict[str, Any]:
         "absent_kernel_statuses": _absent_kernels(handler),
         "terminating_requested": handler.termination_requested,
         "lost_agent_only": handler.lost_agent_only,
+        "failed_kernel_only": handler.failed_kernel_only,
     }
 
 

@@ -61,6 +61,11 @@ class OrdersIn(BaseModel):
     epoch: Serial
     seen: Annotated[Text, StringConstraints(max_length=128)] = ""
     wait: float = Field(0.0, ge=0, le=60)
+    started: list[Annotated[Text, StringConstraints(max_length=256)]] = Field(
+        default_factory=list,
+        max_length=100_000,
+        description="kernels (`<kernel id>.<generation>`) this agent has started: their orders carry no spec",
+    )
 
 
 class LeaveIn(BaseModel):

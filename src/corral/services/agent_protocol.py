@@ -133,8 +133,12 @@ class AgentProtocol:
         self._wakeup.scheduler()
 
     async def orders(
-        self, agent_id: str, epoch: int, seen: str, wait: float
+        self, agent_id: str, epoch: int, seen: str, wait: float, started: frozenset[str] = frozenset()
     ) -> tuple[str, list[dict[str, Any]], bool]:
+        """The agent's orders, once they differ from `seen` (or the wait is over).  Kernels the
+        agent has `started` (`<kernel id>.<generation>`) get no spec: it reads none for them, and
+        building one reads the session (a session per kernel, for every poll until its next
+        status is written)."""
         recorded = await self._beat(agent_id, epoch)
         # Never hold a poll longer than the agent's heartbeat interval, whatever it asked for.
         deadline = time.monotonic() + min(wait, heartbeat_interval(self._cfg))
@@ -149,7 +153,8 @@ class AgentProtocol:
                 # orders (most wake-ups) reads no session and builds no spec before waiting again.
                 fingerprint = _fingerprint(mine)
                 if fingerprint != seen or remaining <= 0:
-                    return fingerprint, await _orders(conn, mine, self._checkpoint_root), recorded
+                    found = await _orders(conn, mine, self._checkpoint_root, started)
+                    return fingerprint, found, recorded
             # Another manager may run the loop: re-check at least every second.
             await self._wakeup.wait_orders(version, min(remaining, 1.0))
 
@@ -200,22 +205,22 @@ def _fingerprint(mine: list[KernelRecord]) -> str:
 
 
 async def _orders(
-    conn: AsyncConnection, mine: list[KernelRecord], checkpoint_root: str
+    conn: AsyncConnection, mine: list[KernelRecord], checkpoint_root: str, started: frozenset[str]
 ) -> list[dict[str, Any]]:
     """The orders for an agent's kernels `mine` (those it should hold a process or preparation for)."""
     if not mine:
         return []
-    wanted = sorted({k.session_id for k in mine if k.status in _SPEC_STATUSES})
+    with_spec = [k for k in mine if k.status in _SPEC_STATUSES and f"{k.id}.{k.generation}" not in started]
+    wanted = sorted({k.session_id for k in with_spec})
     by_session = {s.id: s for s in await sessions.get_many(conn, wanted)}
     hosts = {k.agent_id for s in by_session.values() for k in s.kernels if k.agent_id}
     addresses = await agents.addresses(conn, sorted(hosts)) if hosts else {}
     run_as = await users.run_as_of(conn, sorted({s.owner for s in by_session.values()}))
+    spec_of = {k.id for k in with_spec}
     out = []
     for k in mine:
         spec = (
-            _spec(by_session[k.session_id], k, addresses, checkpoint_root, run_as)
-            if k.status in _SPEC_STATUSES
-            else {}
+            _spec(by_session[k.session_id], k, addresses, checkpoint_root, run_as) if k.id in spec_of else {}
         )
         out.append(
             {

@@ -30,7 +30,14 @@ from sqlalchemy.sql.dml import ReturningUpdate
 
 from corral.domain.cause import TerminationReason
 from corral.domain.rendezvous import may_run
-from corral.domain.status import KERNEL_PROCESS, TERMINAL_SESSION, AgentStatus, KernelStatus, SessionStatus
+from corral.domain.status import (
+    FAILED_KERNEL,
+    KERNEL_PROCESS,
+    TERMINAL_SESSION,
+    AgentStatus,
+    KernelStatus,
+    SessionStatus,
+)
 from corral.domain.transitions import kernel_sources, session_move_allowed
 from corral.store import agents as agent_store
 from corral.store import convert, journal
@@ -220,10 +227,12 @@ async def for_handler(
     changed_before: datetime | None = None,
     ready_at: datetime | None = None,
     lost_agent_only: Collection[SessionStatus] = (),
+    failed_kernel_only: Collection[SessionStatus] = (),
     after: QueueKey | None = None,
 ) -> list[SessionRecord]:
     """A handler's targets: sessions in `statuses` (optionally with a kernel in `kernel_statuses`);
-    those in `lost_agent_only` only when a kernel of theirs is on an agent not ALIVE.
+    those in `lost_agent_only` only when a kernel of theirs is on an agent not ALIVE, those in
+    `failed_kernel_only` only when a kernel of theirs has failed.
 
     With `queue_window`, only that many from the head of the queue (priority, chain submission,
     id), so a long queue is not re-read in full every cycle; with `after` too, the next that many
@@ -246,6 +255,7 @@ async def for_handler(
                 changed_before=changed_before,
                 ready_at=ready_at,
                 lost_agent_only=lost_agent_only,
+                failed_kernel_only=failed_kernel_only,
                 after=after,
             )
         found.sort(key=queue_key)
@@ -259,6 +269,7 @@ async def for_handler(
         lost_agent_only,
         limit,
         queue_window,
+        failed_kernel_only,
         changed_before is not None,
         ready_at is not None,
         after is not None,
@@ -284,13 +295,21 @@ async def target_ids(
     absent_kernel_statuses: Collection[KernelStatus] | None,
     terminating_requested: bool | None,
     lost_agent_only: Collection[SessionStatus] = (),
+    failed_kernel_only: Collection[SessionStatus] = (),
     limit: int = 5000,
 ) -> list[tuple[str, SessionStatus]]:
     """for_handler's targets (outside a queue window) as (id, status) only: for a promotion its
     kernel-status filter decides alone, or to learn whether a handler has anything to do.  A whole
     session and its kernels cost ten times as much to read and build."""
     query = _query(
-        True, statuses, kernel_statuses, absent_kernel_statuses, terminating_requested, lost_agent_only, limit
+        True,
+        statuses,
+        kernel_statuses,
+        absent_kernel_statuses,
+        terminating_requested,
+        lost_agent_only,
+        limit,
+        failed_kernel_only=failed_kernel_only,
     )
     rows = await conn.execute(query, {"resource_group": resource_group})
     return [(sid, convert.session_status(status)) for sid, status in rows]
@@ -305,6 +324,7 @@ def _query(
     lost_agent_only: Collection[SessionStatus],
     limit: int,
     queue_window: int | None = None,
+    failed_kernel_only: Collection[SessionStatus] = (),
     changed_before: bool = False,
     ready_at: bool = False,
     after: bool = False,
@@ -319,6 +339,7 @@ def _query(
         queue_window,
         limit,
         tuple(sorted(str(s) for s in lost_agent_only)),
+        tuple(sorted(str(s) for s in failed_kernel_only)),
         changed_before,
         ready_at,
         after,
@@ -335,6 +356,7 @@ def _handler_query(
     queue_window: int | None,
     limit: int,
     lost_agent_only: tuple[str, ...],
+    failed_kernel_only: tuple[str, ...],
     changed_before: bool,
     ready_at: bool,
     after: bool,
@@ -356,6 +378,19 @@ def _handler_query(
         )
         waiting = sessions.c.status.in_(lost_agent_only)
         query = query.where(or_(~waiting, on_lost_agent))
+    if failed_kernel_only:
+        failed = (
+            select(kernels.c.id)
+            .where(
+                kernels.c.session_id == sessions.c.id,
+                or_(
+                    kernels.c.status.in_(sorted(str(s) for s in FAILED_KERNEL)),
+                    and_(kernels.c.exit_code.is_not(None), kernels.c.exit_code != 0),
+                ),
+            )
+            .exists()
+        )
+        query = query.where(or_(~sessions.c.status.in_(failed_kernel_only), failed))
     if queue_window is not None:
         query = query.order_by(
             sessions.c.priority.desc(), sessions.c.chain_submitted_at, sessions.c.id

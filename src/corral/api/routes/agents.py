@@ -56,7 +56,7 @@ async def register(body: RegisterIn, state: State) -> RegisterOut:
 @router.post("/agent/orders", response_model=OrdersOut, dependencies=[AgentAuth])
 async def orders(body: OrdersIn, state: State) -> OrdersOut:
     fingerprint, found, recorded = await state.protocol.orders(
-        body.agent_id, body.epoch, body.seen, body.wait
+        body.agent_id, body.epoch, body.seen, body.wait, frozenset(body.started)
     )
     return OrdersOut(fingerprint=fingerprint, orders=[KernelOrder(**o) for o in found], recorded=recorded)
 

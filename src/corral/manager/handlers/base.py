@@ -72,6 +72,10 @@ class HandlerOptions:
     # Target statuses whose sessions only matter once an agent of theirs is lost (or past their
     # time limit, found by their own query): the rest are not read each cycle however many wait.
     lost_agent_only: ClassVar[frozenset[SessionStatus]] = frozenset()
+    # Target statuses whose sessions are read only once a kernel of theirs has failed (FAILED_KERNEL,
+    # or a non-zero exit): the handler acts on nothing else there.  A filter before `matches`,
+    # which still decides.
+    failed_kernel_only: ClassVar[frozenset[SessionStatus]] = frozenset()
     # Placement: it can only do more than last time once room was made or the queue changed (see
     # Coordinator.run_cycle), so a cycle woken by an agent's progress report skips it.
     waits_for_room: ClassVar[bool] = False
@@ -123,6 +127,7 @@ class SessionPromotionHandler(HandlerOptions, ABC):
             and cls.verdict is SessionPromotionHandler.verdict
             and self.target_kernel_statuses is None
             and not self.lost_agent_only
+            and not self.failed_kernel_only
             and not self.expiry_only
             and self.queue_window is None
         )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from corral.domain.scheduling import KernelMatchType
-from corral.domain.status import TERMINAL_KERNEL, KernelStatus, SessionStatus
+from corral.domain.status import FAILED_KERNEL, TERMINAL_KERNEL, SessionStatus
 from corral.manager.handlers.base import SessionPromotionHandler
 from corral.store.records import SessionRecord
 
@@ -22,6 +22,9 @@ class DetectTermination(SessionPromotionHandler):
     )
     check_kernel_statuses = TERMINAL_KERNEL
     match_type = KernelMatchType.ANY
+    # Before RUNNING only a failure stops the session (a one-shot kernel that exited 0 is read,
+    # every cycle until it is RUNNING, for nothing: half the sessions of a busy array were).
+    failed_kernel_only = target_session_statuses - {SessionStatus.RUNNING}
 
     @classmethod
     def success_session_status(cls) -> SessionStatus:
@@ -29,10 +32,7 @@ class DetectTermination(SessionPromotionHandler):
 
     def matches(self, session: SessionRecord) -> bool:
         # ANY kernel ended in failure, or ALL ended: a kernel that exits 0 early leaves its peers be.
-        failed = any(
-            k.status in (KernelStatus.ERROR, KernelStatus.CANCELLED) or (k.exit_code or 0) != 0
-            for k in session.kernels
-        )
+        failed = any(k.status in FAILED_KERNEL or (k.exit_code or 0) != 0 for k in session.kernels)
         if failed:
             return True
         return session.status is SessionStatus.RUNNING and all(
