@@ -70,6 +70,7 @@ class Agent:
         self.shipping: dict[str, KernelLogs] = {}
         self.outbox: list[Report] = []
         self.finished: set[tuple[str, int]] = set()
+        self._fences = 0  # times the manager fenced us: a reply from before the last is stale
         self._finished_order: deque[tuple[str, int]] = deque()
         self.epoch = 0
         self.lease = 15.0
@@ -246,6 +247,7 @@ class Agent:
             if self.epoch != epoch:
                 return
             log.warning("fenced by the manager", why=why)
+            self._fences += 1
             await self._kill_all()
             self.outbox.clear()
             self.kernels.clear()
@@ -277,7 +279,7 @@ class Agent:
     async def _pull_loop(self) -> None:
         seen = ""
         while True:
-            epoch = self.epoch
+            epoch, fences = self.epoch, self._fences
             sent = time.monotonic()
             try:
                 # The spec of a kernel started here is never read again (_act): not sent again.
@@ -292,7 +294,10 @@ class Agent:
                     log.error("orders refused or unreadable", error=str(exc))
                 await asyncio.sleep(0.5)
                 continue
-            if epoch != self.epoch:
+            if epoch != self.epoch or fences != self._fences:
+                # Answered before a fence that forgot every kernel (and, with `started`, without
+                # the specs of those started): the next poll, under the new epoch, has it right.
+                seen = ""
                 continue
             if reply.recorded:
                 self._contact(sent)

@@ -23,6 +23,7 @@ from corral.agent.shipper import STREAMS, KernelLogs
 from corral.domain.error_record import FILE_MAX, FileRecord, parse_file
 from corral.domain.exits import normalise_exit
 from corral.domain.status import KernelStatus
+from corral.protocol.messages import kernel_key
 from corral.protocol.types import scrub
 
 log = structlog.get_logger("corral.agent.kernel")
@@ -194,7 +195,7 @@ class KernelRunner:
         self.kernel_id = kernel_id
         self.identity = identity
         self.generation = generation
-        self.key = f"{kernel_id}.{generation}"
+        self.key = kernel_key(kernel_id, generation)
         self.session_id = session_id
         self.rank = rank
         self.dir = work_dir / "kernels" / self.key

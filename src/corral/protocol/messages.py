@@ -29,6 +29,12 @@ from corral.protocol.types import (
 Status = Annotated[KernelStatus, Strict(False)]
 
 
+def kernel_key(kernel_id: str, generation: int) -> str:
+    """One placement of a kernel, as the agent names it: its files, its supervisor's events, and
+    the kernels it tells the manager it has started."""
+    return f"{kernel_id}.{generation}"
+
+
 class RegisterIn(BaseModel):
     model_config = STRICT
 

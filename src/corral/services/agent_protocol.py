@@ -14,7 +14,7 @@ from corral.domain.error_record import worker_name
 from corral.domain.rendezvous import start_at_once
 from corral.domain.resources import ResourceError, ResourceSlots
 from corral.domain.status import TERMINAL_KERNEL, KernelStatus
-from corral.protocol.messages import LogShipment
+from corral.protocol.messages import LogShipment, kernel_key
 from corral.services.errors import Conflict, Fenced, InvalidInput
 from corral.settings import SchedulerSettings
 from corral.store import agents, kernels, logs, sessions, users
@@ -210,7 +210,9 @@ async def _orders(
     """The orders for an agent's kernels `mine` (those it should hold a process or preparation for)."""
     if not mine:
         return []
-    with_spec = [k for k in mine if k.status in _SPEC_STATUSES and f"{k.id}.{k.generation}" not in started]
+    with_spec = [
+        k for k in mine if k.status in _SPEC_STATUSES and kernel_key(k.id, k.generation) not in started
+    ]
     wanted = sorted({k.session_id for k in with_spec})
     by_session = {s.id: s for s in await sessions.get_many(conn, wanted)}
     hosts = {k.agent_id for s in by_session.values() for k in s.kernels if k.agent_id}

@@ -1,0 +1,76 @@
+"""An order reply answered before the manager fenced the agent is never acted on: the fence forgot
+every kernel, and the reply left out the specs of the kernels the agent said it had started (the
+agent would have built runners from empty specs).  The agent's own loop against a stand-in for
+the manager's HTTP side, which is the only way to hold a reply until the fence is half done."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from corral.agent.agent import Agent
+from corral.agent.settings import AgentSettings
+from corral.domain.status import KernelStatus
+from corral.protocol.messages import KernelOrder, OrdersOut, RegisterOut
+
+
+class Manager:
+    """Answers the agent's first poll only once a fence (from another loop) has forgotten its
+    kernels while its registration is still under way."""
+
+    def __init__(self, agent: Agent) -> None:
+        self.agent = agent
+        self.registering = asyncio.Event()
+        self.registered = asyncio.Event()
+        self.polls = 0
+        self.second_poll = asyncio.Event()
+
+    async def orders(
+        self, agent_id: str, epoch: int, seen: str, wait: float, started: list[str]
+    ) -> OrdersOut:
+        self.polls += 1
+        if self.polls > 1:
+            self.second_poll.set()
+            await asyncio.Event().wait()
+        fence = asyncio.create_task(self.agent._fenced("epoch fenced"))
+        await self.registering.wait()  # kernels forgotten, epoch not yet renewed
+        order = KernelOrder(
+            kernel_id="k1",
+            session_id="s1",
+            rank=0,
+            generation=1,
+            status=KernelStatus.CREATING,
+            kill=False,
+            spec={},
+        )
+        self.fence = fence
+        return OrdersOut(fingerprint="f1", orders=[order], recorded=True)
+
+    async def register(self, **_: Any) -> RegisterOut:
+        self.registering.set()
+        await self.registered.wait()
+        return RegisterOut(
+            epoch=2,
+            agent_lease=15.0,
+            fence_timeout=30.0,
+            heartbeat_interval=3.0,
+            long_poll=5.0,
+            log_cap=1 << 20,
+        )
+
+
+async def test_an_order_reply_from_before_a_fence_is_dropped() -> None:
+    agent = Agent(AgentSettings(id="a1", token="t"))
+    agent.epoch = 1
+    manager = Manager(agent)
+    agent.client = manager  # type: ignore[assignment]
+    acted: list[str] = []
+    agent._reconcile = lambda orders: acted.extend(o.kernel_id for o in orders)  # type: ignore[method-assign]
+    pulling = asyncio.create_task(agent._pull_loop())
+    await asyncio.wait_for(manager.second_poll.wait(), 10)  # the first reply was read (and dropped)
+    assert acted == []
+    manager.registered.set()
+    await asyncio.wait_for(manager.fence, 10)
+    assert agent.epoch == 2
+    pulling.cancel()
+    await asyncio.gather(pulling, return_exceptions=True)
