@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, Strict, StringConstraints
+from pydantic import BaseModel, ConfigDict, Field, Strict
 
 from corral.domain.status import KernelStatus
 from corral.protocol.types import (
@@ -23,7 +23,9 @@ from corral.protocol.types import (
     Offset,
     Serial,
     SlotName,
-    Text,
+    Text64,
+    Text128,
+    Text256,
 )
 
 Status = Annotated[KernelStatus, Strict(False)]
@@ -39,14 +41,12 @@ class RegisterIn(BaseModel):
     model_config = STRICT
 
     agent_id: Name
-    hostname: Annotated[Text, StringConstraints(max_length=256)]
-    address: Annotated[Text, StringConstraints(max_length=256)]
+    hostname: Text256
+    address: Text256
     resource_group: Name = "default"
     capacity: dict[SlotName, Amount] = Field(max_length=64)
     info: JsonObject = Field(default_factory=dict)
-    instance: Annotated[Text, StringConstraints(max_length=64)] = Field(
-        "", description="random per agent process: tells a restart from a twin"
-    )
+    instance: Text64 = Field("", description="random per agent process: tells a restart from a twin")
 
 
 class RegisterOut(BaseModel):
@@ -65,9 +65,9 @@ class OrdersIn(BaseModel):
 
     agent_id: Name
     epoch: Serial
-    seen: Annotated[Text, StringConstraints(max_length=128)] = ""
+    seen: Text128 = ""
     wait: float = Field(0.0, ge=0, le=60)
-    started: list[Annotated[Text, StringConstraints(max_length=256)]] = Field(
+    started: list[Text256] = Field(
         default_factory=list,
         max_length=100_000,
         description="kernels (`<kernel id>.<generation>`) this agent has started: their orders carry no spec",

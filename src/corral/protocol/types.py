@@ -50,6 +50,11 @@ Amount = Annotated[int | float | str, PlainValidator(_amount, json_schema_input_
 """A resource amount as written (parsed and range-checked by the domain)."""
 SlotName = Annotated[str, StringConstraints(max_length=64), AfterValidator(clean_text)]
 Text = Annotated[str, AfterValidator(clean_text)]
+# Bounded texts: the length is checked on the string itself, so the error speaks of characters
+# (`Annotated[Text, StringConstraints(...)]` checked it after the validator, as a count of "items").
+Text64 = Annotated[str, StringConstraints(max_length=64), AfterValidator(clean_text)]
+Text128 = Annotated[str, StringConstraints(max_length=128), AfterValidator(clean_text)]
+Text256 = Annotated[str, StringConstraints(max_length=256), AfterValidator(clean_text)]
 Name = Annotated[str, StringConstraints(min_length=1, max_length=128), AfterValidator(clean_text)]
 LongText = Annotated[str, StringConstraints(max_length=1 << 20), AfterValidator(clean_text)]
 
