@@ -23,7 +23,10 @@ def kernel_account(tmp_path_factory: pytest.TempPathFactory) -> None:
     which `corral up` creates; kernels' work dirs under pytest's temp tree must be reachable by it."""
     ensure_account()
     base = tmp_path_factory.getbasetemp()
-    for d in (base.parent, base):
+    dirs = [base.parent, base]
+    if base.name.startswith("popen-gw"):  # an xdist worker's base is a level deeper
+        dirs.insert(0, base.parent.parent)
+    for d in dirs:
         d.chmod(d.stat().st_mode | 0o011)
 
 
