@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import os
 import uuid
 from collections.abc import Callable, Iterator
@@ -21,10 +22,14 @@ BACKENDS = ["sqlite", "postgres"]
 def kernel_account(tmp_path_factory: pytest.TempPathFactory) -> None:
     """Agents started as root (CI runs as root) run kernels as the unprivileged `corral` account,
     which `corral up` creates; kernels' work dirs under pytest's temp tree must be reachable by it."""
-    ensure_account()
     base = tmp_path_factory.getbasetemp()
+    # One worker at a time (the lock beside their temp trees): two `useradd`s at once can both
+    # succeed, the second giving the account a new uid under kernels the first already started.
+    with open(base.parent / "kernel-account.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        ensure_account()
     dirs = [base.parent, base]
-    if base.name.startswith("popen-gw"):  # an xdist worker's base is a level deeper
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # a worker's base is a level deeper (popen-gwN)
         dirs.insert(0, base.parent.parent)
     for d in dirs:
         d.chmod(d.stat().st_mode | 0o011)

@@ -1,21 +1,65 @@
-"""Runs the whole suite; "no tests collected" (pytest exit 5) is a failure, never green."""
+"""Runs the whole suite; "no tests collected" (pytest exit 5) is a failure, never green.
+
+Most tests wait on real processes (agents, kernels, PostgreSQL) more than they compute, so they run
+in parallel (pytest-xdist), one worker more than the cores: 27 min one after another on a 2-core
+machine, under 10 this way.  Tests marked `serial` measure time or CPU share, which other tests'
+load would skew: they run afterwards, alone.  CORRAL_TEST_WORKERS=N sets the workers; 0 runs
+everything in one process, the only way with a CORRAL_TEST_PG_DSN (its one database would be
+shared by tests running at once).
+"""
 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
-# Most tests wait on real processes (agents, kernels, PostgreSQL) more than they compute: one worker
-# more than the cores keeps the machine busy (2 cores: 27 min one after another, under 10 with 3 workers).
-# CORRAL_TEST_WORKERS=0 runs them in this process, one after another: the default with a
-# CORRAL_TEST_PG_DSN, whose one database every PostgreSQL test would share at once.
-default = "0" if os.environ.get("CORRAL_TEST_PG_DSN") else str(min(8, (os.cpu_count() or 1) + 1))
-workers = os.environ.get("CORRAL_TEST_WORKERS") or default
-parallel = ["-n", workers] if workers != "0" else []
-pytest = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--durations=10"]
-code = subprocess.call([*pytest, *parallel, *sys.argv[1:]])
-if code == 5:
-    print("pytest collected no tests: failing the run", file=sys.stderr)
-    code = 1
-sys.exit(code)
+
+def workers() -> int:
+    given = os.environ.get("CORRAL_TEST_WORKERS", "")
+    dsn = bool(os.environ.get("CORRAL_TEST_PG_DSN"))
+    if not given:
+        return 0 if dsn else min(8, (os.cpu_count() or 1) + 1)
+    try:
+        n = int(given)
+    except ValueError:
+        sys.exit(f"CORRAL_TEST_WORKERS must be a whole number, not {given!r}")
+    if n < 0:
+        sys.exit(f"CORRAL_TEST_WORKERS must be 0 or more, not {n}")
+    if n and dsn:
+        sys.exit(
+            "CORRAL_TEST_PG_DSN is one database, which tests running at once would share: "
+            "unset CORRAL_TEST_WORKERS"
+        )
+    return n
+
+
+def main() -> int:
+    n = workers()
+    # A temp tree of the suite's own: kernels run as the `corral` account and must traverse to
+    # their dirs, and any other pytest of this user resets pytest-of-<user> to mode 700.
+    root = Path(tempfile.mkdtemp(prefix="corral-tests-"))
+    root.chmod(0o711)
+    pytest = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--durations=10"]
+    if n == 0:
+        passes = [[*pytest, "--basetemp", str(root / "all")]]
+    else:
+        passes = [
+            [*pytest, "-n", str(n), "-m", "not serial", "--basetemp", str(root / "parallel")],
+            [*pytest, "-m", "serial", "--basetemp", str(root / "serial")],
+        ]
+    codes = [subprocess.call([*cmd, *sys.argv[1:]]) for cmd in passes]
+    if all(code == 5 for code in codes):
+        print("pytest collected no tests: failing the run", file=sys.stderr)
+        return 1
+    failed = [code for code in codes if code not in (0, 5)]
+    if not failed:
+        shutil.rmtree(root, ignore_errors=True)  # kept after a failure: its logs are in there
+    return failed[0] if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -3,6 +3,8 @@ says it cannot enforce it."""
 
 from __future__ import annotations
 
+import pytest
+
 from tests.support.cluster import Cluster
 
 BUSY = "import time\nend = time.monotonic() + 3\nwhile time.monotonic() < end:\n    pass"
@@ -21,6 +23,7 @@ def cores_used(c: Cluster, cpu: float) -> tuple[float | None, str]:
     return detail["cpu_seconds"] / detail["wall_seconds"], detail["cpu_mode"]
 
 
+@pytest.mark.serial  # a CPU share: other tests' load would skew it
 def test_a_half_core_kernel_uses_at_most_0_6_cores(cluster: Cluster) -> None:
     used, mode = cores_used(cluster, 0.5)
     agents = cluster.http.get("/api/v1/agents").json()

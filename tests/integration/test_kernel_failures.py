@@ -164,6 +164,7 @@ def test_log_files_replaced_by_a_link_or_a_fifo_fail_that_start_alone(tmp_path: 
     assert sup.close() == 0
 
 
+@pytest.mark.serial  # a time bound: other tests' load would skew it
 def test_a_killed_supervisor_ends_its_kernels_and_is_replaced(
     own_cluster: Callable[..., Cluster], tmp_path: Path
 ) -> None:

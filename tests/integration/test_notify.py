@@ -8,6 +8,8 @@ from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 
+import pytest
+
 from tests.support.cluster import Cluster
 
 SLOW_POLL = {"CORRAL_LOOP_INTERVAL": "30"}
@@ -17,6 +19,7 @@ def started_after(s: dict[str, str]) -> float:
     return (datetime.fromisoformat(s["started_at"]) - datetime.fromisoformat(s["created_at"])).total_seconds()
 
 
+@pytest.mark.serial  # a time bound: other tests' load would skew it
 def test_a_session_submitted_through_another_manager_runs_without_waiting_a_poll(
     fresh_database: Callable[[str], str], tmp_path: Path
 ) -> None:

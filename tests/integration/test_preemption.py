@@ -116,6 +116,7 @@ def test_a_preemptor_behind_a_full_page_of_the_queue_still_preempts(full: Cluste
     assert len(too_big) == page + 6 and all(s["status"] == "PENDING" for s in too_big)
 
 
+@pytest.mark.serial  # a time bound: other tests' load would skew it
 def test_the_grace_period_reaches_the_kill(full: Cluster, tmp_path: Path) -> None:
     c = full
     assert c.corral("rg", "set", "default", "grace_period=2").returncode == 0

@@ -6,6 +6,7 @@ still wait, prepared, for the start order that carries rank 0's port."""
 from __future__ import annotations
 
 import json
+import os
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -175,12 +176,13 @@ def test_a_gang_on_one_agent_meets_on_the_port_its_agent_picked(own_cluster: Cal
 
 def test_a_spread_gang_meets_on_a_port_chosen_at_placement(own_cluster: Callable[..., Cluster]) -> None:
     c = own_cluster()
-    ports = "29460-29469"
+    # A range of this test's own: the suite's workers run tests at once (PYTEST_XDIST_WORKER gwN).
+    low = 29460 + 10 * int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
     for agent_id in ("left", "right"):
-        c.start_agent(agent_id, cpu=1, CORRAL_AGENT_RENDEZVOUS_PORTS=ports)
+        c.start_agent(agent_id, cpu=1, CORRAL_AGENT_RENDEZVOUS_PORTS=f"{low}-{low + 9}")
     s, port = _met(c, c.submit(command=["python3", "-c", MEET], cluster_size=2, resources={"cpu": 1})["id"])
     assert {k["agent"] for k in s["kernels"]} == {"left", "right"}
-    assert 29460 <= port <= 29469 and s["kernels"][0]["master_port"] == port
+    assert low <= port <= low + 9 and s["kernels"][0]["master_port"] == port
 
 
 def test_a_spread_gang_without_declared_ports_waits_for_the_start_order(
