@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -14,7 +15,11 @@ from typing import Any
 
 import httpx
 
+from corral.agent.cgroup import V1_CPU, V1_ROOT, V2_ROOT, parent_name
 from tests.support.postgres import free_port
+
+CGROUP_ROOTS = [V1_ROOT, V1_CPU, V1_CPU.with_name("cpuacct"), V2_ROOT]
+"""Where agents make their parent cgroups: v1's memory, cpu and cpuacct trees, or v2's root."""
 
 TERMINAL = {"TERMINATED", "CANCELLED", "ERROR"}
 
@@ -162,7 +167,18 @@ class Cluster:
                     print(f"cluster: {proc.args[3:5]} ignored SIGTERM for 10 s", file=sys.stderr)
                     proc.kill()
                     proc.wait(timeout=10)
+        self._release_cgroups()
         self.http.close()
+
+    def _release_cgroups(self) -> None:
+        """An agent killed by a test (SIGKILL) leaves its parent cgroups; in production its restart
+        on the same work dir takes them back, here the work dir is the test's own: removed now (a
+        day of runs had left 59 behind).  A busy one (a kernel still in it) stays, and shows."""
+        for agent_id in self.agents:
+            name = parent_name(agent_id, self.workdir / agent_id)
+            for root in CGROUP_ROOTS:
+                with contextlib.suppress(OSError):
+                    (root / name).rmdir()
 
     # --- API and CLI -----------------------------------------------------------------------
     def submit(self, **body: Any) -> dict[str, Any]:
