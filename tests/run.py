@@ -2,7 +2,7 @@
 
 Most tests wait on real processes (agents, kernels, PostgreSQL) more than they compute, so they run
 in parallel (pytest-xdist), one worker more than the cores: 27 min one after another on a 2-core
-machine, under 10 this way.  Tests marked `serial` measure time or CPU share, which other tests'
+machine, about 10 this way.  Tests marked `serial` measure time or CPU share, which other tests'
 load would skew: they run afterwards, alone.  CORRAL_TEST_WORKERS=N sets the workers; 0 runs
 everything in one process, the only way with a CORRAL_TEST_PG_DSN (its one database would be
 shared by tests running at once).
