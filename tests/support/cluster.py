@@ -15,10 +15,10 @@ from typing import Any
 
 import httpx
 
-from corral.agent.cgroup import V1_CPU, V1_ROOT, V2_ROOT, parent_name
+from corral.agent.cgroup import V1_ACCT, V1_CPU, V1_ROOT, V2_ROOT, parent_name
 from tests.support.postgres import free_port
 
-CGROUP_ROOTS = [V1_ROOT, V1_CPU, V1_CPU.with_name("cpuacct"), V2_ROOT]
+CGROUP_ROOTS = [V1_ROOT, V1_CPU, V1_ACCT, V2_ROOT]
 """Where agents make their parent cgroups: v1's memory, cpu and cpuacct trees, or v2's root."""
 
 TERMINAL = {"TERMINATED", "CANCELLED", "ERROR"}
