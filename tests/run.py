@@ -17,6 +17,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+MAX_WORKERS = 64
+"""Each worker starts a PostgreSQL and clusters of its own: more would only exhaust the machine."""
+
 
 def workers() -> int:
     given = os.environ.get("CORRAL_TEST_WORKERS", "")
@@ -27,8 +30,8 @@ def workers() -> int:
         n = int(given)
     except ValueError:
         sys.exit(f"CORRAL_TEST_WORKERS must be a whole number, not {given!r}")
-    if n < 0:
-        sys.exit(f"CORRAL_TEST_WORKERS must be 0 or more, not {n}")
+    if not 0 <= n <= MAX_WORKERS:
+        sys.exit(f"CORRAL_TEST_WORKERS must be 0 to {MAX_WORKERS}, not {n}")
     if n and dsn:
         sys.exit(
             "CORRAL_TEST_PG_DSN is one database, which tests running at once would share: "
