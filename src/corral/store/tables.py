@@ -24,27 +24,51 @@ from sqlalchemy import (
     UniqueConstraint,
     false,
 )
+from sqlalchemy.dialects.sqlite import DATETIME as SQLITE_DATETIME
 from sqlalchemy.engine import Dialect
 
 
+class _SQLiteStamp(SQLITE_DATETIME):
+    """SQLite's DATETIME column, its text written and read by UTCDateTime alone."""
+
+    def bind_processor(self, dialect: Dialect) -> None:
+        return None
+
+    def result_processor(self, dialect: Dialect, coltype: object) -> None:
+        return None
+
+
 class UTCDateTime(TypeDecorator[datetime]):
-    """Aware UTC datetimes on both backends (SQLite keeps no zone)."""
+    """Aware UTC datetimes on both backends (SQLite keeps no zone).
+
+    On SQLite the text is SQLAlchemy's DATETIME format ("2026-11-26 07:19:19.000000", which sorts
+    as the time does), written and parsed here in one step: SQLAlchemy's own processors, chained
+    after ours, built it field by field and parsed it with a regular expression (a session row
+    has nine of them, read by every handler)."""
 
     impl = DateTime(timezone=True)
     cache_ok = True
+
+    def load_dialect_impl(self, dialect: Dialect) -> Any:
+        if dialect.name == "sqlite":
+            return _SQLiteStamp()  # type: ignore[no-untyped-call]  # (the dialect type is untyped)
+        return dialect.type_descriptor(self.impl)
 
     def process_bind_param(self, value: datetime | None, dialect: Dialect) -> Any:
         if value is None:
             return None
         if value.tzinfo is None:
             raise ValueError("naive datetime given to the store")
-        value = value.astimezone(UTC)
-        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+        if value.tzinfo is not UTC:
+            value = value.astimezone(UTC)
+        if dialect.name == "sqlite":
+            return value.replace(tzinfo=None).isoformat(" ", "microseconds")
+        return value
 
     def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
         if value is None:
             return None
-        stamp: datetime = value
+        stamp: datetime = datetime.fromisoformat(value) if isinstance(value, str) else value
         return stamp.replace(tzinfo=UTC) if stamp.tzinfo is None else stamp.astimezone(UTC)
 
 
