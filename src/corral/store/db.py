@@ -14,7 +14,7 @@ from weakref import WeakSet
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import ARRAY, BindParameter, Enum, Integer, String, Text, TypeDecorator, event
+from sqlalchemy import ARRAY, BindParameter, String, event
 from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.exc import DBAPIError, DisconnectionError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
@@ -115,43 +115,6 @@ def _in_as_any(base: type[SQLCompiler]) -> type[SQLCompiler]:
     return Compiler
 
 
-class _JsonList(TypeDecorator[list[Any]]):
-    """A list of strings or integers bound as one JSON array (for _in_as_json_each)."""
-
-    impl = Text
-    cache_ok = True
-
-    def process_bind_param(self, value: Any, dialect: Any) -> str:
-        return json.dumps(list(value))
-
-
-def _in_as_json_each(base: type[SQLCompiler]) -> type[SQLCompiler]:
-    """SQLite's compiler, with `column IN (list)` as `column IN (SELECT value FROM json_each(?))`:
-    one parameter whatever the list's length, as _in_as_any on PostgreSQL.  An IN list of n values
-    is a text of its own for every n: SQLAlchemy rendered it anew at every execution, and SQLite
-    prepared it again once its 128 cached statements were others (one execution in six under
-    bench/throughput.py).  SQLite looks each value up by the column's index either way."""
-
-    class Compiler(base):  # type: ignore[valid-type,misc]
-        def visit_in_op_binary(self, binary: Any, operator: Any, **kw: Any) -> str:
-            right = binary.right
-            if (
-                isinstance(right, BindParameter)
-                and right.expanding
-                and isinstance(right.type, (String, Integer))
-                and not isinstance(right.type, Enum)
-                and not kw.get("literal_binds")
-            ):
-                array = right._clone(maintain_key=True)
-                array.expanding = False
-                array.type = _JsonList()
-                values = self.process(array, **kw)
-                return f"{self.process(binary.left, **kw)} IN (SELECT value FROM json_each({values}))"
-            return str(self._generate_generic_binary(binary, " IN ", **kw))
-
-    return Compiler
-
-
 def unbounded(item: Any) -> Any:
     """A string type without its length, for an array of values: `$1::VARCHAR(36)[]` cuts a longer
     value to 36 characters (to match what it is not, or be stored cut); `$1::VARCHAR` never did."""
@@ -221,8 +184,6 @@ def _sqlite_engine(url: str, pool_size: int, begin: str, pragmas: tuple[str, ...
         **options,
     )
     _sqlite_session(engine, begin, pragmas)
-    dialect = engine.sync_engine.dialect
-    dialect.statement_compiler = _in_as_json_each(dialect.statement_compiler)
     if options:
         _INLINE.add(engine.sync_engine)
     return engine

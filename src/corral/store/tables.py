@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -36,6 +37,9 @@ class _SQLiteStamp(SQLITE_DATETIME):
 
     def result_processor(self, dialect: Dialect, coltype: object) -> None:
         return None
+
+    def literal_processor(self, dialect: Dialect) -> Callable[[str], str]:
+        return lambda text: f"'{text}'"  # UTCDateTime's text: digits, '-', ':', '.' and a space
 
 
 class UTCDateTime(TypeDecorator[datetime]):
