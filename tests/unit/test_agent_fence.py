@@ -74,3 +74,39 @@ async def test_an_order_reply_from_before_a_fence_is_dropped() -> None:
     assert agent.epoch == 2
     pulling.cancel()
     await asyncio.gather(pulling, return_exceptions=True)
+
+
+class Registrar:
+    """The manager's registration: each one takes a round trip and fences the epoch before it."""
+
+    def __init__(self) -> None:
+        self.epoch = 1
+        self.calls = 0
+
+    async def register(self, **_: Any) -> RegisterOut:
+        self.calls += 1
+        await asyncio.sleep(0.01)
+        self.epoch += 1
+        return RegisterOut(
+            epoch=self.epoch,
+            agent_lease=15.0,
+            fence_timeout=30.0,
+            heartbeat_interval=3.0,
+            long_poll=5.0,
+            log_cap=1 << 20,
+        )
+
+
+async def test_loops_fenced_at_once_register_once() -> None:
+    """The orders, reports and log loops can each hear "fenced" for the same epoch.  One new
+    registration serves them all: a second one would fence the first, and a kernel ordered under
+    the first would be lost (seen in test_faults' lost-agent test on PostgreSQL under load)."""
+    agent = Agent(AgentSettings(id="a1", token="t"))
+    agent.epoch = 1
+    registrar = Registrar()
+    agent.client = registrar  # type: ignore[assignment]
+    await asyncio.wait_for(
+        asyncio.gather(*(agent._fenced(f"loop {i}") for i in range(3))),
+        10,
+    )
+    assert (registrar.calls, agent.epoch) == (1, 2)

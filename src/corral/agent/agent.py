@@ -200,45 +200,49 @@ class Agent:
 
     async def _register(self) -> None:
         async with self._register_lock:
-            while not self._stopped.is_set():
-                sent = time.monotonic()
-                try:
-                    reply = await self.client.register(
-                        agent_id=self.cfg.id,
-                        hostname=socket.gethostname(),
-                        address=self.cfg.address,
-                        resource_group=self.cfg.resource_group,
-                        capacity=capacity(self.cfg),
-                        info={
-                            "memory_mode": self.mode.kind,
-                            "memory_mode_why": self._why,
-                            "cpu_mode": self.mode.cpu,
-                            "cpu_mode_why": self._cpu_why,
-                            **(self.identity.info() if self.identity else {}),
-                            **self._rendezvous_info(),
-                            "pid": os.getpid(),
-                        },
-                        instance=self._instance,
-                    )
-                except ManagerUnreachable as exc:
-                    log.warning("manager unreachable; retrying registration", error=str(exc))
-                    await asyncio.sleep(1.0)
-                    continue
-                except (Refused, Rejected) as exc:
-                    log.error("registration refused; retrying", reason=str(exc))
-                    await asyncio.sleep(2.0)
-                    continue
-                self.epoch = reply.epoch
-                self.lease = reply.agent_lease
-                self.fence_timeout = reply.fence_timeout
-                self.long_poll = reply.long_poll
-                self.log_cap = reply.log_cap
-                self.last_contact = sent  # registration records the contact: count from its send
-                # At once, before any order: the supervisor's deadline from before a partition has
-                # passed, and it would fence the first kernel started after re-registering.
-                self._ping_supervisor()
-                log.info("registered", agent=self.cfg.id, epoch=self.epoch)
-                return
+            await self._register_held()
+
+    async def _register_held(self) -> None:
+        """Register (a new epoch), with `_register_lock` held by the caller."""
+        while not self._stopped.is_set():
+            sent = time.monotonic()
+            try:
+                reply = await self.client.register(
+                    agent_id=self.cfg.id,
+                    hostname=socket.gethostname(),
+                    address=self.cfg.address,
+                    resource_group=self.cfg.resource_group,
+                    capacity=capacity(self.cfg),
+                    info={
+                        "memory_mode": self.mode.kind,
+                        "memory_mode_why": self._why,
+                        "cpu_mode": self.mode.cpu,
+                        "cpu_mode_why": self._cpu_why,
+                        **(self.identity.info() if self.identity else {}),
+                        **self._rendezvous_info(),
+                        "pid": os.getpid(),
+                    },
+                    instance=self._instance,
+                )
+            except ManagerUnreachable as exc:
+                log.warning("manager unreachable; retrying registration", error=str(exc))
+                await asyncio.sleep(1.0)
+                continue
+            except (Refused, Rejected) as exc:
+                log.error("registration refused; retrying", reason=str(exc))
+                await asyncio.sleep(2.0)
+                continue
+            self.epoch = reply.epoch
+            self.lease = reply.agent_lease
+            self.fence_timeout = reply.fence_timeout
+            self.long_poll = reply.long_poll
+            self.log_cap = reply.log_cap
+            self.last_contact = sent  # registration records the contact: count from its send
+            # At once, before any order: the supervisor's deadline from before a partition has
+            # passed, and it would fence the first kernel started after re-registering.
+            self._ping_supervisor()
+            log.info("registered", agent=self.cfg.id, epoch=self.epoch)
+            return
 
     async def _fenced(self, why: str) -> None:
         """The manager refused our epoch: stop everything, forget it, register anew."""
@@ -252,7 +256,10 @@ class Agent:
             self.outbox.clear()
             self.kernels.clear()
             self.shipping.clear()
-        await self._register()
+            # Under the lock: another loop fenced at the same time waits for the new epoch, and
+            # then has nothing to do.  Registered after releasing it, each loop registered in turn,
+            # each registration fencing the one before, and a kernel ordered in between was lost.
+            await self._register_held()
 
     async def _kill_all(self) -> None:
         await self._kill_and_confirm(list(self.kernels.values()))
