@@ -32,7 +32,7 @@ class Manager:
         if self.polls > 1:
             self.second_poll.set()
             await asyncio.Event().wait()
-        fence = asyncio.create_task(self.agent._fenced("epoch fenced"))
+        fence = asyncio.create_task(self.agent._fenced("epoch fenced", 1))
         await self.registering.wait()  # kernels forgotten, epoch not yet renewed
         order = KernelOrder(
             kernel_id="k1",
@@ -106,7 +106,21 @@ async def test_loops_fenced_at_once_register_once() -> None:
     registrar = Registrar()
     agent.client = registrar  # type: ignore[assignment]
     await asyncio.wait_for(
-        asyncio.gather(*(agent._fenced(f"loop {i}") for i in range(3))),
+        asyncio.gather(*(agent._fenced(f"loop {i}", 1) for i in range(3))),
         10,
     )
     assert (registrar.calls, agent.epoch) == (1, 2)
+
+
+async def test_a_refusal_of_an_epoch_already_replaced_changes_nothing() -> None:
+    """A long poll sent under epoch 1 is refused after another loop has already registered epoch 2:
+    epoch 2 and what was ordered under it stay (a new registration would declare them gone)."""
+    agent = Agent(AgentSettings(id="a1", token="t"))
+    agent.epoch = 1
+    registrar = Registrar()
+    agent.client = registrar  # type: ignore[assignment]
+    await agent._fenced("the log loop's refusal", 1)
+    assert agent.epoch == 2
+    agent.kernels["k2"] = "ordered under epoch 2"  # type: ignore[assignment]
+    await agent._fenced("the poll sent under epoch 1, refused now", 1)
+    assert (registrar.calls, agent.epoch, list(agent.kernels)) == (1, 2, ["k2"])

@@ -244,9 +244,9 @@ class Agent:
             log.info("registered", agent=self.cfg.id, epoch=self.epoch)
             return
 
-    async def _fenced(self, why: str) -> None:
-        """The manager refused our epoch: stop everything, forget it, register anew."""
-        epoch = self.epoch
+    async def _fenced(self, why: str, epoch: int) -> None:
+        """The manager refused `epoch` (the one the request was sent with): stop everything, forget
+        it, register anew; unless another loop has already done so since that request went out."""
         async with self._register_lock:
             if self.epoch != epoch:
                 return
@@ -293,7 +293,7 @@ class Agent:
                 started = [k.key for k in self.kernels.values() if k.started]
                 reply = await self.client.orders(self.cfg.id, epoch, seen, self.long_poll, started)
             except Fenced as exc:
-                await self._fenced(str(exc))
+                await self._fenced(str(exc), epoch)
                 seen = ""
                 continue
             except (ManagerUnreachable, Rejected) as exc:
@@ -319,10 +319,11 @@ class Agent:
                 pass
             self._wake_push.clear()
             await self._await_starts()
+            epoch = self.epoch  # what _push_once sends (it reads it before any wait)
             try:
                 await self._push_once()
             except Fenced as exc:
-                await self._fenced(str(exc))
+                await self._fenced(str(exc), epoch)
             except ManagerUnreachable:
                 await asyncio.sleep(0.5)
             except Rejected as exc:
@@ -386,7 +387,7 @@ class Agent:
                 try:
                     stored, recorded = await self.client.ship_logs(self.cfg.id, epoch, logs, piece, eof)
                 except Fenced as exc:
-                    await self._fenced(str(exc))
+                    await self._fenced(str(exc), epoch)
                     break
                 except ManagerUnreachable:
                     await asyncio.sleep(0.5)
