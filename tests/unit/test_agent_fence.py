@@ -14,6 +14,18 @@ from corral.domain.status import KernelStatus
 from corral.protocol.messages import KernelOrder, OrdersOut, RegisterOut
 
 
+def registered(epoch: int) -> RegisterOut:
+    """The manager's answer to a registration: the new epoch, and settings as it sends them."""
+    return RegisterOut(
+        epoch=epoch,
+        agent_lease=15.0,
+        fence_timeout=30.0,
+        heartbeat_interval=3.0,
+        long_poll=5.0,
+        log_cap=1 << 20,
+    )
+
+
 class Manager:
     """Answers the agent's first poll only once a fence (from another loop) has forgotten its
     kernels while its registration is still under way."""
@@ -49,14 +61,7 @@ class Manager:
     async def register(self, **_: Any) -> RegisterOut:
         self.registering.set()
         await self.registered.wait()
-        return RegisterOut(
-            epoch=2,
-            agent_lease=15.0,
-            fence_timeout=30.0,
-            heartbeat_interval=3.0,
-            long_poll=5.0,
-            log_cap=1 << 20,
-        )
+        return registered(2)
 
 
 async def test_an_order_reply_from_before_a_fence_is_dropped() -> None:
@@ -87,14 +92,7 @@ class Registrar:
         self.calls += 1
         await asyncio.sleep(0.01)
         self.epoch += 1
-        return RegisterOut(
-            epoch=self.epoch,
-            agent_lease=15.0,
-            fence_timeout=30.0,
-            heartbeat_interval=3.0,
-            long_poll=5.0,
-            log_cap=1 << 20,
-        )
+        return registered(self.epoch)
 
 
 async def test_loops_fenced_at_once_register_once() -> None:

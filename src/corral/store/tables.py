@@ -47,8 +47,8 @@ class UTCDateTime(TypeDecorator[datetime]):
 
     On SQLite the text is SQLAlchemy's DATETIME format ("2026-11-26 07:19:19.000000", which sorts
     as the time does), written and parsed here in one step: SQLAlchemy's own processors, chained
-    after ours, built it field by field and parsed it with a regular expression (a session row
-    has nine of them, read by every handler)."""
+    after ours, built it field by field and made a second call per value (a session row has nine
+    of them, read by every handler)."""
 
     impl = DateTime(timezone=True)
     cache_ok = True
@@ -56,7 +56,7 @@ class UTCDateTime(TypeDecorator[datetime]):
     def load_dialect_impl(self, dialect: Dialect) -> Any:
         if dialect.name == "sqlite":
             return _SQLiteStamp()  # type: ignore[no-untyped-call]  # (the dialect type is untyped)
-        return dialect.type_descriptor(self.impl)
+        return super().load_dialect_impl(dialect)
 
     def process_bind_param(self, value: datetime | None, dialect: Dialect) -> Any:
         if value is None:
