@@ -6,6 +6,7 @@ the manager's HTTP side, which is the only way to hold a reply until the fence i
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 from corral.agent.agent import Agent
@@ -122,3 +123,31 @@ async def test_a_refusal_of_an_epoch_already_replaced_changes_nothing() -> None:
     agent.kernels["k2"] = "ordered under epoch 2"  # type: ignore[assignment]
     await agent._fenced("the poll sent under epoch 1, refused now", 1)
     assert (registrar.calls, agent.epoch, list(agent.kernels)) == (1, 2, ["k2"])
+
+
+class Link:
+    """The supervisor's end of the pipe: what the agent sent it."""
+
+    def __init__(self) -> None:
+        self.alive = True
+        self.sent: list[dict[str, Any]] = []
+
+    def send(self, command: dict[str, Any]) -> bool:
+        self.sent.append(command)
+        return True
+
+
+def test_contact_after_the_fence_passed_renews_the_supervisors_deadline_at_once() -> None:
+    """An agent stopped past its fence deadline, and back in contact before the manager fenced it,
+    gets orders for new kernels: the supervisor must hear the new deadline before their starts, or
+    it kills them (it kills every kernel while its deadline is past)."""
+    agent = Agent(AgentSettings(id="a1", token="t"))
+    agent.fence_timeout = 3.0
+    agent.last_contact = time.monotonic() - 10
+    link = Link()
+    agent.link = link  # type: ignore[assignment]
+    agent._contact(time.monotonic())
+    [ping] = link.sent
+    assert ping["op"] == "ping" and ping["fence_at"] > time.monotonic()
+    agent._contact(time.monotonic())  # in contact all along: the fence watch's tick is enough
+    assert len(link.sent) == 1

@@ -424,7 +424,14 @@ class Agent:
     def _contact(self, sent: float) -> None:
         """The manager recorded a request we sent at `sent`: it recorded it no earlier than that, so
         counting the fence from the send time (not the reply) keeps us ahead of the manager's count."""
+        now = time.monotonic()
+        lapsed = self.last_contact + self.fence_timeout <= now
         self.last_contact = max(self.last_contact, sent)
+        if lapsed and self.last_contact + self.fence_timeout > now:
+            # Back in contact after the supervisor's deadline passed (SIGSTOP, a partition healed
+            # before the manager fenced us): it kills every kernel until told a later one, so it is
+            # told now, before the start orders this reply may carry, not at the next fence tick.
+            self._ping_supervisor()
 
     def _ping_supervisor(self) -> None:
         if self.link is not None and self.link.alive:
