@@ -9,7 +9,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 
 import pytest
-from sqlalchemy import update
+from sqlalchemy import insert, update
 
 from corral.domain.judge import PhaseLimits
 from corral.domain.spec import SessionSpec
@@ -17,11 +17,15 @@ from corral.domain.status import SessionStatus
 from corral.manager.coordinator import Coordinator
 from corral.manager.handlers.base import SessionPromotionHandler
 from corral.manager.handlers.detect_termination import DetectTermination
+from corral.manager.handlers.promote_ended import PromoteEnded
 from corral.manager.handlers.promote_prepared import PromoteToPrepared
+from corral.manager.handlers.promote_started import PromoteStartedAlone
+from corral.manager.handlers.promote_terminated import PromoteToTerminated
 from corral.store import journal, sessions
 from corral.store.db import transaction
 from corral.store.records import NewSession
 from corral.store.tables import kernels as kernel_table
+from corral.store.tables import resource_groups as group_table
 from corral.store.tables import sessions as session_table
 from tests.conftest import BACKENDS
 from tests.support.db import migrated
@@ -148,3 +152,118 @@ async def test_a_session_stops_exactly_when_its_kernels_say_so_read_filtered_or_
                 found = await sessions.get(conn, ids[name])
                 assert found is not None
                 assert str(found.status) == ("TERMINATING" if moves else status), name
+
+
+# PromoteStartedAlone: every kernel started by itself and none failed -> CREATING in one step,
+# passing PREPARED (a session already there goes on from it); anything else waits for the handlers
+# one by one.
+STARTED = {
+    "one kernel, running": ("PREPARING", ["RUNNING"], False, True),
+    "one kernel, creating": ("PREPARING", ["CREATING"], False, True),
+    "scheduled, already running": ("SCHEDULED", ["RUNNING"], False, True),
+    "gang pulled, one running one creating": ("PULLING", ["RUNNING", "CREATING"], False, True),
+    "already prepared": ("PREPARED", ["RUNNING"], False, True),
+    "exited 0 before a cycle saw it": ("PREPARING", ["TERMINATED:0"], False, True),
+    "a rank stopping, one running": ("PREPARING", ["TERMINATING", "RUNNING"], False, True),
+    "exited 1": ("PREPARING", ["TERMINATED:1"], False, False),
+    "a rank in ERROR": ("PREPARING", ["RUNNING", "ERROR"], False, False),
+    "waits for its start order": ("PREPARED", ["PREPARED", "PREPARED"], False, False),
+    "a rank still prepared": ("PREPARING", ["RUNNING", "PREPARED"], False, False),
+    "a rank still preparing": ("PREPARING", ["RUNNING", "PREPARING"], False, False),
+    "being stopped": ("PREPARING", ["RUNNING"], True, False),
+    "creating: PromoteToRunning's": ("CREATING", ["RUNNING"], False, False),
+}
+_PATH = [
+    ("PromoteToPrepared", "PREPARED", ""),
+    ("StartSessions", "CREATING", "started by its agents as soon as prepared"),
+]
+
+
+@pytest.mark.parametrize("status_only", [True, False], ids=["ids and statuses", "whole sessions"])
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_a_session_started_alone_passes_prepared_to_creating_in_one_step(
+    backend: str, status_only: bool, fresh_database: Callable[[str], str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert PromoteStartedAlone().decided_by_kernel_statuses  # the path under test is the one taken
+    if not status_only:
+        monkeypatch.setattr(SessionPromotionHandler, "decided_by_kernel_statuses", property(lambda _: False))
+    async with migrated(fresh_database(backend)) as engine:
+        ids = await _scenario(engine, STARTED)
+        coordinator = Coordinator(
+            engine, "default", [PromoteStartedAlone()], PhaseLimits(timeouts={}), lambda: NOW
+        )
+        expected: dict[str, list[tuple[str, str, str, str, str]]] = {}
+        on_path = [to for _, to, _ in _PATH]
+        for name, (status, _, _, moves) in STARTED.items():
+            steps = _PATH[on_path.index(status) + 1 if status in on_path else 0 :] if moves else []
+            froms = [status] + [to for _, to, _ in steps]
+            expected[name] = [
+                (h, "SUCCESS", src, to, m) for (h, to, m), src in zip(steps, froms, strict=False)
+            ]
+        assert await coordinator.run_cycle() == sum(moves for *_, moves in STARTED.values())
+        async with engine.connect() as conn:
+            for name, (status, _, _, moves) in STARTED.items():
+                found = await sessions.get(conn, ids[name])
+                history = await journal.history_of(conn, ids[name])
+                assert found is not None
+                assert str(found.status) == ("CREATING" if moves else status), name
+                rows = [(h.handler, h.result, h.from_status, h.to_status, h.message) for h in history]
+                assert rows == expected[name], name
+                if moves:
+                    assert found.status_changed_at == NOW, name
+
+
+# PromoteEnded: a RUNNING session whose kernels all ended ends in one step; the same outcome and
+# the same history rows as DetectTermination then PromoteToTerminated, each in its own transaction.
+ENDED = {
+    "one kernel exited 0": ("RUNNING", ["TERMINATED:0"], False, True),
+    "one kernel exited 3": ("RUNNING", ["TERMINATED:3"], False, True),
+    "gang, both exited 0": ("RUNNING", ["TERMINATED:0", "TERMINATED:0"], False, True),
+    "gang, rank 1 exited 1": ("RUNNING", ["TERMINATED:0", "TERMINATED:1"], False, True),
+    "gang, a kernel in ERROR": ("RUNNING", ["ERROR", "TERMINATED:0"], False, True),
+    "gang, one still running": ("RUNNING", ["TERMINATED:0", "RUNNING"], False, False),
+    "being stopped": ("RUNNING", ["TERMINATED:0"], True, False),
+    "not yet running": ("CREATING", ["TERMINATED:0"], False, False),
+}
+
+
+async def _outcomes(engine: object, ids: dict[str, str]) -> dict[str, tuple[object, ...]]:
+    found: dict[str, tuple[object, ...]] = {}
+    async with engine.connect() as conn:  # type: ignore[attr-defined]
+        for name, sid in ids.items():
+            s = await sessions.get(conn, sid)
+            assert s is not None
+            rows = [
+                (h.handler, h.result, h.from_status, h.to_status, h.message)
+                for h in await journal.history_of(conn, sid)
+            ]
+            found[name] = (str(s.status), str(s.result), s.cause, s.exit_code, s.root_rank, rows)
+    return found
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_a_running_session_whose_kernels_all_ended_ends_in_one_step_as_in_two(
+    backend: str, fresh_database: Callable[[str], str]
+) -> None:
+    async with migrated(fresh_database(backend)) as engine:
+        one, two = await _scenario(engine, ENDED), await _scenario(engine, ENDED)
+        async with transaction(engine) as conn:  # the second set in a group of its own
+            await conn.execute(insert(group_table).values(name="b", created_at=NOW))
+            await conn.execute(
+                update(session_table)
+                .where(session_table.c.id.in_(list(two.values())))
+                .values(resource_group="b")
+            )
+        fused = Coordinator(engine, "default", [PromoteEnded()], PhaseLimits(timeouts={}), lambda: NOW)
+        assert await fused.run_cycle() == sum(moves for *_, moves in ENDED.values())
+        apart = Coordinator(
+            engine, "b", [DetectTermination(), PromoteToTerminated()], PhaseLimits(timeouts={}), lambda: NOW
+        )
+        await apart.run_cycle()
+        fused_out, apart_out = await _outcomes(engine, one), await _outcomes(engine, two)
+        for name, (status, _, _, moves) in ENDED.items():
+            if moves:
+                assert fused_out[name] == apart_out[name], name
+                assert fused_out[name][0] in ("TERMINATED", "ERROR"), name
+            else:
+                assert (fused_out[name][0], fused_out[name][-1]) == (status, []), name

@@ -78,7 +78,7 @@ async def test_two_coordinators_race(backend: str, fresh_database: Callable[[str
             rows = (await conn.execute(select(func.count()).select_from(allocations))).scalar_one()
             statuses = await sessions.count_by_status(conn)
         assert rows == 10
-        assert statuses == {"SCHEDULED": 10}
+        assert statuses == {"PREPARING": 10}  # placed, and handed their prepare orders at once
     finally:
         await first.dispose()
         await second.dispose()

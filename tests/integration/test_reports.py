@@ -27,6 +27,13 @@ from tests.conftest import BACKENDS
 from tests.support.db import migrated
 
 
+class _PlaceOnly(ScheduleNewSessions):
+    """Placement without its hand-over: kernels stay SCHEDULED, and the reports below start there
+    (PREPARING is a report the store accepts from SCHEDULED)."""
+
+    then = ()
+
+
 async def _register(engine: AsyncEngine, agent_id: str) -> int:
     async with transaction(engine) as conn:
         return await agents.register(
@@ -66,14 +73,14 @@ async def test_a_batch_applies_in_order_and_refuses_only_its_stale_reports(
                 datetime.now(UTC),
             )
         scheduler = Coordinator(engine, "default", [], PhaseLimits(timeouts={}), lambda: datetime.now(UTC))
-        assert await scheduler.run_handler(ScheduleNewSessions()) == 3
+        assert await scheduler.run_handler(_PlaceOnly()) == 3
         current, replaced, foreign = ids
         # `replaced` goes back to the queue and is placed again: its kernel is a new generation, and
         # whatever the agent says about the first placement is stale.
         async with transaction(engine) as conn:
             back = Move(replaced, SessionStatus.SCHEDULED, SessionStatus.PENDING, KernelStatus.PENDING)
             assert await sessions.apply_moves(conn, [back], datetime.now(UTC))
-        assert await scheduler.run_handler(ScheduleNewSessions()) == 1
+        assert await scheduler.run_handler(_PlaceOnly()) == 1
         k_current, k_replaced, k_foreign = [await _kernel(engine, sid) for sid in ids]
         assert (k_current.generation, k_replaced.generation) == (0, 1)
         await _register(engine, "b")  # another agent, reporting about a kernel placed on "a"
@@ -147,7 +154,7 @@ async def test_a_session_has_started_once_a_process_of_it_ran_whatever_was_repor
             news = [NewSession(id=sid, name=f"s{i}", owner="t", spec=spec) for i, sid in enumerate(ids)]
             await sessions.insert_sessions(conn, news, datetime.now(UTC))
         scheduler = Coordinator(engine, "default", [], PhaseLimits(timeouts={}), lambda: datetime.now(UTC))
-        assert await scheduler.run_handler(ScheduleNewSessions()) == 4
+        assert await scheduler.run_handler(_PlaceOnly()) == 4
         k = [(await _kernel(engine, sid)).id for sid in ids]
         protocol = AgentProtocol(engine, SchedulerSettings(), Wakeup(), log_cap=1 << 20)
         ran_and_said, ended_only, never_ran, not_yet = k

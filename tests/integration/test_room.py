@@ -167,7 +167,7 @@ async def test_placement_reads_past_a_page_while_room_is_left(
         assert await coordinator.run_cycle(timed=True) == 1
         async with transaction(engine) as conn:
             found = await sessions.get(conn, small)
-        assert found is not None and found.status.value == "SCHEDULED"
+        assert found is not None and found.status.value == "PREPARING"  # placed and handed over
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

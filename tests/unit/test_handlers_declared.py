@@ -17,10 +17,23 @@ HANDLERS = cycle_handlers()
 @pytest.mark.parametrize("handler", HANDLERS, ids=lambda h: h.name)
 def test_declared_moves_are_legal(handler: LifecycleHandler | SessionPromotionHandler) -> None:
     if isinstance(handler, SessionPromotionHandler):
-        dst = handler.success_session_status()
-        assert any(session_move_allowed(src, dst) for src in handler.target_session_statuses)
+        # Every target status reaches the success status through the declared steps, each step a
+        # legal move (a session already at a step goes on from the next one).
+        path = [step.status for step in handler.through] + [handler.success_session_status()]
+        assert handler.last_step is None or handler.last_step.status is path[-1]
+        for src in handler.target_session_statuses:
+            at = src
+            for dst in path[path.index(src) + 1 if src in path else 0 :]:
+                assert session_move_allowed(at, dst), f"{handler.name}: {at} -> {dst}"
+                at = dst
         return
     t = handler.status_transitions()
+    at = t.success.session if t.success else None
+    for step in handler.then:  # its successes go on, step by step, each a legal move
+        assert at is not None and session_move_allowed(at, step.status), (
+            f"{handler.name}: {at} -> {step.status}"
+        )
+        at = step.status
     for outcome in (t.success, t.need_retry, t.expired, t.give_up):
         if outcome is None or outcome.session is None:
             continue

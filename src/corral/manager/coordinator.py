@@ -21,6 +21,7 @@ from corral.manager.handlers.base import (
     LifecycleHandler,
     LifecycleResult,
     SessionPromotionHandler,
+    Step,
 )
 from corral.store import journal, kernels, preemption, sessions
 from corral.store.db import reading, transaction
@@ -69,6 +70,7 @@ def _filters(handler: Handler) -> dict[str, Any]:
         "terminating_requested": handler.termination_requested,
         "lost_agent_only": handler.lost_agent_only,
         "failed_kernel_only": handler.failed_kernel_only,
+        "healthy_only": handler.healthy_only,
     }
 
 
@@ -85,6 +87,17 @@ def _made_room(handler: Handler, won: Sequence[Move], acted: bool) -> bool:
 
 
 _RUNS = "some of its kernels may already run: stopped, not re-queued"
+
+
+def _recorded(handler: SessionPromotionHandler) -> tuple[str, str]:
+    """The handler name and message of a promotion's final move's history row."""
+    step = handler.last_step
+    return (step.handler, step.message) if step else (handler.name, "")
+
+
+def _step_of(path: Sequence[SessionStatus], status: SessionStatus) -> int:
+    """Where a session in `status` stands on a promotion's path: -1 before its first step."""
+    return path.index(status) if status in path else -1
 
 
 class Coordinator:
@@ -151,11 +164,13 @@ class Coordinator:
                 room = (full and bool(won)) or self._requested > requested
             elif _made_room(handler, won, acted):
                 room = True
-            present |= {(m.dst, requested) for m in won for requested in (True, False)}
+            # Where each moved session is now (a promotion's `through` steps are passed, not stayed in).
+            now_at = {m.session_id: m.dst for m in won}
+            present |= {(dst, requested) for dst in set(now_at.values()) for requested in (True, False)}
             if acted and handler.hands_orders and self._on_change is not None:
                 # Agents pull orders: wake their long polls now, not at the end of the cycle.
                 await self._on_change()
-            moved += len(won)
+            moved += len(now_at)
             if self._on_ended is not None and any(m.dst in TERMINAL_SESSION for m in won):
                 self._on_ended()  # the retry engine decides ended attempts at once, not on its poll
             # Between handlers the loop serves requests (agents' long polls above all): on SQLite
@@ -169,7 +184,7 @@ class Coordinator:
     async def run_handler(self, handler: Handler) -> int:
         """One handler in its own transaction; returns how many sessions changed status."""
         won, _, _ = await self._run(handler)
-        return len(won)
+        return len({m.session_id for m in won})
 
     async def _run(self, handler: Handler, timed: bool = True) -> tuple[list[Move], bool, int]:
         """The moves that won, whether anything changed (moves, or orders without moves), and how
@@ -216,8 +231,13 @@ class Coordinator:
                 return [], False, 0
             ctx = HandlerContext(conn, now, self._rg, self._limits, more if page != window else None)
             if isinstance(handler, SessionPromotionHandler):
-                moves, history = self._promote(handler, targets)
-                won = await sessions.apply_moves(conn, moves, now)
+                at = {s.id: s.status for s in targets if handler.matches(s)}
+                won, history = await self._steps(conn, handler.through, at, now)
+                moves, last = self._promote(
+                    handler, [replace(s, status=at[s.id]) for s in targets if s.id in at]
+                )
+                won += await sessions.apply_moves(conn, moves, now)
+                history += last
                 acted = bool(won)
             else:
                 result = await handler.execute(ctx, targets)
@@ -273,11 +293,44 @@ class Coordinator:
             found = await self._target_ids(conn, handler)
             if not found:
                 return [], False, 0
+            at = dict(found)
+            won, history = await self._steps(conn, handler.through, at, now)
             dst = handler.success_session_status()
-            won = await sessions.apply_moves(conn, [Move(sid, src, dst, None, ()) for sid, src in found], now)
-            history = [(m.session_id, handler.name, SchedulingResult.SUCCESS, m.src, dst, "") for m in won]
+            last = await sessions.apply_moves(
+                conn, [Move(sid, src, dst, None, ()) for sid, src in at.items()], now
+            )
+            name, message = _recorded(handler)
+            history += [(m.session_id, name, SchedulingResult.SUCCESS, m.src, dst, message) for m in last]
             await journal.add_history(conn, history, now)
-        return won, bool(won), len(found)
+        return won + last, bool(won or last), len(found)
+
+    async def _steps(
+        self, conn: AsyncConnection, steps: Sequence[Step], status: dict[str, SessionStatus], now: datetime
+    ) -> tuple[list[Move], History]:
+        """The moves through `steps`, in order, that won, with their history rows.  `status` (each
+        session's) is updated in place: a session that loses a step (another manager moved it
+        first) leaves it, and the path."""
+        path = [step.status for step in steps]
+        won: list[Move] = []
+        history: History = []
+        for i, step in enumerate(steps):
+            # A session already at a step of the path goes on from the next one.
+            moves = [
+                Move(sid, src, step.status, step.kernel)
+                for sid, src in status.items()
+                if _step_of(path, src) < i
+            ]
+            moved = await sessions.apply_moves(conn, moves, now) if moves else []
+            for m in moves:
+                del status[m.session_id]
+            for m in moved:
+                status[m.session_id] = m.dst
+            won += moved
+            history += [
+                (m.session_id, step.handler, SchedulingResult.SUCCESS, m.src, m.dst, step.message)
+                for m in moved
+            ]
+        return won, history
 
     async def _target_ids(
         self, conn: AsyncConnection, handler: Handler, limit: int = 5000
@@ -304,17 +357,18 @@ class Coordinator:
     def _promote(
         self, handler: SessionPromotionHandler, targets: Sequence[SessionRecord]
     ) -> tuple[list[Move], History]:
+        """The final move of each target (`matches` already said it is one), after its `through`."""
         moves: list[Move] = []
         history: History = []
         for s in targets:
-            if not handler.matches(s):
-                continue
             verdict = handler.verdict(s)
             dst = verdict.status if verdict else handler.success_session_status()
             values = _verdict_values(verdict) if verdict else ()
             moves.append(Move(s.id, s.status, dst, None, values))
-            message = f"cause {verdict.cause}" if verdict and verdict.cause else ""
-            history.append((s.id, handler.name, SchedulingResult.SUCCESS, s.status, dst, message))
+            name, message = _recorded(handler)
+            if verdict and verdict.cause:
+                message = f"cause {verdict.cause}"
+            history.append((s.id, name, SchedulingResult.SUCCESS, s.status, dst, message))
         return moves, history
 
     async def _judge(
@@ -415,10 +469,19 @@ class Coordinator:
                     s, SchedulingResult.EXPIRED, transitions.expired, f"in {s.status} longer than {limit}"
                 )
         won = await sessions.apply_moves(ctx.conn, moves, ctx.now)
+        if len(won) < len(moves):
+            log.info("lost race", handler=handler.name, lost=len(moves) - len(won))
         won_ids = {m.session_id for m in won}
         if result.placements:
             placed = {sid: p for sid, p in result.placements.items() if sid in won_ids}
             await kernels.write_placements(ctx.conn, placed, ctx.now)
+        if handler.then and transitions.success:
+            succeeded = set(result.successes)
+            dst = transitions.success.session
+            at = {m.session_id: m.dst for m in won if m.session_id in succeeded and m.dst is dst}
+            went, after = await self._steps(ctx.conn, handler.then, at, ctx.now)
+            won += went
+            history += after
         for sid in stop:
             why = _RUNS if sid in running else "re-scheduled too often"
             await sessions.request_termination(
@@ -427,6 +490,4 @@ class Coordinator:
         skipped = [(k.session_id, by_id[k.session_id].status, k.reason) for k in result.skipped]
         await journal.add_skips(ctx.conn, handler.name, skipped, ctx.now)
         await journal.add_collapsed(ctx.conn, handler.name, SchedulingResult.EXPIRED, expired_only, ctx.now)
-        if len(won) < len(moves):
-            log.info("lost race", handler=handler.name, lost=len(moves) - len(won))
         return won, history

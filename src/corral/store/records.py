@@ -10,7 +10,7 @@ from corral.domain.cause import Cause, KernelOutcome
 from corral.domain.error_record import worker_name
 from corral.domain.resources import ResourceSlots
 from corral.domain.spec import SessionSpec
-from corral.domain.status import AgentStatus, KernelStatus, SessionResult, SessionStatus
+from corral.domain.status import FAILED_KERNEL, AgentStatus, KernelStatus, SessionResult, SessionStatus
 
 
 @dataclass(frozen=True)
@@ -45,6 +45,11 @@ class KernelRecord:
     termination_message: str | None
     error_record: dict[str, Any] | None
     detail: dict[str, Any]
+
+    @property
+    def failed(self) -> bool:
+        """It ended in failure, or with a non-zero exit (one rule with the store's `failed` filter)."""
+        return self.status in FAILED_KERNEL or (self.exit_code or 0) != 0
 
     def outcome(self) -> KernelOutcome:
         return KernelOutcome(

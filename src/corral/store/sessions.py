@@ -228,11 +228,13 @@ async def for_handler(
     ready_at: datetime | None = None,
     lost_agent_only: Collection[SessionStatus] = (),
     failed_kernel_only: Collection[SessionStatus] = (),
+    healthy_only: bool = False,
     after: QueueKey | None = None,
 ) -> list[SessionRecord]:
     """A handler's targets: sessions in `statuses` (optionally with a kernel in `kernel_statuses`);
     those in `lost_agent_only` only when a kernel of theirs is on an agent not ALIVE, those in
-    `failed_kernel_only` only when a kernel of theirs has failed.
+    `failed_kernel_only` only when a kernel of theirs has failed; with `healthy_only`, only those
+    none of whose kernels has failed.
 
     With `queue_window`, only that many from the head of the queue (priority, chain submission,
     id), so a long queue is not re-read in full every cycle; with `after` too, the next that many
@@ -256,6 +258,7 @@ async def for_handler(
                 ready_at=ready_at,
                 lost_agent_only=lost_agent_only,
                 failed_kernel_only=failed_kernel_only,
+                healthy_only=healthy_only,
                 after=after,
             )
         found.sort(key=queue_key)
@@ -273,6 +276,7 @@ async def for_handler(
         changed_before is not None,
         ready_at is not None,
         after is not None,
+        healthy_only,
     )
     params: dict[str, Any] = {"resource_group": resource_group}
     if changed_before is not None:
@@ -296,6 +300,7 @@ async def target_ids(
     terminating_requested: bool | None,
     lost_agent_only: Collection[SessionStatus] = (),
     failed_kernel_only: Collection[SessionStatus] = (),
+    healthy_only: bool = False,
     limit: int = 5000,
 ) -> list[tuple[str, SessionStatus]]:
     """for_handler's targets (outside a queue window) as (id, status) only: for a promotion its
@@ -310,6 +315,7 @@ async def target_ids(
         lost_agent_only,
         limit,
         failed_kernel_only=failed_kernel_only,
+        healthy_only=healthy_only,
     )
     rows = await conn.execute(query, {"resource_group": resource_group})
     return [(sid, convert.session_status(status)) for sid, status in rows]
@@ -328,6 +334,7 @@ def _query(
     changed_before: bool = False,
     ready_at: bool = False,
     after: bool = False,
+    healthy_only: bool = False,
 ) -> Select[Any]:
     """_handler_query's cached statement for these filters (as hashable text)."""
     return _handler_query(
@@ -343,6 +350,7 @@ def _query(
         changed_before,
         ready_at,
         after,
+        healthy_only,
     )
 
 
@@ -360,6 +368,7 @@ def _handler_query(
     changed_before: bool,
     ready_at: bool,
     after: bool,
+    healthy_only: bool,
 ) -> Select[Any]:
     """for_handler's statement, built once per shape (a handler's reads differ only in the bound
     values: group, times, place in the queue): building it cost more than running it."""
@@ -378,19 +387,22 @@ def _handler_query(
         )
         waiting = sessions.c.status.in_(lost_agent_only)
         query = query.where(or_(~waiting, on_lost_agent))
-    if failed_kernel_only:
-        failed = (
-            select(kernels.c.id)
-            .where(
-                kernels.c.session_id == sessions.c.id,
-                or_(
-                    kernels.c.status.in_(sorted(str(s) for s in FAILED_KERNEL)),
-                    and_(kernels.c.exit_code.is_not(None), kernels.c.exit_code != 0),
-                ),
-            )
-            .exists()
+    # A kernel of it has failed: it ended in failure, or with a non-zero exit (KernelRecord.failed).
+    failed = (
+        select(kernels.c.id)
+        .where(
+            kernels.c.session_id == sessions.c.id,
+            or_(
+                kernels.c.status.in_(sorted(str(s) for s in FAILED_KERNEL)),
+                and_(kernels.c.exit_code.is_not(None), kernels.c.exit_code != 0),
+            ),
         )
+        .exists()
+    )
+    if failed_kernel_only:
         query = query.where(or_(~sessions.c.status.in_(failed_kernel_only), failed))
+    if healthy_only:
+        query = query.where(~failed)
     if queue_window is not None:
         query = query.order_by(
             sessions.c.priority.desc(), sessions.c.chain_submitted_at, sessions.c.id

@@ -9,9 +9,11 @@ from corral.manager.handlers.detect_termination import DetectTermination
 from corral.manager.handlers.expire_creating import ExpireCreating
 from corral.manager.handlers.expire_pulling import ExpirePulling
 from corral.manager.handlers.prepare import PrepareSessions
+from corral.manager.handlers.promote_ended import PromoteEnded
 from corral.manager.handlers.promote_prepared import PromoteToPrepared
 from corral.manager.handlers.promote_pulling import PromoteToPulling
 from corral.manager.handlers.promote_running import PromoteToRunning
+from corral.manager.handlers.promote_started import PromoteStartedAlone
 from corral.manager.handlers.promote_terminated import PromoteToTerminated
 from corral.manager.handlers.schedule_new import ScheduleNewSessions
 from corral.manager.handlers.start import StartSessions
@@ -27,10 +29,12 @@ def cycle_handlers() -> list[LifecycleHandler | SessionPromotionHandler]:
         CancelPendingSessions(),
         ApplyTerminationRequests(),
         PromoteToPulling(),
+        PromoteStartedAlone(),
         PromoteToPrepared(),
         PromoteToRunning(),
         ExpirePulling(),
         ExpireCreating(),
+        PromoteEnded(),
         DetectTermination(),
         TerminateSessions(),
         PromoteToTerminated(),

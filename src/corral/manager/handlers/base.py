@@ -76,6 +76,8 @@ class HandlerOptions:
     # or a non-zero exit): the handler acts on nothing else there.  A filter before `matches`,
     # which still decides.
     failed_kernel_only: ClassVar[frozenset[SessionStatus]] = frozenset()
+    # Only sessions none of whose kernels has failed (the filter failed_kernel_only negated).
+    healthy_only: ClassVar[bool] = False
     # Placement: it can only do more than last time once room was made or the queue changed (see
     # Coordinator.run_cycle), so a cycle woken by an agent's progress report skips it.
     waits_for_room: ClassVar[bool] = False
@@ -83,11 +85,29 @@ class HandlerOptions:
     frees_room: ClassVar[bool] = False
 
 
+@dataclass(frozen=True)
+class Step:
+    """One move a handler makes on another's rule, in its own transaction: a status a promotion
+    passes on its way (`through`), or one a lifecycle handler's successes go on to (`then`)."""
+
+    handler: str
+    """The handler whose rule (DESIGN §3) the step applies: its name is the history row's."""
+    status: SessionStatus
+    """The status the session passes."""
+    message: str = ""
+    """The history row's message."""
+    kernel: KernelStatus | None = None
+    """Where the session's kernels move with it (None: they stay)."""
+
+
 class LifecycleHandler(HandlerOptions, ABC):
     """Acts on sessions in its target statuses and reports outcomes; never changes a status."""
 
     # The cause recorded when an expired/give-up move ends the session.
     failure_cause: ClassVar[Cause | None] = None
+    # Statuses its successes go on to, in order, in the same transaction, each recorded as its own
+    # move and history row under the handler whose rule it applies.
+    then: ClassVar[tuple[Step, ...]] = ()
 
     @classmethod
     @abstractmethod
@@ -103,12 +123,20 @@ class SessionPromotionHandler(HandlerOptions, ABC):
     check_kernel_statuses: ClassVar[frozenset[KernelStatus]]
     match_type: ClassVar[KernelMatchType]
     termination_requested: ClassVar[bool | None] = None
+    # Statuses passed before the success status, in order, in the same transaction, each recorded
+    # as its own move and history row; a session already in one of them goes on from there.
+    through: ClassVar[tuple[Step, ...]] = ()
+    # How its final move (to the success status) is recorded, when under another handler's rule
+    # (None: under its own name).
+    last_step: ClassVar[Step | None] = None
 
     @classmethod
     @abstractmethod
     def success_session_status(cls) -> SessionStatus: ...
 
     def matches(self, session: SessionRecord) -> bool:
+        if self.healthy_only and any(k.failed for k in session.kernels):
+            return False
         return kernels_match((k.status for k in session.kernels), self.check_kernel_statuses, self.match_type)
 
     def verdict(self, session: SessionRecord) -> FinalVerdict | None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from corral.domain.scheduling import KernelMatchType
-from corral.domain.status import FAILED_KERNEL, TERMINAL_KERNEL, SessionStatus
+from corral.domain.status import TERMINAL_KERNEL, SessionStatus
 from corral.manager.handlers.base import SessionPromotionHandler
 from corral.store.records import SessionRecord
 
@@ -32,8 +32,7 @@ class DetectTermination(SessionPromotionHandler):
 
     def matches(self, session: SessionRecord) -> bool:
         # ANY kernel ended in failure, or ALL ended: a kernel that exits 0 early leaves its peers be.
-        failed = any(k.status in FAILED_KERNEL or (k.exit_code or 0) != 0 for k in session.kernels)
-        if failed:
+        if any(k.failed for k in session.kernels):
             return True
         return session.status is SessionStatus.RUNNING and all(
             k.status in TERMINAL_KERNEL for k in session.kernels

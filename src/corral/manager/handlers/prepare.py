@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import ClassVar
 
 from corral.domain.scheduling import StatusTransitions, TransitionStatus
 from corral.domain.status import KernelStatus, SessionStatus
@@ -17,6 +18,8 @@ class PrepareSessions(LifecycleHandler):
     target_session_statuses = frozenset({SessionStatus.SCHEDULED, SessionStatus.PREPARING})
     # Sessions already handed over wait for their agents: looked at only when one is lost.
     lost_agent_only = frozenset({SessionStatus.PREPARING})
+    # Its history message (ScheduleNewSessions hands over what it places, under this rule).
+    handed_over: ClassVar[str] = "prepare orders handed to agents"
 
     @classmethod
     def status_transitions(cls) -> StatusTransitions:
@@ -28,4 +31,4 @@ class PrepareSessions(LifecycleHandler):
         )
 
     async def execute(self, ctx: HandlerContext, targets: Sequence[SessionRecord]) -> LifecycleResult:
-        return await hand_over(ctx.conn, targets, SessionStatus.SCHEDULED, "prepare orders handed to agents")
+        return await hand_over(ctx.conn, targets, SessionStatus.SCHEDULED, self.handed_over)

@@ -23,7 +23,8 @@ from corral.domain.queue import QueueEntry, queue_order
 from corral.domain.resources import ResourceSlots
 from corral.domain.scheduling import Skip, StatusTransitions, TransitionStatus
 from corral.domain.status import AgentStatus, KernelStatus, SessionStatus
-from corral.manager.handlers.base import HandlerContext, LifecycleHandler, LifecycleResult
+from corral.manager.handlers.base import HandlerContext, LifecycleHandler, LifecycleResult, Step
+from corral.manager.handlers.prepare import PrepareSessions
 from corral.store import agents, journal, preemption, sessions
 from corral.store.records import AgentCapacity, Move, RunningRecord, SessionRecord
 
@@ -31,6 +32,14 @@ from corral.store.records import AgentCapacity, Move, RunningRecord, SessionReco
 class ScheduleNewSessions(LifecycleHandler):
     name = "ScheduleNewSessions"
     waits_for_room = True
+    # A session placed is handed its prepare orders in the same transaction, as PrepareSessions
+    # would a moment later: its agents (ALIVE, or it would not be placed there) see them at commit.
+    hands_orders = True
+    then = (
+        Step(
+            PrepareSessions.name, SessionStatus.PREPARING, PrepareSessions.handed_over, KernelStatus.PREPARING
+        ),
+    )
     target_session_statuses = frozenset({SessionStatus.PENDING, SessionStatus.SUSPENDED})
     target_kernel_statuses = frozenset({KernelStatus.PENDING, KernelStatus.SUSPENDED})
     failure_cause = Cause.SCHEDULER_TIMEOUT

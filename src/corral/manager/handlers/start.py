@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import ClassVar
 
 from corral.domain.scheduling import StatusTransitions, TransitionStatus
 from corral.domain.status import KernelStatus, SessionStatus
@@ -15,6 +16,8 @@ class StartSessions(LifecycleHandler):
     name = "StartSessions"
     hands_orders = True
     target_session_statuses = frozenset({SessionStatus.PREPARED})
+    # Its history message for a session that needed no start order (prepare and start).
+    started_alone: ClassVar[str] = "started by its agents as soon as prepared"
 
     @classmethod
     def status_transitions(cls) -> StatusTransitions:
@@ -32,5 +35,5 @@ class StartSessions(LifecycleHandler):
             SessionStatus.PREPARED,
             "start orders handed to agents",
             # Prepare and start (domain/rendezvous.py): the audit says no start order was needed.
-            started_alone="started by its agents as soon as prepared",
+            started_alone=self.started_alone,
         )
