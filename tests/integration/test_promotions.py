@@ -7,9 +7,10 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
+from itertools import pairwise
 
 import pytest
-from sqlalchemy import insert, update
+from sqlalchemy import insert, select, update
 
 from corral.domain.judge import PhaseLimits
 from corral.domain.spec import SessionSpec
@@ -23,9 +24,11 @@ from corral.manager.handlers.promote_started import PromoteStartedAlone
 from corral.manager.handlers.promote_terminated import PromoteToTerminated
 from corral.store import journal, sessions
 from corral.store.db import transaction
-from corral.store.records import NewSession
+from corral.store.records import Move, NewSession
+from corral.store.sessions import RefusedTransition
 from corral.store.tables import kernels as kernel_table
 from corral.store.tables import resource_groups as group_table
+from corral.store.tables import session_events
 from corral.store.tables import sessions as session_table
 from tests.conftest import BACKENDS
 from tests.support.db import migrated
@@ -267,3 +270,39 @@ async def test_a_running_session_whose_kernels_all_ended_ends_in_one_step_as_in_
                 assert fused_out[name][0] in ("TERMINATED", "ERROR"), name
             else:
                 assert (fused_out[name][0], fused_out[name][-1]) == (status, []), name
+
+
+@pytest.mark.parametrize(
+    ("src", "via", "dst", "legal"),
+    [
+        ("PREPARING", ("PREPARED",), "CREATING", True),
+        ("RUNNING", ("TERMINATING",), "TERMINATED", True),
+        ("PREPARING", ("CREATING",), "RUNNING", False),  # PREPARING -> CREATING is no transition
+        ("PREPARED", ("CREATING", "RUNNING"), "TERMINATING", False),  # RUNNING sets started_at
+        ("SCHEDULED", ("PENDING",), "SCHEDULED", False),  # PENDING frees the allocation
+    ],
+)
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_a_move_passing_statuses_is_every_hop_or_nothing(
+    backend: str, src: str, via: tuple[str, ...], dst: str, legal: bool, fresh_database: Callable[[str], str]
+) -> None:
+    async with migrated(fresh_database(backend)) as engine:
+        [sid] = (await _scenario(engine, {"s": (src, ["RUNNING"], False, True)})).values()
+        move = Move(sid, SessionStatus(src), SessionStatus(dst), via=tuple(map(SessionStatus, via)))
+        if not legal:
+            with pytest.raises(RefusedTransition):
+                async with transaction(engine) as conn:
+                    await sessions.apply_moves(conn, [move], NOW)
+        else:
+            async with transaction(engine) as conn:
+                assert await sessions.apply_moves(conn, [move], NOW) == [move]
+        async with engine.connect() as conn:
+            found = await sessions.get(conn, sid)
+            events = await conn.execute(
+                select(session_events.c.from_status, session_events.c.to_status)
+                .where(session_events.c.session_id == sid, session_events.c.from_status.is_not(None))
+                .order_by(session_events.c.id)
+            )
+            hops = [src, *via, dst]
+            assert found is not None and str(found.status) == (dst if legal else src)
+            assert list(events) == (list(pairwise(hops)) if legal else [])

@@ -6,6 +6,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from datetime import datetime
+from itertools import pairwise
 from typing import Any
 
 import structlog
@@ -96,8 +97,26 @@ def _recorded(handler: SessionPromotionHandler) -> tuple[str, str]:
 
 
 def _step_of(path: Sequence[SessionStatus], status: SessionStatus) -> int:
-    """Where a session in `status` stands on a promotion's path: -1 before its first step."""
+    """Where a session in `status` stands on a path of steps: -1 before the first."""
     return path.index(status) if status in path else -1
+
+
+def _via(handler: SessionPromotionHandler, src: SessionStatus) -> tuple[SessionStatus, ...]:
+    """The statuses a promotion's move from `src` passes (its `through` steps after `src`)."""
+    path = [step.status for step in handler.through]
+    return tuple(path[_step_of(path, src) + 1 :])
+
+
+def _rows(handler: SessionPromotionHandler, m: Move, name: str, message: str) -> History:
+    """A promotion's history rows for one move: one per status passed, under the handler whose
+    rule it is, then the final one (`name`, `message`)."""
+    steps = {step.status: step for step in handler.through}
+    hops = (m.src, *m.via)
+    rows: History = [
+        (m.session_id, steps[b].handler, SchedulingResult.SUCCESS, a, b, steps[b].message)
+        for a, b in pairwise(hops)
+    ]
+    return [*rows, (m.session_id, name, SchedulingResult.SUCCESS, hops[-1], m.dst, message)]
 
 
 class Coordinator:
@@ -231,13 +250,8 @@ class Coordinator:
                 return [], False, 0
             ctx = HandlerContext(conn, now, self._rg, self._limits, more if page != window else None)
             if isinstance(handler, SessionPromotionHandler):
-                at = {s.id: s.status for s in targets if handler.matches(s)}
-                won, history = await self._steps(conn, handler.through, at, now)
-                moves, last = self._promote(
-                    handler, [replace(s, status=at[s.id]) for s in targets if s.id in at]
-                )
-                won += await sessions.apply_moves(conn, moves, now)
-                history += last
+                moves, history = self._promote(handler, [s for s in targets if handler.matches(s)])
+                won = await sessions.apply_moves(conn, moves, now)
                 acted = bool(won)
             else:
                 result = await handler.execute(ctx, targets)
@@ -293,16 +307,13 @@ class Coordinator:
             found = await self._target_ids(conn, handler)
             if not found:
                 return [], False, 0
-            at = dict(found)
-            won, history = await self._steps(conn, handler.through, at, now)
             dst = handler.success_session_status()
-            last = await sessions.apply_moves(
-                conn, [Move(sid, src, dst, None, ()) for sid, src in at.items()], now
-            )
+            moves = [Move(sid, src, dst, None, (), _via(handler, src)) for sid, src in found]
+            won = await sessions.apply_moves(conn, moves, now)
             name, message = _recorded(handler)
-            history += [(m.session_id, name, SchedulingResult.SUCCESS, m.src, dst, message) for m in last]
+            history = [row for m in won for row in _rows(handler, m, name, message)]
             await journal.add_history(conn, history, now)
-        return won + last, bool(won or last), len(found)
+        return won, bool(won), len(found)
 
     async def _steps(
         self, conn: AsyncConnection, steps: Sequence[Step], status: dict[str, SessionStatus], now: datetime
@@ -357,18 +368,17 @@ class Coordinator:
     def _promote(
         self, handler: SessionPromotionHandler, targets: Sequence[SessionRecord]
     ) -> tuple[list[Move], History]:
-        """The final move of each target (`matches` already said it is one), after its `through`."""
+        """The move of each target (`matches` already said it is one) and its history rows."""
         moves: list[Move] = []
         history: History = []
+        name, message = _recorded(handler)
         for s in targets:
             verdict = handler.verdict(s)
             dst = verdict.status if verdict else handler.success_session_status()
             values = _verdict_values(verdict) if verdict else ()
-            moves.append(Move(s.id, s.status, dst, None, values))
-            name, message = _recorded(handler)
-            if verdict and verdict.cause:
-                message = f"cause {verdict.cause}"
-            history.append((s.id, name, SchedulingResult.SUCCESS, s.status, dst, message))
+            moves.append(Move(s.id, s.status, dst, None, values, _via(handler, s.status)))
+            cause = f"cause {verdict.cause}" if verdict and verdict.cause else message
+            history += _rows(handler, moves[-1], name, cause)
         return moves, history
 
     async def _judge(

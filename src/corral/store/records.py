@@ -264,6 +264,9 @@ class Move:
     dst: SessionStatus
     kernel_dst: KernelStatus | None = None
     values: tuple[tuple[str, Any], ...] = ()
+    via: tuple[SessionStatus, ...] = ()
+    """Statuses passed between src and dst in the same update, in order: each hop a legal
+    transition with its own event row (none of them one a status change has a side effect of)."""
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ from collections import defaultdict
 from collections.abc import Collection, Sequence
 from datetime import datetime
 from functools import lru_cache
-from itertools import groupby
+from itertools import groupby, pairwise
 from typing import Any
 
 from sqlalchemy import (
@@ -491,8 +491,12 @@ async def count_by_status(conn: AsyncConnection, projects: Collection[str] | Non
 async def apply_moves(conn: AsyncConnection, moves: Sequence[Move], now: datetime) -> list[Move]:
     """Guarded UPDATEs, grouped so a batch costs a few statements; returns the moves that won."""
     for m in moves:
-        if not session_move_allowed(m.src, m.dst):
-            raise RefusedTransition(f"{m.src} -> {m.dst} is not a session transition")
+        hops = (m.src, *m.via, m.dst)
+        for a, b in pairwise(hops):
+            if not session_move_allowed(a, b):
+                raise RefusedTransition(f"{a} -> {b} is not a session transition")
+        if set(m.via) & _SIDE_EFFECTS:
+            raise RefusedTransition(f"{m.src} -> {m.dst} may not pass {m.via}: a status with side effects")
     groups: dict[tuple[Any, ...], list[Move]] = defaultdict(list)
     for m in moves:
         groups[(m.src, m.dst, m.kernel_dst, m.values)].append(m)
@@ -515,10 +519,18 @@ async def apply_moves(conn: AsyncConnection, moves: Sequence[Move], now: datetim
                 await move_kernels_of(conn, list(moved), kernel_dst, now)
             if moved and dst is SessionStatus.PENDING:
                 await _back_to_queue(conn, list(moved), now, resumed=src is SessionStatus.SUSPENDED)
-    await journal.add_events(
-        conn, [(m.session_id, "session.status_changed", m.src, m.dst, {}) for m in won], now
-    )
+    await journal.add_events(conn, [event for m in won for event in _events(m)], now)
     return won
+
+
+# Statuses whose move sets more than the status (see _move): never passed on the way to another.
+_SIDE_EFFECTS = frozenset({SessionStatus.PENDING, SessionStatus.RUNNING}) | TERMINAL_SESSION
+
+
+def _events(m: Move) -> list[tuple[str, str, str | None, str | None, dict[str, Any]]]:
+    """A move's event rows, one per hop."""
+    hops = (m.src, *m.via, m.dst)
+    return [(m.session_id, "session.status_changed", a, b, {}) for a, b in pairwise(hops)]
 
 
 _MAY_RUN = [str(s) for s in KERNEL_PROCESS]
