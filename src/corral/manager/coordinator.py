@@ -22,7 +22,6 @@ from corral.manager.handlers.base import (
     LifecycleHandler,
     LifecycleResult,
     SessionPromotionHandler,
-    Step,
 )
 from corral.store import journal, kernels, preemption, sessions
 from corral.store.db import reading, transaction
@@ -96,15 +95,11 @@ def _recorded(handler: SessionPromotionHandler) -> tuple[str, str]:
     return (step.handler, step.message) if step else (handler.name, "")
 
 
-def _step_of(path: Sequence[SessionStatus], status: SessionStatus) -> int:
-    """Where a session in `status` stands on a path of steps: -1 before the first."""
-    return path.index(status) if status in path else -1
-
-
 def _via(handler: SessionPromotionHandler, src: SessionStatus) -> tuple[SessionStatus, ...]:
-    """The statuses a promotion's move from `src` passes (its `through` steps after `src`)."""
+    """The statuses a promotion's move from `src` passes: its `through` steps after `src` (all of
+    them from a status not on that path)."""
     path = [step.status for step in handler.through]
-    return tuple(path[_step_of(path, src) + 1 :])
+    return tuple(path[path.index(src) + 1 :] if src in path else path)
 
 
 def _rows(handler: SessionPromotionHandler, m: Move, name: str, message: str) -> History:
@@ -315,34 +310,6 @@ class Coordinator:
             await journal.add_history(conn, history, now)
         return won, bool(won), len(found)
 
-    async def _steps(
-        self, conn: AsyncConnection, steps: Sequence[Step], status: dict[str, SessionStatus], now: datetime
-    ) -> tuple[list[Move], History]:
-        """The moves through `steps`, in order, that won, with their history rows.  `status` (each
-        session's) is updated in place: a session that loses a step (another manager moved it
-        first) leaves it, and the path."""
-        path = [step.status for step in steps]
-        won: list[Move] = []
-        history: History = []
-        for i, step in enumerate(steps):
-            # A session already at a step of the path goes on from the next one.
-            moves = [
-                Move(sid, src, step.status, step.kernel)
-                for sid, src in status.items()
-                if _step_of(path, src) < i
-            ]
-            moved = await sessions.apply_moves(conn, moves, now) if moves else []
-            for m in moves:
-                del status[m.session_id]
-            for m in moved:
-                status[m.session_id] = m.dst
-            won += moved
-            history += [
-                (m.session_id, step.handler, SchedulingResult.SUCCESS, m.src, m.dst, step.message)
-                for m in moved
-            ]
-        return won, history
-
     async def _target_ids(
         self, conn: AsyncConnection, handler: Handler, limit: int = 5000
     ) -> list[tuple[str, SessionStatus]]:
@@ -436,8 +403,19 @@ class Coordinator:
                 )
             if kind is SchedulingResult.SUCCESS and result.finals and s.id in result.finals:
                 values = _verdict_values(result.finals[s.id])
-            moves.append(Move(s.id, s.status, dst, to.kernel, values))
             history.append((s.id, handler.name, kind, s.status, dst, message))
+            if kind is not SchedulingResult.SUCCESS or not handler.then:
+                moves.append(Move(s.id, s.status, dst, to.kernel, values))
+                return
+            # Its successes go on at once (`then`): one update passing each step, a row each.
+            hops = (dst, *(step.status for step in handler.then))
+            history.extend(
+                (s.id, step.handler, kind, a, step.status, step.message)
+                for a, step in zip(hops, handler.then, strict=False)
+            )
+            kernel_path = [k for k in (to.kernel, *(step.kernel for step in handler.then)) if k is not None]
+            kernel = kernel_path.pop() if kernel_path else None
+            moves.append(Move(s.id, s.status, hops[-1], kernel, values, hops[:-1], tuple(kernel_path)))
 
         stop: list[str] = []
         expired_only: list[tuple[str, str, str]] = []
@@ -485,13 +463,6 @@ class Coordinator:
         if result.placements:
             placed = {sid: p for sid, p in result.placements.items() if sid in won_ids}
             await kernels.write_placements(ctx.conn, placed, ctx.now)
-        if handler.then and transitions.success:
-            succeeded = set(result.successes)
-            dst = transitions.success.session
-            at = {m.session_id: m.dst for m in won if m.session_id in succeeded and m.dst is dst}
-            went, after = await self._steps(ctx.conn, handler.then, at, ctx.now)
-            won += went
-            history += after
         for sid in stop:
             why = _RUNS if sid in running else "re-scheduled too often"
             await sessions.request_termination(

@@ -267,6 +267,8 @@ class Move:
     via: tuple[SessionStatus, ...] = ()
     """Statuses passed between src and dst in the same update, in order: each hop a legal
     transition with its own event row (none of them one a status change has a side effect of)."""
+    kernel_via: tuple[KernelStatus, ...] = ()
+    """Likewise for its kernels on their way to kernel_dst."""
 
 
 @dataclass(frozen=True)

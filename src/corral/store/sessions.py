@@ -38,7 +38,7 @@ from corral.domain.status import (
     KernelStatus,
     SessionStatus,
 )
-from corral.domain.transitions import kernel_sources, session_move_allowed
+from corral.domain.transitions import kernel_move_allowed, kernel_sources, session_move_allowed
 from corral.store import agents as agent_store
 from corral.store import convert, journal
 from corral.store.records import KernelRecord, Move, NewSession, SessionRecord
@@ -497,11 +497,13 @@ async def apply_moves(conn: AsyncConnection, moves: Sequence[Move], now: datetim
                 raise RefusedTransition(f"{a} -> {b} is not a session transition")
         if set(m.via) & _SIDE_EFFECTS:
             raise RefusedTransition(f"{m.src} -> {m.dst} may not pass {m.via}: a status with side effects")
+        if m.kernel_via and (m.kernel_dst is None or not _kernel_path_allowed((*m.kernel_via, m.kernel_dst))):
+            raise RefusedTransition(f"kernels may not go {m.kernel_via} -> {m.kernel_dst}")
     groups: dict[tuple[Any, ...], list[Move]] = defaultdict(list)
     for m in moves:
-        groups[(m.src, m.dst, m.kernel_dst, m.values)].append(m)
+        groups[(m.src, m.dst, m.kernel_dst, m.values, m.kernel_via)].append(m)
     won: list[Move] = []
-    for (src, dst, kernel_dst, values), group in groups.items():
+    for (src, dst, kernel_dst, values, kernel_via), group in groups.items():
         ids = [m.session_id for m in group]
         statement = _move(src, dst, tuple(name for name, _ in values))
         params = {"m_now": now, **{f"m_{name}": value for name, value in values}}
@@ -516,7 +518,7 @@ async def apply_moves(conn: AsyncConnection, moves: Sequence[Move], now: datetim
             moved = set((await conn.execute(statement, {**params, "m_ids": part})).scalars())
             won.extend(m for m in group if m.session_id in moved)
             if moved and kernel_dst is not None:
-                await move_kernels_of(conn, list(moved), kernel_dst, now)
+                await move_kernels_of(conn, list(moved), kernel_dst, now, kernel_via)
             if moved and dst is SessionStatus.PENDING:
                 await _back_to_queue(conn, list(moved), now, resumed=src is SessionStatus.SUSPENDED)
     await journal.add_events(conn, [event for m in won for event in _events(m)], now)
@@ -525,6 +527,10 @@ async def apply_moves(conn: AsyncConnection, moves: Sequence[Move], now: datetim
 
 # Statuses whose move sets more than the status (see _move): never passed on the way to another.
 _SIDE_EFFECTS = frozenset({SessionStatus.PENDING, SessionStatus.RUNNING}) | TERMINAL_SESSION
+
+
+def _kernel_path_allowed(path: Sequence[KernelStatus]) -> bool:
+    return all(kernel_move_allowed(a, b) for a, b in pairwise(path))
 
 
 def _events(m: Move) -> list[tuple[str, str, str | None, str | None, dict[str, Any]]]:
@@ -578,10 +584,15 @@ async def with_running_kernels(conn: AsyncConnection, session_ids: Sequence[str]
 
 
 async def move_kernels_of(
-    conn: AsyncConnection, session_ids: list[str], dst: KernelStatus, now: datetime
+    conn: AsyncConnection,
+    session_ids: list[str],
+    dst: KernelStatus,
+    now: datetime,
+    via: tuple[KernelStatus, ...] = (),
 ) -> None:
-    """Move the sessions' kernels that may legally go to `dst`; others (e.g. ended) stay."""
-    sources = [str(s) for s in kernel_sources(dst)]
+    """Move the sessions' kernels that may legally go to `dst` (through `via`, in order: those
+    that may go to its first); others (e.g. ended) stay."""
+    sources = [str(s) for s in kernel_sources(via[0] if via else dst)]
     values: dict[str, Any] = {"status": str(dst), "status_changed_at": now}
     await conn.execute(
         update(kernels)
