@@ -13,6 +13,7 @@ import pytest
 from sqlalchemy import insert, select, update
 
 from corral.domain.judge import PhaseLimits
+from corral.domain.resources import ResourceSlots
 from corral.domain.spec import SessionSpec
 from corral.domain.status import SessionStatus
 from corral.manager.coordinator import Coordinator
@@ -22,10 +23,11 @@ from corral.manager.handlers.promote_ended import PromoteEnded
 from corral.manager.handlers.promote_prepared import PromoteToPrepared
 from corral.manager.handlers.promote_started import PromoteStartedAlone
 from corral.manager.handlers.promote_terminated import PromoteToTerminated
-from corral.store import journal, sessions
+from corral.store import agents, journal, sessions
 from corral.store.db import transaction
 from corral.store.records import Move, NewSession
 from corral.store.sessions import RefusedTransition
+from corral.store.tables import agents as agent_table
 from corral.store.tables import kernels as kernel_table
 from corral.store.tables import resource_groups as group_table
 from corral.store.tables import session_events
@@ -306,3 +308,72 @@ async def test_a_move_passing_statuses_is_every_hop_or_nothing(
             hops = [src, *via, dst]
             assert found is not None and str(found.status) == (dst if legal else src)
             assert list(events) == (list(pairwise(hops)) if legal else [])
+
+
+@pytest.mark.parametrize("status_only", [True, False], ids=["ids and statuses", "whole sessions"])
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_a_session_started_alone_on_a_lost_agent_takes_the_long_way(
+    backend: str, status_only: bool, fresh_database: Callable[[str], str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """StartSessions fails a session whose agent is not ALIVE: the one-step promotion leaves such a
+    session to it, and moves its twin on a live agent."""
+    if not status_only:
+        monkeypatch.setattr(SessionPromotionHandler, "decided_by_kernel_statuses", property(lambda _: False))
+    async with migrated(fresh_database(backend)) as engine:
+        ids = await _scenario(
+            engine, {name: ("PREPARING", ["RUNNING"], False, True) for name in ("lost", "alive")}
+        )
+        async with transaction(engine) as conn:
+            for agent, status in (("gone", "LOST"), ("here", "ALIVE")):
+                await agents.register(
+                    conn,
+                    agent,
+                    hostname=agent,
+                    address="127.0.0.1",
+                    resource_group="default",
+                    capacity=ResourceSlots.parse({"cpu": 4}),
+                    info={},
+                    now=NOW,
+                )
+                await conn.execute(update(agent_table).where(agent_table.c.id == agent).values(status=status))
+            for name, agent in (("lost", "gone"), ("alive", "here")):
+                await conn.execute(
+                    update(kernel_table).where(kernel_table.c.session_id == ids[name]).values(agent_id=agent)
+                )
+        coordinator = Coordinator(
+            engine, "default", [PromoteStartedAlone()], PhaseLimits(timeouts={}), lambda: NOW
+        )
+        assert await coordinator.run_cycle() == 1
+        async with engine.connect() as conn:
+            lost, alive = await sessions.get(conn, ids["lost"]), await sessions.get(conn, ids["alive"])
+        assert lost is not None and alive is not None
+        assert (lost.status, alive.status) == (SessionStatus.PREPARING, SessionStatus.CREATING)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_a_move_whose_rule_asks_no_stop_loses_to_a_stop_asked_since_the_read(
+    backend: str, fresh_database: Callable[[str], str]
+) -> None:
+    """A stop requested after a handler read its targets (another transaction, another manager)
+    makes its move lose, as a status change would: a session being cancelled is never handed
+    orders, nor promoted past it."""
+    async with migrated(fresh_database(backend)) as engine:
+        ids = await _scenario(
+            engine, {n: ("PREPARING", ["RUNNING"], n == "stopping", True) for n in ("stopping", "not")}
+        )
+        moves = [
+            Move(
+                sid,
+                SessionStatus.PREPARING,
+                SessionStatus.CREATING,
+                via=(SessionStatus.PREPARED,),
+                unrequested=True,
+            )
+            for sid in ids.values()
+        ]
+        async with transaction(engine) as conn:
+            won = await sessions.apply_moves(conn, moves, NOW)
+        assert [m.session_id for m in won] == [ids["not"]]
+        async with engine.connect() as conn:
+            stopping = await sessions.get(conn, ids["stopping"])
+        assert stopping is not None and stopping.status is SessionStatus.PREPARING

@@ -69,7 +69,11 @@ def follow(api: Api, session_id: str, prefix: bool | None, quiet: bool = False) 
         if session["status"] != last_status and session["status"] not in TERMINAL and not quiet:
             last_status = session["status"]
             agents = sorted({k["agent"] for k in session["kernels"] if k["agent"]})
-            where = f" on {', '.join(agents)}" if agents and last_status in ("SCHEDULED", "RUNNING") else ""
+            where = (
+                f" on {', '.join(agents)}"
+                if agents and last_status in ("SCHEDULED", "PREPARING", "RUNNING")
+                else ""
+            )
             print(f"corral: session {session_id[:8]} {last_status}{where}", file=sys.stderr, flush=True)
         logs = api.call("GET", f"/sessions/{session_id}/logs", params={"after": cursor})
         for chunk in logs["chunks"]:

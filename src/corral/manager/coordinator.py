@@ -303,7 +303,8 @@ class Coordinator:
             if not found:
                 return [], False, 0
             dst = handler.success_session_status()
-            moves = [Move(sid, src, dst, None, (), _via(handler, src)) for sid, src in found]
+            unrequested = handler.termination_requested is False
+            moves = [Move(sid, src, dst, None, (), _via(handler, src), (), unrequested) for sid, src in found]
             won = await sessions.apply_moves(conn, moves, now)
             name, message = _recorded(handler)
             history = [row for m in won for row in _rows(handler, m, name, message)]
@@ -343,7 +344,8 @@ class Coordinator:
             verdict = handler.verdict(s)
             dst = verdict.status if verdict else handler.success_session_status()
             values = _verdict_values(verdict) if verdict else ()
-            moves.append(Move(s.id, s.status, dst, None, values, _via(handler, s.status)))
+            unrequested = handler.termination_requested is False
+            moves.append(Move(s.id, s.status, dst, None, values, _via(handler, s.status), (), unrequested))
             cause = f"cause {verdict.cause}" if verdict and verdict.cause else message
             history += _rows(handler, moves[-1], name, cause)
         return moves, history
@@ -415,7 +417,10 @@ class Coordinator:
             )
             kernel_path = [k for k in (to.kernel, *(step.kernel for step in handler.then)) if k is not None]
             kernel = kernel_path.pop() if kernel_path else None
-            moves.append(Move(s.id, s.status, hops[-1], kernel, values, hops[:-1], tuple(kernel_path)))
+            unrequested = handler.termination_requested is False  # as the steps' rules ask too
+            moves.append(
+                Move(s.id, s.status, hops[-1], kernel, values, hops[:-1], tuple(kernel_path), unrequested)
+            )
 
         stop: list[str] = []
         expired_only: list[tuple[str, str, str]] = []

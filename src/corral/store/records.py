@@ -269,6 +269,9 @@ class Move:
     transition with its own event row (none of them one a status change has a side effect of)."""
     kernel_via: tuple[KernelStatus, ...] = ()
     """Likewise for its kernels on their way to kernel_dst."""
+    unrequested: bool = False
+    """Guarded also by no termination having been requested (the rule making it asks for none): a
+    request committed since the session was read makes it lose, as a status change would."""
 
 
 @dataclass(frozen=True)

@@ -234,7 +234,7 @@ async def for_handler(
     """A handler's targets: sessions in `statuses` (optionally with a kernel in `kernel_statuses`);
     those in `lost_agent_only` only when a kernel of theirs is on an agent not ALIVE, those in
     `failed_kernel_only` only when a kernel of theirs has failed; with `healthy_only`, only those
-    none of whose kernels has failed.
+    none of whose kernels has failed or is on an agent not ALIVE.
 
     With `queue_window`, only that many from the head of the queue (priority, chain submission,
     id), so a long queue is not re-read in full every cycle; with `after` too, the next that many
@@ -376,15 +376,16 @@ def _handler_query(
     in_status = sessions.c.status == names[0] if len(names) == 1 else sessions.c.status.in_(names)
     columns = (sessions.c.id, sessions.c.status) if narrow else (sessions,)
     query = select(*columns).where(sessions.c.resource_group == bindparam("resource_group"), in_status)
+    # A kernel of it is on an agent that is not ALIVE (or no longer registered).
+    alive = select(agents.c.id).where(
+        agents.c.id == kernels.c.agent_id, agents.c.status == str(AgentStatus.ALIVE)
+    )
+    on_lost_agent = (
+        select(kernels.c.id)
+        .where(kernels.c.session_id == sessions.c.id, kernels.c.agent_id.is_not(None), ~alive.exists())
+        .exists()
+    )
     if lost_agent_only:
-        alive = select(agents.c.id).where(
-            agents.c.id == kernels.c.agent_id, agents.c.status == str(AgentStatus.ALIVE)
-        )
-        on_lost_agent = (
-            select(kernels.c.id)
-            .where(kernels.c.session_id == sessions.c.id, kernels.c.agent_id.is_not(None), ~alive.exists())
-            .exists()
-        )
         waiting = sessions.c.status.in_(lost_agent_only)
         query = query.where(or_(~waiting, on_lost_agent))
     # A kernel of it has failed: it ended in failure, or with a non-zero exit (KernelRecord.failed).
@@ -402,7 +403,7 @@ def _handler_query(
     if failed_kernel_only:
         query = query.where(or_(~sessions.c.status.in_(failed_kernel_only), failed))
     if healthy_only:
-        query = query.where(~failed)
+        query = query.where(~failed, ~on_lost_agent)
     if queue_window is not None:
         query = query.order_by(
             sessions.c.priority.desc(), sessions.c.chain_submitted_at, sessions.c.id
@@ -501,11 +502,11 @@ async def apply_moves(conn: AsyncConnection, moves: Sequence[Move], now: datetim
             raise RefusedTransition(f"kernels may not go {m.kernel_via} -> {m.kernel_dst}")
     groups: dict[tuple[Any, ...], list[Move]] = defaultdict(list)
     for m in moves:
-        groups[(m.src, m.dst, m.kernel_dst, m.values, m.kernel_via)].append(m)
+        groups[(m.src, m.dst, m.kernel_dst, m.values, m.kernel_via, m.unrequested)].append(m)
     won: list[Move] = []
-    for (src, dst, kernel_dst, values, kernel_via), group in groups.items():
+    for (src, dst, kernel_dst, values, kernel_via, unrequested), group in groups.items():
         ids = [m.session_id for m in group]
-        statement = _move(src, dst, tuple(name for name, _ in values))
+        statement = _move(src, dst, tuple(name for name, _ in values), unrequested)
         params = {"m_now": now, **{f"m_{name}": value for name, value in values}}
         for chunk in range(0, len(ids), 500):
             part = ids[chunk : chunk + 500]
@@ -543,9 +544,12 @@ _MAY_RUN = [str(s) for s in KERNEL_PROCESS]
 
 
 @lru_cache(maxsize=1024)
-def _move(src: SessionStatus, dst: SessionStatus, names: tuple[str, ...]) -> ReturningUpdate[str]:
+def _move(
+    src: SessionStatus, dst: SessionStatus, names: tuple[str, ...], unrequested: bool = False
+) -> ReturningUpdate[str]:
     """The guarded UPDATE of a group of moves src -> dst setting the columns `names` too (bound as
-    m_<name>; the ids as m_ids, the time as m_now), built once per shape."""
+    m_<name>; the ids as m_ids, the time as m_now), built once per shape; with `unrequested`,
+    only of sessions no termination was requested for."""
     now = bindparam("m_now", type_=sessions.c.status_changed_at.type)
     extra: dict[str, Any] = {name: bindparam(f"m_{name}", type_=sessions.c[name].type) for name in names}
     if dst in TERMINAL_SESSION:
@@ -553,6 +557,8 @@ def _move(src: SessionStatus, dst: SessionStatus, names: tuple[str, ...]) -> Ret
     if dst is SessionStatus.RUNNING:
         extra.setdefault("started_at", func.coalesce(sessions.c.started_at, now))
     guard = [sessions.c.status == str(src)]
+    if unrequested:
+        guard.append(sessions.c.termination_reason.is_(None))
     if dst is SessionStatus.PENDING:
         # Never re-queued while a kernel of it may run (prepare and start): that would free its
         # allocation before it is confirmed dead and could start a second copy beside it.
@@ -590,9 +596,9 @@ async def move_kernels_of(
     now: datetime,
     via: tuple[KernelStatus, ...] = (),
 ) -> None:
-    """Move the sessions' kernels that may legally go to `dst` (through `via`, in order: those
-    that may go to its first); others (e.g. ended) stay."""
-    sources = [str(s) for s in kernel_sources(via[0] if via else dst)]
+    """Move the sessions' kernels that may legally go to `dst`, or through `via` to it (those that
+    may go to its first status, or are at one of its statuses already); others (e.g. ended) stay."""
+    sources = sorted(str(s) for s in (kernel_sources(via[0]) | set(via) if via else kernel_sources(dst)))
     values: dict[str, Any] = {"status": str(dst), "status_changed_at": now}
     await conn.execute(
         update(kernels)

@@ -76,7 +76,9 @@ class HandlerOptions:
     # or a non-zero exit): the handler acts on nothing else there.  A filter before `matches`,
     # which still decides.
     failed_kernel_only: ClassVar[frozenset[SessionStatus]] = frozenset()
-    # Only sessions none of whose kernels has failed (the filter failed_kernel_only negated).
+    # Only sessions none of whose kernels has failed (failed_kernel_only's filter negated) or is on
+    # an agent not ALIVE (what StartSessions' hand-over fails): a read's filter; `matches` checks
+    # the first (it knows no agent).
     healthy_only: ClassVar[bool] = False
     # Placement: it can only do more than last time once room was made or the queue changed (see
     # Coordinator.run_cycle), so a cycle woken by an agent's progress report skips it.
@@ -87,8 +89,9 @@ class HandlerOptions:
 
 @dataclass(frozen=True)
 class Step:
-    """One move a handler makes on another's rule, in its own transaction: a status a promotion
-    passes on its way (`through`), or one a lifecycle handler's successes go on to (`then`)."""
+    """A status a handler's move passes under another handler's rule, in the same guarded update:
+    one a promotion passes on its way (`through`), or one a lifecycle handler's successes go on to
+    (`then`).  Each is recorded as its own event and history row (Move.via)."""
 
     handler: str
     """The handler whose rule (DESIGN §3) the step applies: its name is the history row's."""
@@ -105,8 +108,8 @@ class LifecycleHandler(HandlerOptions, ABC):
 
     # The cause recorded when an expired/give-up move ends the session.
     failure_cause: ClassVar[Cause | None] = None
-    # Statuses its successes go on to, in order, in the same transaction, each recorded as its own
-    # move and history row under the handler whose rule it applies.
+    # Statuses its successes go on to, in order, in the same update (README: "Moves that follow at
+    # once are made at once").
     then: ClassVar[tuple[Step, ...]] = ()
 
     @classmethod
@@ -123,8 +126,8 @@ class SessionPromotionHandler(HandlerOptions, ABC):
     check_kernel_statuses: ClassVar[frozenset[KernelStatus]]
     match_type: ClassVar[KernelMatchType]
     termination_requested: ClassVar[bool | None] = None
-    # Statuses passed before the success status, in order, in the same transaction, each recorded
-    # as its own move and history row; a session already in one of them goes on from there.
+    # Statuses passed before the success status, in order, in the same update; a session already
+    # in one of them goes on from there.
     through: ClassVar[tuple[Step, ...]] = ()
     # How its final move (to the success status) is recorded, when under another handler's rule
     # (None: under its own name).

@@ -1,5 +1,5 @@
-"""PromoteEnded: a RUNNING session whose kernels have all ended is TERMINATING and then ended in
-one transaction, as DetectTermination then PromoteToTerminated would make it in turn."""
+"""PromoteEnded: a RUNNING session whose kernels have all ended passes TERMINATING to its end in
+one update, as DetectTermination then PromoteToTerminated would move it in turn."""
 
 from __future__ import annotations
 

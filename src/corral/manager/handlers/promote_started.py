@@ -1,6 +1,6 @@
-"""PromoteStartedAlone: a session whose kernels all started by themselves (prepare and start) is
-PREPARED and CREATING in one transaction, as PromoteToPrepared then StartSessions would make it a
-cycle apart; PromoteToRunning, next in the same cycle, takes it on once none is still CREATING."""
+"""PromoteStartedAlone: a session whose kernels all started by themselves (prepare and start) passes
+PREPARED to CREATING in one update, as PromoteToPrepared then StartSessions would move it a cycle
+apart; PromoteToRunning, next in the same cycle, takes it on once none is still CREATING."""
 
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ class PromoteStartedAlone(SessionPromotionHandler):
     """Both rules at once, each move recorded under the handler whose rule it is: every kernel is
     past PromoteToPrepared's condition, and none waits PREPARED for a start order (StartSessions
     would hand none).  A session with a failed kernel is left to the handlers one by one
-    (DetectTermination stops it from where it is)."""
+    (DetectTermination stops it from where it is), and so is one with a kernel on an agent not
+    ALIVE (StartSessions' hand-over fails it, as it would have)."""
 
     name = "PromoteStartedAlone"
     target_session_statuses = frozenset(
