@@ -15,7 +15,7 @@ from sqlalchemy import insert, select, update
 from corral.domain.judge import PhaseLimits
 from corral.domain.resources import ResourceSlots
 from corral.domain.spec import SessionSpec
-from corral.domain.status import SessionStatus
+from corral.domain.status import KernelStatus, SessionStatus
 from corral.manager.coordinator import Coordinator
 from corral.manager.handlers.base import SessionPromotionHandler
 from corral.manager.handlers.detect_termination import DetectTermination
@@ -23,15 +23,19 @@ from corral.manager.handlers.promote_ended import PromoteEnded
 from corral.manager.handlers.promote_prepared import PromoteToPrepared
 from corral.manager.handlers.promote_started import PromoteStartedAlone
 from corral.manager.handlers.promote_terminated import PromoteToTerminated
+from corral.manager.handlers.schedule_new import ScheduleNewSessions
+from corral.services.agent_protocol import AgentProtocol
+from corral.settings import SchedulerSettings
 from corral.store import agents, journal, sessions
 from corral.store.db import transaction
 from corral.store.records import Move, NewSession
 from corral.store.sessions import RefusedTransition
 from corral.store.tables import agents as agent_table
+from corral.store.tables import allocations, session_events
 from corral.store.tables import kernels as kernel_table
 from corral.store.tables import resource_groups as group_table
-from corral.store.tables import session_events
 from corral.store.tables import sessions as session_table
+from corral.wakeup import Wakeup
 from tests.conftest import BACKENDS
 from tests.support.db import migrated
 
@@ -377,3 +381,58 @@ async def test_a_move_whose_rule_asks_no_stop_loses_to_a_stop_asked_since_the_re
         async with engine.connect() as conn:
             stopping = await sessions.get(conn, ids["stopping"])
         assert stopping is not None and stopping.status is SessionStatus.PREPARING
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_placement_hands_over_in_the_same_update_and_the_agent_sees_the_orders(
+    backend: str, fresh_database: Callable[[str], str]
+) -> None:
+    """ScheduleNewSessions' successes go on to PREPARING (PrepareSessions' rule): the session and
+    its kernels are PREPARING on the agent placed, with its allocation, a history and an event row
+    per status passed, and the agent's next poll holds the order (a gang on one agent: start at
+    once, rank 0 picks the port)."""
+    async with migrated(fresh_database(backend)) as engine:
+        sid = str(uuid.uuid4())
+        async with transaction(engine) as conn:
+            epoch = await agents.register(
+                conn,
+                "a",
+                hostname="a",
+                address="127.0.0.1",
+                resource_group="default",
+                capacity=ResourceSlots.parse({"cpu": 4}),
+                info={},
+                now=NOW,
+            )
+            spec = SessionSpec(command=("true",), cluster_size=2, resources=ResourceSlots.parse({"cpu": 1}))
+            await sessions.insert_session(conn, NewSession(id=sid, name="g", owner="t", spec=spec), NOW)
+        coordinator = Coordinator(
+            engine, "default", [ScheduleNewSessions()], PhaseLimits(timeouts={}), lambda: NOW
+        )
+        assert await coordinator.run_cycle() == 1
+        async with engine.connect() as conn:
+            found = await sessions.get(conn, sid)
+            history = await journal.history_of(conn, sid)
+            events = await conn.execute(
+                select(session_events.c.from_status, session_events.c.to_status)
+                .where(session_events.c.session_id == sid, session_events.c.from_status.is_not(None))
+                .order_by(session_events.c.id)
+            )
+            held = await conn.execute(
+                select(allocations.c.kernel_id, allocations.c.agent_id).where(
+                    allocations.c.released_at.is_(None)
+                )
+            )
+            assert found is not None and found.status is SessionStatus.PREPARING
+            assert [(k.status, k.agent_id) for k in found.kernels] == [(KernelStatus.PREPARING, "a")] * 2
+            assert sorted(held) == sorted((k.id, "a") for k in found.kernels)
+            assert [(h.handler, h.from_status, h.to_status, h.message) for h in history] == [
+                ("ScheduleNewSessions", "PENDING", "SCHEDULED", "placed on a, a"),
+                ("PrepareSessions", "SCHEDULED", "PREPARING", "prepare orders handed to agents"),
+            ]
+            assert list(events) == [("PENDING", "SCHEDULED"), ("SCHEDULED", "PREPARING")]
+        protocol = AgentProtocol(engine, SchedulerSettings(), Wakeup(), log_cap=1 << 20)
+        _, orders, _ = await protocol.orders("a", epoch, "", 0)
+        mine = sorted((o for o in orders if o["session_id"] == sid), key=lambda o: o["rank"])
+        assert [(o["status"], o["spec"]["start_at_once"]) for o in mine] == [("PREPARING", True)] * 2
+        assert [o["spec"]["pick_master_port"] for o in mine] == [True, False]
