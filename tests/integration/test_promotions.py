@@ -5,7 +5,7 @@ database, both paths, both backends)."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from itertools import pairwise
 
@@ -26,9 +26,9 @@ from corral.manager.handlers.promote_terminated import PromoteToTerminated
 from corral.manager.handlers.schedule_new import ScheduleNewSessions
 from corral.services.agent_protocol import AgentProtocol
 from corral.settings import SchedulerSettings
-from corral.store import agents, journal, sessions
+from corral.store import journal, sessions
 from corral.store.db import transaction
-from corral.store.records import Move, NewSession
+from corral.store.records import HistoryRecord, Move, NewSession
 from corral.store.sessions import RefusedTransition
 from corral.store.tables import agents as agent_table
 from corral.store.tables import allocations, session_events
@@ -37,7 +37,7 @@ from corral.store.tables import resource_groups as group_table
 from corral.store.tables import sessions as session_table
 from corral.wakeup import Wakeup
 from tests.conftest import BACKENDS
-from tests.support.db import migrated
+from tests.support.db import migrated, register_agent
 
 NOW = datetime(2026, 11, 25, 12, 0, tzinfo=UTC)
 
@@ -51,6 +51,19 @@ CASES = {
     "being stopped": ("PREPARING", ["PREPARED"], True, False),
     "not its status": ("CREATING", ["PREPARED"], False, False),
 }
+
+
+@pytest.fixture(params=[True, False], ids=["ids and statuses", "whole sessions"])
+def status_only(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> bool:
+    """Both read paths of a promotion: its targets' ids and statuses alone (what the coordinator
+    takes when that decides), or whole sessions with their kernels (`matches`)."""
+    if not request.param:
+        monkeypatch.setattr(SessionPromotionHandler, "decided_by_kernel_statuses", property(lambda _: False))
+    return bool(request.param)
+
+
+def _history_rows(history: Sequence[HistoryRecord]) -> list[tuple[str, str, str, str | None, str]]:
+    return [(h.handler, h.result, h.from_status, h.to_status, h.message) for h in history]
 
 
 async def _scenario(
@@ -78,14 +91,11 @@ async def _scenario(
     return ids
 
 
-@pytest.mark.parametrize("status_only", [True, False], ids=["ids and statuses", "whole sessions"])
 @pytest.mark.parametrize("backend", BACKENDS)
 async def test_a_promotion_moves_what_its_kernels_decide(
-    backend: str, status_only: bool, fresh_database: Callable[[str], str], monkeypatch: pytest.MonkeyPatch
+    backend: str, status_only: bool, fresh_database: Callable[[str], str]
 ) -> None:
-    assert PromoteToPrepared().decided_by_kernel_statuses  # the path under test is the one taken
-    if not status_only:
-        monkeypatch.setattr(SessionPromotionHandler, "decided_by_kernel_statuses", property(lambda _: False))
+    assert PromoteToPrepared().decided_by_kernel_statuses is status_only  # the path under test is taken
     async with migrated(fresh_database(backend)) as engine:
         ids = await _scenario(engine)
         coordinator = Coordinator(
@@ -188,14 +198,11 @@ _PATH = [
 ]
 
 
-@pytest.mark.parametrize("status_only", [True, False], ids=["ids and statuses", "whole sessions"])
 @pytest.mark.parametrize("backend", BACKENDS)
 async def test_a_session_started_alone_passes_prepared_to_creating_in_one_step(
-    backend: str, status_only: bool, fresh_database: Callable[[str], str], monkeypatch: pytest.MonkeyPatch
+    backend: str, status_only: bool, fresh_database: Callable[[str], str]
 ) -> None:
-    assert PromoteStartedAlone().decided_by_kernel_statuses  # the path under test is the one taken
-    if not status_only:
-        monkeypatch.setattr(SessionPromotionHandler, "decided_by_kernel_statuses", property(lambda _: False))
+    assert PromoteStartedAlone().decided_by_kernel_statuses is status_only  # the path under test is taken
     async with migrated(fresh_database(backend)) as engine:
         ids = await _scenario(engine, STARTED)
         coordinator = Coordinator(
@@ -216,8 +223,7 @@ async def test_a_session_started_alone_passes_prepared_to_creating_in_one_step(
                 history = await journal.history_of(conn, ids[name])
                 assert found is not None
                 assert str(found.status) == ("CREATING" if moves else status), name
-                rows = [(h.handler, h.result, h.from_status, h.to_status, h.message) for h in history]
-                assert rows == expected[name], name
+                assert _history_rows(history) == expected[name], name
                 if moves:
                     assert found.status_changed_at == NOW, name
 
@@ -242,10 +248,7 @@ async def _outcomes(engine: object, ids: dict[str, str]) -> dict[str, tuple[obje
         for name, sid in ids.items():
             s = await sessions.get(conn, sid)
             assert s is not None
-            rows = [
-                (h.handler, h.result, h.from_status, h.to_status, h.message)
-                for h in await journal.history_of(conn, sid)
-            ]
+            rows = _history_rows(await journal.history_of(conn, sid))
             found[name] = (str(s.status), str(s.result), s.cause, s.exit_code, s.root_rank, rows)
     return found
 
@@ -314,31 +317,19 @@ async def test_a_move_passing_statuses_is_every_hop_or_nothing(
             assert list(events) == (list(pairwise(hops)) if legal else [])
 
 
-@pytest.mark.parametrize("status_only", [True, False], ids=["ids and statuses", "whole sessions"])
 @pytest.mark.parametrize("backend", BACKENDS)
 async def test_a_session_started_alone_on_a_lost_agent_takes_the_long_way(
-    backend: str, status_only: bool, fresh_database: Callable[[str], str], monkeypatch: pytest.MonkeyPatch
+    backend: str, status_only: bool, fresh_database: Callable[[str], str]
 ) -> None:
     """StartSessions fails a session whose agent is not ALIVE: the one-step promotion leaves such a
     session to it, and moves its twin on a live agent."""
-    if not status_only:
-        monkeypatch.setattr(SessionPromotionHandler, "decided_by_kernel_statuses", property(lambda _: False))
     async with migrated(fresh_database(backend)) as engine:
         ids = await _scenario(
             engine, {name: ("PREPARING", ["RUNNING"], False, True) for name in ("lost", "alive")}
         )
         async with transaction(engine) as conn:
             for agent, status in (("gone", "LOST"), ("here", "ALIVE")):
-                await agents.register(
-                    conn,
-                    agent,
-                    hostname=agent,
-                    address="127.0.0.1",
-                    resource_group="default",
-                    capacity=ResourceSlots.parse({"cpu": 4}),
-                    info={},
-                    now=NOW,
-                )
+                await register_agent(conn, agent, {"cpu": 4}, now=NOW)
                 await conn.execute(update(agent_table).where(agent_table.c.id == agent).values(status=status))
             for name, agent in (("lost", "gone"), ("alive", "here")):
                 await conn.execute(
@@ -394,16 +385,7 @@ async def test_placement_hands_over_in_the_same_update_and_the_agent_sees_the_or
     async with migrated(fresh_database(backend)) as engine:
         sid = str(uuid.uuid4())
         async with transaction(engine) as conn:
-            epoch = await agents.register(
-                conn,
-                "a",
-                hostname="a",
-                address="127.0.0.1",
-                resource_group="default",
-                capacity=ResourceSlots.parse({"cpu": 4}),
-                info={},
-                now=NOW,
-            )
+            epoch = await register_agent(conn, "a", {"cpu": 4}, now=NOW)
             spec = SessionSpec(command=("true",), cluster_size=2, resources=ResourceSlots.parse({"cpu": 1}))
             await sessions.insert_session(conn, NewSession(id=sid, name="g", owner="t", spec=spec), NOW)
         coordinator = Coordinator(

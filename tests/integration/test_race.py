@@ -16,11 +16,12 @@ from corral.domain.spec import SessionSpec
 from corral.manager.coordinator import Coordinator
 from corral.manager.handlers.base import HandlerContext, LifecycleResult
 from corral.manager.handlers.schedule_new import ScheduleNewSessions
-from corral.store import agents, sessions
+from corral.store import sessions
 from corral.store.db import make_engine, transaction, upgrade
 from corral.store.records import NewSession, SessionRecord
 from corral.store.tables import allocations
 from tests.conftest import BACKENDS
+from tests.support.db import register_agent
 
 
 class MeetThenSchedule(ScheduleNewSessions):
@@ -43,16 +44,7 @@ async def test_two_coordinators_race(backend: str, fresh_database: Callable[[str
         await upgrade(first)
         now = datetime.now(UTC)
         async with transaction(first) as conn:
-            await agents.register(
-                conn,
-                "a",
-                hostname="h",
-                address="127.0.0.1",
-                resource_group="default",
-                capacity=ResourceSlots.parse({"cpu": 20}),
-                info={},
-                now=now,
-            )
+            await register_agent(conn, "a", {"cpu": 20}, hostname="h", now=now)
             for i in range(10):
                 sid = str(uuid.uuid4())
                 await sessions.insert_session(

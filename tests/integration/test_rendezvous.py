@@ -19,14 +19,13 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from corral.domain.judge import PhaseLimits
 from corral.domain.placement import Placement
-from corral.domain.resources import ResourceSlots
 from corral.domain.spec import SessionSpec
 from corral.domain.status import KernelStatus, SessionStatus
 from corral.manager.coordinator import Coordinator
 from corral.manager.handlers.prepare import PrepareSessions
 from corral.services.agent_protocol import AgentProtocol
 from corral.settings import SchedulerSettings
-from corral.store import agents, journal, kernels, sessions
+from corral.store import journal, kernels, sessions
 from corral.store.db import transaction
 from corral.store.records import KernelReport, Move, NewSession
 from corral.store.tables import agents as agent_rows
@@ -34,7 +33,7 @@ from corral.store.tables import allocations
 from corral.wakeup import Wakeup
 from tests.conftest import BACKENDS
 from tests.support.cluster import Cluster
-from tests.support.db import migrated
+from tests.support.db import migrated, register_agent
 
 RANGE = [29400, 29401]
 
@@ -80,15 +79,8 @@ async def test_gangs_start_at_once_exactly_when_their_rendezvous_is_known(
         epochs = {}
         async with transaction(engine) as conn:
             for agent_id, info in declared.items():
-                epochs[agent_id] = await agents.register(
-                    conn,
-                    agent_id,
-                    hostname=agent_id,
-                    address=hosts[agent_id],
-                    resource_group="default",
-                    capacity=ResourceSlots.parse({"cpu": 64}),
-                    info=info,
-                    now=datetime.now(UTC),
+                epochs[agent_id] = await register_agent(
+                    conn, agent_id, {"cpu": 64}, address=hosts[agent_id], info=info
                 )
         protocol = AgentProtocol(engine, SchedulerSettings(), Wakeup(), log_cap=1 << 20)
 
@@ -230,15 +222,9 @@ async def test_a_gang_with_a_running_rank_is_stopped_not_requeued(
         epochs = {}
         async with transaction(engine) as conn:
             for agent_id, info in (("a", {"rendezvous_ports": RANGE}), ("b", {})):
-                epochs[agent_id] = await agents.register(
-                    conn,
-                    agent_id,
-                    hostname=agent_id,
-                    address="10.0.0.1" if agent_id == "a" else "10.0.0.2",
-                    resource_group="default",
-                    capacity=ResourceSlots.parse({"cpu": 64}),
-                    info=info,
-                    now=datetime.now(UTC),
+                address = "10.0.0.1" if agent_id == "a" else "10.0.0.2"
+                epochs[agent_id] = await register_agent(
+                    conn, agent_id, {"cpu": 64}, address=address, info=info
                 )
         protocol = AgentProtocol(engine, SchedulerSettings(), Wakeup(), log_cap=1 << 20)
         sid = await _handed_over(engine, ("a", "b"))
@@ -284,16 +270,7 @@ async def test_an_order_carries_its_spec_until_the_agent_says_it_started_that_ge
     order still says the kernel's status, generation and kill, without the spec it never reads."""
     async with migrated(fresh_database(backend)) as engine:
         async with transaction(engine) as conn:
-            epoch = await agents.register(
-                conn,
-                "a",
-                hostname="a",
-                address="10.0.0.1",
-                resource_group="default",
-                capacity=ResourceSlots.parse({"cpu": 8}),
-                info={},
-                now=datetime.now(UTC),
-            )
+            epoch = await register_agent(conn, "a", {"cpu": 8}, address="10.0.0.1")
         protocol = AgentProtocol(engine, SchedulerSettings(), Wakeup(), log_cap=1 << 20)
         started, waiting = await _handed_over(engine, ("a",)), await _handed_over(engine, ("a",))
 

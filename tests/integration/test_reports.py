@@ -12,19 +12,18 @@ import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from corral.domain.judge import PhaseLimits
-from corral.domain.resources import ResourceSlots
 from corral.domain.spec import SessionSpec
 from corral.domain.status import KernelStatus, SessionStatus
 from corral.manager.coordinator import Coordinator
 from corral.manager.handlers.schedule_new import ScheduleNewSessions
 from corral.services.agent_protocol import AgentProtocol
 from corral.settings import SchedulerSettings
-from corral.store import agents, sessions
+from corral.store import sessions
 from corral.store.db import transaction
 from corral.store.records import KernelRecord, KernelReport, Move, NewSession
 from corral.wakeup import Wakeup
 from tests.conftest import BACKENDS
-from tests.support.db import migrated
+from tests.support.db import migrated, register_agent
 
 
 class _PlaceOnly(ScheduleNewSessions):
@@ -36,16 +35,7 @@ class _PlaceOnly(ScheduleNewSessions):
 
 async def _register(engine: AsyncEngine, agent_id: str) -> int:
     async with transaction(engine) as conn:
-        return await agents.register(
-            conn,
-            agent_id,
-            hostname=agent_id,
-            address="127.0.0.1",
-            resource_group="default",
-            capacity=ResourceSlots.parse({"cpu": 4}),
-            info={},
-            now=datetime.now(UTC),
-        )
+        return await register_agent(conn, agent_id, {"cpu": 4})
 
 
 async def _kernel(engine: AsyncEngine, session_id: str) -> KernelRecord:

@@ -22,7 +22,7 @@ from corral.store.records import NewSession
 from corral.wakeup import Wakeup
 from tests.conftest import BACKENDS
 from tests.integration.test_bounds import NOW, _insert
-from tests.support.db import migrated
+from tests.support.db import migrated, register_agent
 
 
 async def _skips(engine: object, sid: str) -> int:
@@ -63,17 +63,7 @@ async def test_a_full_window_that_placed_leaves_room_for_the_next_cycle(
         assert window is not None
         async with transaction(engine) as conn:
             await agents.ensure_resource_group(conn, "default", NOW)
-            capacity = ResourceSlots.parse({"cpu": 10_000, "mem": "10000G"})
-            await agents.register(
-                conn,
-                "big",
-                hostname="h",
-                address="127.0.0.1",
-                resource_group="default",
-                capacity=capacity,
-                info={},
-                now=NOW,
-            )
+            await register_agent(conn, "big", {"cpu": 10_000, "mem": "10000G"}, hostname="h", now=NOW)
         await _insert(engine, window + 88, 10, NOW)
         coordinator = Coordinator(
             engine, "default", [ScheduleNewSessions()], PhaseLimits(timeouts={}), lambda: NOW
@@ -137,16 +127,7 @@ async def _insert_sized(engine: object, n: int, priority: int, cpu: int) -> list
 async def _one_agent(engine: object, cpu: int) -> None:
     async with transaction(engine) as conn:  # type: ignore[arg-type]
         await agents.ensure_resource_group(conn, "default", NOW)
-        await agents.register(
-            conn,
-            "small",
-            hostname="h",
-            address="127.0.0.1",
-            resource_group="default",
-            capacity=ResourceSlots.parse({"cpu": cpu, "mem": "64G"}),
-            info={},
-            now=NOW,
-        )
+        await register_agent(conn, "small", {"cpu": cpu, "mem": "64G"}, hostname="h", now=NOW)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

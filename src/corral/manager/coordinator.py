@@ -6,7 +6,6 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from datetime import datetime
-from itertools import pairwise
 from typing import Any
 
 import structlog
@@ -22,6 +21,7 @@ from corral.manager.handlers.base import (
     LifecycleHandler,
     LifecycleResult,
     SessionPromotionHandler,
+    Step,
 )
 from corral.store import journal, kernels, preemption, sessions
 from corral.store.db import reading, transaction
@@ -95,23 +95,32 @@ def _recorded(handler: SessionPromotionHandler) -> tuple[str, str]:
     return (step.handler, step.message) if step else (handler.name, "")
 
 
-def _via(handler: SessionPromotionHandler, src: SessionStatus) -> tuple[SessionStatus, ...]:
-    """The statuses a promotion's move from `src` passes: its `through` steps after `src` (all of
-    them from a status not on that path)."""
+def _ahead(handler: SessionPromotionHandler, src: SessionStatus) -> tuple[Step, ...]:
+    """The `through` steps a promotion's move from `src` passes: those after `src` (all of them
+    from a status not on that path)."""
     path = [step.status for step in handler.through]
-    return tuple(path[path.index(src) + 1 :] if src in path else path)
+    return handler.through[path.index(src) + 1 :] if src in path else handler.through
+
+
+def _via(handler: SessionPromotionHandler, src: SessionStatus) -> tuple[SessionStatus, ...]:
+    return tuple(step.status for step in _ahead(handler, src))
+
+
+def _passed(session_id: str, kind: SchedulingResult, src: SessionStatus, steps: Sequence[Step]) -> History:
+    """The history rows of a move passing `steps` from `src`: one per step, under the handler
+    whose rule it is."""
+    froms = (src, *(step.status for step in steps))
+    return [
+        (session_id, step.handler, kind, a, step.status, step.message)
+        for a, step in zip(froms, steps, strict=False)
+    ]
 
 
 def _rows(handler: SessionPromotionHandler, m: Move, name: str, message: str) -> History:
-    """A promotion's history rows for one move: one per status passed, under the handler whose
-    rule it is, then the final one (`name`, `message`)."""
-    steps = {step.status: step for step in handler.through}
-    hops = (m.src, *m.via)
-    rows: History = [
-        (m.session_id, steps[b].handler, SchedulingResult.SUCCESS, a, b, steps[b].message)
-        for a, b in pairwise(hops)
-    ]
-    return [*rows, (m.session_id, name, SchedulingResult.SUCCESS, hops[-1], m.dst, message)]
+    """A promotion's history rows for one move: one per status passed, then the final one
+    (`name`, `message`)."""
+    passed = _passed(m.session_id, SchedulingResult.SUCCESS, m.src, _ahead(handler, m.src))
+    return [*passed, (m.session_id, name, SchedulingResult.SUCCESS, (m.src, *m.via)[-1], m.dst, message)]
 
 
 class Coordinator:
@@ -410,11 +419,8 @@ class Coordinator:
                 moves.append(Move(s.id, s.status, dst, to.kernel, values))
                 return
             # Its successes go on at once (`then`): one update passing each step, a row each.
+            history.extend(_passed(s.id, kind, dst, handler.then))
             hops = (dst, *(step.status for step in handler.then))
-            history.extend(
-                (s.id, step.handler, kind, a, step.status, step.message)
-                for a, step in zip(hops, handler.then, strict=False)
-            )
             kernel_path = [k for k in (to.kernel, *(step.kernel for step in handler.then)) if k is not None]
             kernel = kernel_path.pop() if kernel_path else None
             unrequested = handler.termination_requested is False  # as the steps' rules ask too
