@@ -8,12 +8,14 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
-from sqlalchemy import bindparam, event, select
+from sqlalchemy import bindparam, event, select, text, update
 from sqlalchemy.exc import DBAPIError
 
 from corral.domain.spec import SessionSpec
+from corral.domain.status import SessionStatus
 from corral.store import journal, sessions
 from corral.store.db import transaction
 from corral.store.records import NewSession
@@ -94,3 +96,58 @@ async def test_a_value_longer_than_its_column_is_never_stored_cut(
         assert backend == "sqlite"
         async with engine.connect() as conn:
             assert list((await conn.execute(select(session_history.c.session_id))).scalars()) == [long_id]
+
+
+def _removed_from_sessions(plan: dict[str, Any]) -> int:
+    """Rows of `sessions` a plan read only to drop them (its filters, not its index conditions)."""
+    own = plan.get("Rows Removed by Filter", 0) if plan.get("Relation Name") == "sessions" else 0
+    return own + sum(_removed_from_sessions(p) for p in plan.get("Plans", []))
+
+
+async def test_a_read_of_several_statuses_reads_no_ended_session_before_any_statistics(
+    fresh_database: Callable[[str], str],
+) -> None:
+    """A fresh database has no planner statistics for a minute or more (autovacuum's first look at a
+    table).  A handler's read of several statuses (a promotion's, a probe's) still seeks each
+    status by index: it never reads the group's ended sessions only to drop them, as `status IN
+    (...)` planned without statistics did, every cycle."""
+    async with migrated(fresh_database("postgres")) as engine:
+        async with transaction(engine) as conn:
+            await conn.execute(text("ALTER TABLE sessions SET (autovacuum_enabled = false)"))
+            spec = SessionSpec(command=("true",))
+            news = [NewSession(id=str(uuid.uuid4()), name="s", owner="t", spec=spec) for _ in range(2000)]
+            await sessions.insert_sessions(conn, news, NOW)
+            ended = [n.id for n in news[5:]]
+            await conn.execute(
+                update(session_table).where(session_table.c.id.in_(ended)).values(status="TERMINATED")
+            )
+            await conn.execute(
+                update(session_table)
+                .where(session_table.c.id.in_([n.id for n in news[:5]]))
+                .values(status="PREPARING")
+            )
+        sent: list[tuple[str, Any]] = []
+
+        def record_statement(*args: Any) -> None:
+            sent.append((args[2], args[3]))
+
+        event.listen(engine.sync_engine, "before_cursor_execute", record_statement)
+        async with engine.connect() as conn:
+            statuses = [SessionStatus.SCHEDULED, SessionStatus.PREPARING, SessionStatus.PULLING]
+            found = await sessions.target_ids(
+                conn,
+                "default",
+                statuses,
+                kernel_statuses=None,
+                absent_kernel_statuses=None,
+                terminating_requested=False,
+            )
+            assert sorted(sid for sid, _ in found) == sorted(n.id for n in news[:5])
+            event.remove(engine.sync_engine, "before_cursor_execute", record_statement)
+            [(statement, params)] = sent
+            assert (
+                await conn.execute(text("SELECT reltuples FROM pg_class WHERE relname = 'sessions'"))
+            ).scalar() < 0
+            explained = await conn.exec_driver_sql(f"EXPLAIN (ANALYZE, FORMAT JSON) {statement}", params)
+            [plan] = explained.scalar()
+        assert _removed_from_sessions(plan["Plan"]) < 10

@@ -23,6 +23,7 @@ from sqlalchemy import (
     literal,
     or_,
     select,
+    union_all,
     update,
 )
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -372,10 +373,59 @@ def _handler_query(
 ) -> Select[Any]:
     """for_handler's statement, built once per shape (a handler's reads differ only in the bound
     values: group, times, place in the queue): building it cost more than running it."""
-    # One status by equality, so the queue index serves the ORDER BY as well as the WHERE.
-    in_status = sessions.c.status == names[0] if len(names) == 1 else sessions.c.status.in_(names)
+
+    def seek(status: str, *columns: Any) -> Select[Any]:
+        # One status by equality: the queue index (resource_group, status, ...) serves it
+        # whatever the planner's statistics say (see below).
+        query = select(*columns).where(
+            sessions.c.resource_group == bindparam("resource_group"), sessions.c.status == status
+        )
+        return _filtered(
+            query,
+            kernel_statuses,
+            absent_kernel_statuses,
+            terminating_requested,
+            status in lost_agent_only,
+            status in failed_kernel_only,
+            changed_before,
+            ready_at,
+            healthy_only,
+        )
+
     columns = (sessions.c.id, sessions.c.status) if narrow else (sessions,)
-    query = select(*columns).where(sessions.c.resource_group == bindparam("resource_group"), in_status)
+    if queue_window is not None:
+        [status] = names  # for_handler reads a window status by status
+        query = seek(status, *columns).order_by(
+            sessions.c.priority.desc(), sessions.c.chain_submitted_at, sessions.c.id
+        )
+        return (_after(query) if after else query).limit(queue_window)
+    if len(names) == 1:
+        return seek(names[0], *columns).order_by(sessions.c.created_at, sessions.c.id).limit(limit)
+    # Several statuses: one seek each, merged.  As `status IN (...)` PostgreSQL planned it from
+    # its statistics, and a fresh database has none for minutes (autovacuum analyzes a table once a
+    # minute at most): it read every session of the group, ended ones too, and dropped all but the
+    # few it wanted, each cycle, in every promotion (a thousand rows read for a dozen).
+    merged = union_all(*(seek(n, *columns, *_SORT if narrow else ()) for n in names)).subquery()
+    wanted = (merged.c.id, merged.c.status) if narrow else tuple(merged.c)
+    return select(*wanted).order_by(merged.c.created_at, merged.c.id).limit(limit)
+
+
+_SORT = (sessions.c.created_at,)
+"""What a narrow read's merged seeks are sorted by, besides id."""
+
+
+def _filtered(
+    query: Select[Any],
+    kernel_statuses: frozenset[str] | None,
+    absent_kernel_statuses: frozenset[str] | None,
+    terminating_requested: bool | None,
+    lost_agent_only: bool,
+    failed_kernel_only: bool,
+    changed_before: bool,
+    ready_at: bool,
+    healthy_only: bool,
+) -> Select[Any]:
+    """A handler's filters on the sessions of one status."""
     # A kernel of it is on an agent that is not ALIVE (or no longer registered).
     alive = select(agents.c.id).where(
         agents.c.id == kernels.c.agent_id, agents.c.status == str(AgentStatus.ALIVE)
@@ -386,8 +436,7 @@ def _handler_query(
         .exists()
     )
     if lost_agent_only:
-        waiting = sessions.c.status.in_(lost_agent_only)
-        query = query.where(or_(~waiting, on_lost_agent))
+        query = query.where(on_lost_agent)
     # A kernel of it has failed: it ended in failure, or with a non-zero exit (KernelRecord.failed).
     failed = (
         select(kernels.c.id)
@@ -401,33 +450,9 @@ def _handler_query(
         .exists()
     )
     if failed_kernel_only:
-        query = query.where(or_(~sessions.c.status.in_(failed_kernel_only), failed))
+        query = query.where(failed)
     if healthy_only:
         query = query.where(~failed, ~on_lost_agent)
-    if queue_window is not None:
-        query = query.order_by(
-            sessions.c.priority.desc(), sessions.c.chain_submitted_at, sessions.c.id
-        ).limit(queue_window)
-        if after:
-            priority: BindParameter[int] = bindparam("after_priority")
-            submitted: BindParameter[datetime] = bindparam("after_submitted")
-            query = query.where(
-                or_(
-                    sessions.c.priority < priority,
-                    and_(
-                        sessions.c.priority == priority,
-                        or_(
-                            sessions.c.chain_submitted_at > submitted,
-                            and_(
-                                sessions.c.chain_submitted_at == submitted,
-                                sessions.c.id > bindparam("after_id"),
-                            ),
-                        ),
-                    ),
-                )
-            )
-    else:
-        query = query.order_by(sessions.c.created_at, sessions.c.id).limit(limit)
     if changed_before:
         query = query.where(sessions.c.status_changed_at < bindparam("changed_before"))
     if ready_at:
@@ -448,6 +473,24 @@ def _handler_query(
             )
             query = query.where(has_kernel if wanted else ~has_kernel)
     return query
+
+
+def _after(query: Select[Any]) -> Select[Any]:
+    """The queue behind a place in it (the key of the last session read)."""
+    priority: BindParameter[int] = bindparam("after_priority")
+    submitted: BindParameter[datetime] = bindparam("after_submitted")
+    return query.where(
+        or_(
+            sessions.c.priority < priority,
+            and_(
+                sessions.c.priority == priority,
+                or_(
+                    sessions.c.chain_submitted_at > submitted,
+                    and_(sessions.c.chain_submitted_at == submitted, sessions.c.id > bindparam("after_id")),
+                ),
+            ),
+        )
+    )
 
 
 _LIVE_PAIRS = [
