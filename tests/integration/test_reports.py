@@ -7,8 +7,10 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
+from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from corral.domain.judge import PhaseLimits
@@ -170,3 +172,73 @@ async def test_a_session_has_started_once_a_process_of_it_ran_whatever_was_repor
             started = found[sid]
             assert started is not None and before <= started <= after, sid
         assert (found[ids[2]], found[ids[3]]) == (None, None)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_a_batch_of_endings_is_written_as_reported_in_statements_run_once(
+    backend: str, fresh_database: Callable[[str], str]
+) -> None:
+    """Every field of every ending lands on its own kernel, whatever the others carried (a port
+    reported with the start is kept by an ending without one), and on
+    PostgreSQL no statement of the batch runs once per kernel in the server (no executemany)."""
+    async with migrated(fresh_database(backend)) as engine:
+        async with transaction(engine) as conn:
+            epoch = await register_agent(conn, "a", {"cpu": 8})
+        ids = [str(uuid.uuid4()) for _ in range(5)]
+        async with transaction(engine) as conn:
+            spec = SessionSpec(command=("true",))
+            news = [NewSession(id=sid, name=f"s{i}", owner="t", spec=spec) for i, sid in enumerate(ids)]
+            await sessions.insert_sessions(conn, news, datetime.now(UTC))
+        scheduler = Coordinator(engine, "default", [], PhaseLimits(timeouts={}), lambda: datetime.now(UTC))
+        assert await scheduler.run_handler(_PlaceOnly()) == 5
+        k = [(await _kernel(engine, sid)).id for sid in ids]
+        protocol = AgentProtocol(engine, SchedulerSettings(), Wakeup(), log_cap=1 << 20)
+        steps = (KernelStatus.PREPARING, KernelStatus.PREPARED, KernelStatus.CREATING, KernelStatus.RUNNING)
+        started = [KernelReport(kid, status) for kid in k for status in steps]
+        started[3] = KernelReport(k[0], KernelStatus.RUNNING, master_port=29501)
+        started[7] = KernelReport(k[1], KernelStatus.RUNNING, master_port=29502)
+        assert (await protocol.report("a", epoch, started))[:2] == (len(started), [])
+
+        record = {"exit_code": 3, "nested": [1, "é", {"k": None}]}
+        endings = [
+            KernelReport(k[0], KernelStatus.TERMINATED, exit_code=0, exited_at_ns=2**62, output_done=True),
+            KernelReport(k[1], KernelStatus.TERMINATED, signal=9, killed_by_corral=True),
+            KernelReport(k[2], KernelStatus.ERROR, exit_code=137, oom_killed=True, master_port=29503),
+            KernelReport(
+                k[3], KernelStatus.ERROR, exit_code=3, error_record=record, termination_message="boom\nline 2"
+            ),
+            KernelReport(k[4], KernelStatus.CANCELLED, agent_lost=True, detail={"why": ["lost", 1]}),
+        ]
+        sent: list[tuple[str, bool]] = []
+
+        def record_statement(*args: Any) -> None:
+            sent.append((args[2], args[5]))  # the statement and whether it is an executemany
+
+        event.listen(engine.sync_engine, "before_cursor_execute", record_statement)
+        assert (await protocol.report("a", epoch, endings))[:2] == (len(endings), [])
+        event.remove(engine.sync_engine, "before_cursor_execute", record_statement)
+        if backend == "postgres":
+            assert sent and not [statement for statement, many in sent if many]
+
+        got = {kid: await _kernel(engine, sid) for kid, sid in zip(k, ids, strict=True)}
+        first, killed, oom, failed, lost = (got[kid] for kid in k)
+        assert (first.status, first.exit_code, first.exited_at_ns) == (KernelStatus.TERMINATED, 0, 2**62)
+        assert (first.master_port, first.logs_done, first.started) == (29501, True, True)
+        assert (killed.signal, killed.killed_by_corral, killed.exit_code) == (9, True, None)
+        assert (killed.master_port, killed.logs_done) == (29502, False)
+        assert (oom.status, oom.exit_code, oom.oom_killed, oom.conditions) == (
+            KernelStatus.ERROR,
+            137,
+            True,
+            ["oom_killed"],
+        )
+        assert oom.master_port == 29503 and not oom.logs_done
+        assert (failed.error_record, failed.termination_message) == (record, "boom\nline 2")
+        assert (failed.conditions, failed.detail, failed.oom_killed) == ([], {}, False)
+        assert (lost.status, lost.agent_lost, lost.detail, lost.error_record) == (
+            KernelStatus.CANCELLED,
+            True,
+            {"why": ["lost", 1]},
+            None,
+        )
+        assert lost.started  # it ran (its RUNNING report), though it ended without an exit code

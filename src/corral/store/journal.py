@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from datetime import datetime
 from functools import cache
 from typing import Any
 
-from sqlalchemy import ARRAY, JSON, Insert, Table, Text, and_, bindparam, cast, func, insert, select, update
+from sqlalchemy import Insert, Table, and_, bindparam, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from corral.store import convert
-from corral.store.db import unbounded
+from corral.store import convert, unnest
 from corral.store.records import HistoryRecord
 from corral.store.tables import session_events, session_history
 
@@ -47,29 +45,28 @@ async def _insert(
     rows: Sequence[tuple[Any, ...]],
     same: dict[str, Any],
 ) -> None:
-    """Rows of `columns`, plus values every row shares.  On PostgreSQL one statement whatever the
-    row count: a multi-row VALUES list is a statement of its own for every count, and asyncpg
-    prepares each one (a round trip, and a parse in the server)."""
+    """Rows of `columns`, plus values every row shares: on PostgreSQL one statement whatever the
+    row count (store/unnest.py)."""
     if conn.dialect.name == "postgresql":
-        by_column = dict(zip(columns, map(list, zip(*rows, strict=True)), strict=True))
-        for c in columns:
-            if isinstance(table.c[c].type, JSON):  # as text: an array of JSON would take a list apart
-                by_column[c] = [json.dumps(v) for v in by_column[c]]
-        await conn.execute(_unnest_insert(table, columns, tuple(same)), {**by_column, **same})
+        fields = _fields(table, columns)
+        await conn.execute(
+            _unnest_insert(table, columns, tuple(same)), {**unnest.arrays(fields, rows), **same}
+        )
     else:
         await conn.execute(insert(table), [{**dict(zip(columns, row, strict=True)), **same} for row in rows])
 
 
 @cache
+def _fields(table: Table, columns: tuple[str, ...]) -> tuple[tuple[str, Any], ...]:
+    return tuple((c, table.c[c].type) for c in columns)
+
+
+@cache
 def _unnest_insert(table: Table, columns: tuple[str, ...], same: tuple[str, ...]) -> Insert:
     """INSERT ... SELECT FROM unnest(one array per column), the shared values as scalars."""
-    json_columns = {c for c in columns if isinstance(table.c[c].type, JSON)}
-    arrays = [
-        bindparam(c, type_=ARRAY(Text() if c in json_columns else unbounded(table.c[c].type)))
-        for c in columns
-    ]
-    unnested = func.unnest(*arrays).table_valued(*columns).render_derived()
-    picked = [cast(unnested.c[c], JSON) if c in json_columns else unnested.c[c] for c in columns]
+    fields = _fields(table, columns)
+    unnested = unnest.rows(fields)
+    picked = [unnest.picked(unnested, c, type_) for c, type_ in fields]
     shared = [bindparam(c, type_=table.c[c].type) for c in same]
     return insert(table).from_select([*columns, *same], select(*picked, *shared))
 

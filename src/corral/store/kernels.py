@@ -34,7 +34,7 @@ from corral.domain.placement import Placement
 from corral.domain.rendezvous import pick_port, port_range
 from corral.domain.status import KERNEL_ON_AGENT, TERMINAL_KERNEL, TERMINAL_SESSION, KernelStatus
 from corral.domain.transitions import kernel_sources
-from corral.store import convert
+from corral.store import convert, unnest
 from corral.store.records import KernelRecord, KernelReport
 from corral.store.tables import agents, allocations, kernels, sessions
 
@@ -267,7 +267,7 @@ async def _apply_steps(
     for r in steps:
         groups[r.status].append(r)
     moved: set[str] = set()
-    ports: list[dict[str, Any]] = []
+    ports: list[tuple[Any, ...]] = []
     for status, group in groups.items():
         result = await conn.execute(_step(status), {**_guard_params(agent_id, group), "k_now": now})
         for kernel_id, session_id in result:
@@ -275,13 +275,10 @@ async def _apply_steps(
             if status is KernelStatus.RUNNING:
                 started.add(session_id)
         # Every rank 0 picks its own port: set apart, in one executemany, for the kernels that moved.
-        ports += [{"k_id": r.kernel_id, "k_port": r.master_port} for r in group if r.master_port is not None]
-    ports = [p for p in ports if p["k_id"] in moved]
+        ports += [(r.kernel_id, r.master_port) for r in group if r.master_port is not None]
+    ports = [p for p in ports if p[0] in moved]
     if ports:
-        await conn.execute(
-            update(kernels).where(kernels.c.id == bindparam("k_id")).values(master_port=bindparam("k_port")),
-            ports,
-        )
+        await _write_many(conn, _PORT_FIELDS, ports)
     return moved
 
 
@@ -355,11 +352,11 @@ async def _apply_endings(
             moved.add(r.kernel_id)
     ending = [r for r in endings if r.kernel_id not in suspending]
     passing = await _passing_guard(conn, agent_id, ending)
-    rows = [_ending(r, now) for r in ending if r.kernel_id in passing]
-    started.update(passing[r["k_id"]] for r in rows if r["k_started"])
+    rows = [_ending(r) for r in ending if r.kernel_id in passing]
+    started.update(passing[r[0]] for r in rows if r[-1])
     if rows:
-        await conn.execute(_END, rows)
-    ended = sorted(r["k_id"] for r in rows)
+        await _write_many(conn, _END_FIELDS, rows, now)
+    ended = sorted(r[0] for r in rows)
     moved.update(ended)
     await release(conn, ended, now)  # a suspended kernel's is freed by _suspend
     return moved
@@ -382,56 +379,99 @@ async def _passing_guard(
     return passing
 
 
-# One terminal report's write; the guard was checked (and the rows locked) by _passing_guard.
-_END = (
-    update(kernels)
-    .where(kernels.c.id == bindparam("k_id"))
-    .values(
-        status=bindparam("k_status"),
-        status_changed_at=bindparam("k_now", type_=kernels.c.status_changed_at.type),
-        exit_code=bindparam("k_exit_code"),
-        signal=bindparam("k_signal"),
-        oom_killed=bindparam("k_oom"),
-        killed_by_corral=bindparam("k_killed"),
-        image_failed=bindparam("k_image"),
-        agent_lost=bindparam("k_lost"),
-        exited_at_ns=bindparam("k_exited_at", type_=kernels.c.exited_at_ns.type),
-        termination_message=bindparam("k_message"),
-        error_record=bindparam("k_record", type_=kernels.c.error_record.type),
-        conditions=bindparam("k_conditions", type_=kernels.c.conditions.type),
-        detail=bindparam("k_detail", type_=kernels.c.detail.type),
-        logs_done=or_(
-            kernels.c.logs_done, bindparam("k_done", type_=kernels.c.logs_done.type)
-        ),  # never back from done
-        master_port=func.coalesce(
-            bindparam("k_port", type_=kernels.c.master_port.type), kernels.c.master_port
-        ),
-        started=or_(kernels.c.started, bindparam("k_started", type_=kernels.c.started.type)),
-    )
+# A terminal report's write, field by field (the guard was checked, and the rows locked, by
+# _passing_guard): the kernel's id, then the columns it sets.
+_END_FIELDS = (
+    "id",
+    "status",
+    "exit_code",
+    "signal",
+    "oom_killed",
+    "killed_by_corral",
+    "image_failed",
+    "agent_lost",
+    "exited_at_ns",
+    "termination_message",
+    "error_record",
+    "conditions",
+    "detail",
+    "logs_done",
+    "master_port",
+    "started",
 )
+# A rank 0's port, reported with its start.
+_PORT_FIELDS = ("id", "master_port")
 
 
-def _ending(report: KernelReport, now: datetime) -> dict[str, Any]:
-    """The parameters of one terminal report's write (_END)."""
-    return {
-        "k_id": report.kernel_id,
-        "k_status": str(report.status),
-        "k_now": now,
-        "k_exit_code": report.exit_code,
-        "k_signal": report.signal,
-        "k_oom": report.oom_killed,
-        "k_killed": report.killed_by_corral,
-        "k_image": report.image_failed,
-        "k_lost": report.agent_lost,
-        "k_exited_at": report.exited_at_ns,
-        "k_message": report.termination_message,
-        "k_record": report.error_record,
-        "k_conditions": ["oom_killed"] if report.oom_killed else [],
-        "k_detail": report.detail,
-        "k_done": report.output_done,
-        "k_port": report.master_port,
-        "k_started": report.exit_code is not None or report.signal is not None,
-    }
+def _ending(report: KernelReport) -> tuple[Any, ...]:
+    """One terminal report's values, in _END_FIELDS' order."""
+    return (
+        report.kernel_id,
+        str(report.status),
+        report.exit_code,
+        report.signal,
+        report.oom_killed,
+        report.killed_by_corral,
+        report.image_failed,
+        report.agent_lost,
+        report.exited_at_ns,
+        report.termination_message,
+        report.error_record,
+        ["oom_killed"] if report.oom_killed else [],
+        report.detail,
+        report.output_done,
+        report.master_port,
+        report.exit_code is not None or report.signal is not None,
+    )
+
+
+def _set(field: str, new: ColumnElement[Any]) -> ColumnElement[Any]:
+    """What a field's column becomes given its reported value `new`."""
+    if field in ("logs_done", "started"):
+        return or_(kernels.c[field], new)  # never back once done / once started
+    if field == "master_port":
+        return func.coalesce(new, kernels.c.master_port)  # an ending without a port keeps the one set
+    return new
+
+
+async def _write_many(
+    conn: AsyncConnection,
+    fields: tuple[str, ...],
+    rows: Sequence[tuple[Any, ...]],
+    now: datetime | None = None,
+) -> None:
+    """Each row's values (id first) written to its kernel: on PostgreSQL one statement for all
+    (store/unnest.py), elsewhere one executemany.  With `now`, the status changed then."""
+    set_wise = conn.dialect.name == "postgresql"
+    statement = _writes(fields, set_wise, now is not None)
+    shared = {"k_now": now} if now is not None else {}
+    named = _named(fields)
+    if set_wise:
+        await conn.execute(statement, {**unnest.arrays(named, rows), **shared})
+    else:
+        names = [name for name, _ in named]
+        await conn.execute(statement, [{**dict(zip(names, row, strict=True)), **shared} for row in rows])
+
+
+@cache
+def _named(fields: tuple[str, ...]) -> tuple[tuple[str, Any], ...]:
+    """Each field's parameter name and type: prefixed, as an UPDATE reserves its columns' names."""
+    return tuple(("k_" + f, kernels.c[f].type) for f in fields)
+
+
+@cache
+def _writes(fields: tuple[str, ...], set_wise: bool, timed: bool) -> Any:
+    """_write_many's statement: UPDATE ... FROM unnest(...) on PostgreSQL, else one per row."""
+    named = _named(fields)
+    given = unnest.rows(named) if set_wise else None
+    values: dict[str, Any] = {}
+    for field, (name, type_) in zip(fields, named, strict=True):
+        new = unnest.picked(given, name, type_) if given is not None else bindparam(name, type_=type_)
+        values[field] = _set(field, new)
+    key = values.pop("id")
+    if timed:
+        values["status_changed_at"] = bindparam("k_now", type_=kernels.c.status_changed_at.type)
+    return update(kernels).where(kernels.c.id == key).values(**values)
 
 
 async def _guarded(
