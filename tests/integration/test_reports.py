@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from sqlalchemy import event
+from sqlalchemy import event, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from corral.domain.judge import PhaseLimits
@@ -20,9 +20,10 @@ from corral.manager.coordinator import Coordinator
 from corral.manager.handlers.schedule_new import ScheduleNewSessions
 from corral.services.agent_protocol import AgentProtocol
 from corral.settings import SchedulerSettings
-from corral.store import sessions
+from corral.store import logs, sessions
 from corral.store.db import transaction
 from corral.store.records import KernelRecord, KernelReport, Move, NewSession
+from corral.store.tables import kernels as kernels_table
 from corral.wakeup import Wakeup
 from tests.conftest import BACKENDS
 from tests.support.db import migrated, register_agent
@@ -179,7 +180,7 @@ async def test_a_batch_of_endings_is_written_as_reported_in_statements_run_once(
     backend: str, fresh_database: Callable[[str], str]
 ) -> None:
     """Every field of every ending lands on its own kernel, whatever the others carried (a port
-    reported with the start is kept by an ending without one), and on
+    reported with the start is kept by an ending without one, output once done stays done), and on
     PostgreSQL no statement of the batch runs once per kernel in the server (no executemany)."""
     async with migrated(fresh_database(backend)) as engine:
         async with transaction(engine) as conn:
@@ -209,13 +210,17 @@ async def test_a_batch_of_endings_is_written_as_reported_in_statements_run_once(
             ),
             KernelReport(k[4], KernelStatus.CANCELLED, agent_lost=True, detail={"why": ["lost", 1]}),
         ]
+        async with transaction(engine) as conn:
+            await logs.mark_done(conn, k[1])  # its output shipped in full before it ended
         sent: list[tuple[str, bool]] = []
 
         def record_statement(*args: Any) -> None:
             sent.append((args[2], args[5]))  # the statement and whether it is an executemany
 
         event.listen(engine.sync_engine, "before_cursor_execute", record_statement)
+        before = datetime.now(UTC)
         assert (await protocol.report("a", epoch, endings))[:2] == (len(endings), [])
+        after = datetime.now(UTC)
         event.remove(engine.sync_engine, "before_cursor_execute", record_statement)
         if backend == "postgres":
             assert sent and not [statement for statement, many in sent if many]
@@ -225,7 +230,8 @@ async def test_a_batch_of_endings_is_written_as_reported_in_statements_run_once(
         assert (first.status, first.exit_code, first.exited_at_ns) == (KernelStatus.TERMINATED, 0, 2**62)
         assert (first.master_port, first.logs_done, first.started) == (29501, True, True)
         assert (killed.signal, killed.killed_by_corral, killed.exit_code) == (9, True, None)
-        assert (killed.master_port, killed.logs_done) == (29502, False)
+        assert (killed.master_port, killed.logs_done) == (29502, True)  # done stays done
+        assert all(before <= got[kid].status_changed_at <= after for kid in k)
         assert (oom.status, oom.exit_code, oom.oom_killed, oom.conditions) == (
             KernelStatus.ERROR,
             137,
@@ -242,3 +248,6 @@ async def test_a_batch_of_endings_is_written_as_reported_in_statements_run_once(
             None,
         )
         assert lost.started  # it ran (its RUNNING report), though it ended without an exit code
+        async with engine.connect() as conn:  # no record is JSON null, as it always was, not SQL NULL
+            stored = select(kernels_table.c.error_record.is_(None)).where(kernels_table.c.id == lost.id)
+            assert (await conn.execute(stored)).scalar() is False

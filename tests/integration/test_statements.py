@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -105,35 +105,37 @@ def _removed_from_sessions(plan: dict[str, Any]) -> int:
 
 
 async def test_a_read_of_several_statuses_reads_no_ended_session_before_any_statistics(
-    fresh_database: Callable[[str], str],
+    pg_server: object, fresh_database: Callable[[str], str]
 ) -> None:
     """A fresh database has no planner statistics for a minute or more (autovacuum's first look at a
-    table).  A handler's read of several statuses (a promotion's, a probe's) still seeks each
-    status by index: it never reads the group's ended sessions only to drop them, as `status IN
-    (...)` planned without statistics did, every cycle."""
+    table).  A handler's read of several statuses (a promotion's by ids, a handler's whole rows)
+    still seeks each status by index: it never reads the group's ended sessions only to drop them,
+    as `status IN (...)` planned without statistics did, every cycle.  What it finds, in what
+    order and how many, is what that form found."""
+    if isinstance(pg_server, str):
+        pytest.skip("needs a database of its own (CORRAL_TEST_PG_DSN gives a shared one)")
     async with migrated(fresh_database("postgres")) as engine:
+        spec = SessionSpec(command=("true",))
+        live = [(SessionStatus.SCHEDULED, SessionStatus.PREPARING)[i % 2] for i in range(5)]
+        news = [NewSession(id=str(uuid.uuid4()), name="s", owner="t", spec=spec) for _ in range(2000)]
         async with transaction(engine) as conn:
             await conn.execute(text("ALTER TABLE sessions SET (autovacuum_enabled = false)"))
-            spec = SessionSpec(command=("true",))
-            news = [NewSession(id=str(uuid.uuid4()), name="s", owner="t", spec=spec) for _ in range(2000)]
-            await sessions.insert_sessions(conn, news, NOW)
-            ended = [n.id for n in news[5:]]
-            await conn.execute(
-                update(session_table).where(session_table.c.id.in_(ended)).values(status="TERMINATED")
-            )
-            await conn.execute(
-                update(session_table)
-                .where(session_table.c.id.in_([n.id for n in news[:5]]))
-                .values(status="PREPARING")
-            )
+            await sessions.insert_sessions(conn, news[5:], NOW)
+            await conn.execute(update(session_table).values(status="TERMINATED"))
+        for i, status in enumerate(live):  # created one after another, in a different status each
+            async with transaction(engine) as conn:
+                await sessions.insert_sessions(conn, [news[i]], NOW + timedelta(seconds=i))
+                await conn.execute(
+                    update(session_table).where(session_table.c.id == news[i].id).values(status=str(status))
+                )
         sent: list[tuple[str, Any]] = []
 
         def record_statement(*args: Any) -> None:
             sent.append((args[2], args[3]))
 
-        event.listen(engine.sync_engine, "before_cursor_execute", record_statement)
+        statuses = [SessionStatus.SCHEDULED, SessionStatus.PREPARING, SessionStatus.PULLING]
         async with engine.connect() as conn:
-            statuses = [SessionStatus.SCHEDULED, SessionStatus.PREPARING, SessionStatus.PULLING]
+            event.listen(engine.sync_engine, "before_cursor_execute", record_statement)
             found = await sessions.target_ids(
                 conn,
                 "default",
@@ -141,13 +143,21 @@ async def test_a_read_of_several_statuses_reads_no_ended_session_before_any_stat
                 kernel_statuses=None,
                 absent_kernel_statuses=None,
                 terminating_requested=False,
+                limit=4,
             )
-            assert sorted(sid for sid, _ in found) == sorted(n.id for n in news[:5])
+            whole = await sessions.for_handler(
+                conn, "default", statuses, terminating_requested=False, with_kernels=False, limit=3
+            )
             event.remove(engine.sync_engine, "before_cursor_execute", record_statement)
-            [(statement, params)] = sent
+            assert found == [(n.id, status) for n, status in zip(news, live, strict=False)][:4]
+            assert [(s.id, s.status, s.spec.command) for s in whole] == [
+                (n.id, status, ("true",)) for n, status in zip(news, live, strict=False)
+            ][:3]
             assert (
                 await conn.execute(text("SELECT reltuples FROM pg_class WHERE relname = 'sessions'"))
-            ).scalar() < 0
-            explained = await conn.exec_driver_sql(f"EXPLAIN (ANALYZE, FORMAT JSON) {statement}", params)
-            [plan] = explained.scalar()
-        assert _removed_from_sessions(plan["Plan"]) < 10
+            ).scalar() < 0  # still no statistics
+            for statement, params in sent:
+                explained = await conn.exec_driver_sql(f"EXPLAIN (ANALYZE, FORMAT JSON) {statement}", params)
+                [plan] = explained.scalar()
+                assert _removed_from_sessions(plan["Plan"]) < 10, statement
+        assert len(sent) == 2

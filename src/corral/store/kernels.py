@@ -274,7 +274,7 @@ async def _apply_steps(
             moved.add(kernel_id)
             if status is KernelStatus.RUNNING:
                 started.add(session_id)
-        # Every rank 0 picks its own port: set apart, in one executemany, for the kernels that moved.
+        # Every rank 0 picks its own port: set apart, in one write (_write_many), for the kernels that moved.
         ports += [(r.kernel_id, r.master_port) for r in group if r.master_port is not None]
     ports = [p for p in ports if p[0] in moved]
     if ports:
@@ -339,7 +339,7 @@ async def _apply_endings(
     conn: AsyncConnection, agent_id: str, endings: Sequence[KernelReport], now: datetime, started: set[str]
 ) -> set[str]:
     """Terminal reports of distinct kernels through the single report's guard, set-wise: the rows
-    that pass it are read (and locked) in one query, then written in one executemany; the moved.
+    that pass it are read (and locked) in one query, then written in one _write_many; the moved.
     A kernel of a session being suspended waits SUSPENDED instead (preemption in suspend mode).
     Adds to `started` the sessions of kernels whose process ran (an end with an exit code or a
     signal), for a session whose start was never reported."""
@@ -442,6 +442,9 @@ async def _write_many(
 ) -> None:
     """Each row's values (id first) written to its kernel: on PostgreSQL one statement for all
     (store/unnest.py), elsewhere one executemany.  With `now`, the status changed then."""
+    # Each kernel once (a round holds one report per kernel): an UPDATE ... FROM applies only one
+    # of two rows for the same kernel, where the executemany applied both in turn.
+    assert len({row[0] for row in rows}) == len(rows), "a kernel twice in one write"
     set_wise = conn.dialect.name == "postgresql"
     statement = _writes(fields, set_wise, now is not None)
     shared = {"k_now": now} if now is not None else {}

@@ -18,6 +18,7 @@ from sqlalchemy import (
     bindparam,
     case,
     exists,
+    false,
     func,
     insert,
     literal,
@@ -340,7 +341,7 @@ def _query(
     """_handler_query's cached statement for these filters (as hashable text)."""
     return _handler_query(
         narrow,
-        tuple(sorted(str(s) for s in statuses)),
+        tuple(sorted({str(s) for s in statuses})),
         frozenset(str(s) for s in kernel_statuses) if kernel_statuses is not None else None,
         frozenset(str(s) for s in absent_kernel_statuses) if absent_kernel_statuses is not None else None,
         terminating_requested,
@@ -393,6 +394,8 @@ def _handler_query(
         )
 
     columns = (sessions.c.id, sessions.c.status) if narrow else (sessions,)
+    if not names:
+        return select(*columns).where(false())
     if queue_window is not None:
         [status] = names  # for_handler reads a window status by status
         query = seek(status, *columns).order_by(
