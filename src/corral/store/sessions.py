@@ -12,6 +12,7 @@ from typing import Any
 
 from sqlalchemy import (
     BindParameter,
+    ColumnElement,
     Executable,
     Select,
     and_,
@@ -279,6 +280,7 @@ async def for_handler(
         ready_at is not None,
         after is not None,
         healthy_only,
+        conn.dialect.name == "postgresql",
     )
     params: dict[str, Any] = {"resource_group": resource_group}
     if changed_before is not None:
@@ -318,6 +320,7 @@ async def target_ids(
         limit,
         failed_kernel_only=failed_kernel_only,
         healthy_only=healthy_only,
+        merged=conn.dialect.name == "postgresql",
     )
     rows = await conn.execute(query, {"resource_group": resource_group})
     return [(sid, convert.session_status(status)) for sid, status in rows]
@@ -337,9 +340,11 @@ def _query(
     ready_at: bool = False,
     after: bool = False,
     healthy_only: bool = False,
+    merged: bool = False,
 ) -> Select[Any]:
     """_handler_query's cached statement for these filters (as hashable text)."""
     return _handler_query(
+        merged,
         narrow,
         tuple(sorted({str(s) for s in statuses})),
         frozenset(str(s) for s in kernel_statuses) if kernel_statuses is not None else None,
@@ -358,6 +363,7 @@ def _query(
 
 @lru_cache(maxsize=512)
 def _handler_query(
+    merged: bool,
     narrow: bool,
     names: tuple[str, ...],
     kernel_statuses: frozenset[str] | None,
@@ -375,19 +381,20 @@ def _handler_query(
     """for_handler's statement, built once per shape (a handler's reads differ only in the bound
     values: group, times, place in the queue): building it cost more than running it."""
 
-    def seek(status: str, *columns: Any) -> Select[Any]:
-        # One status by equality: the queue index (resource_group, status, ...) serves it
-        # whatever the planner's statistics say (see below).
+    def seek(statuses: tuple[str, ...], *columns: Any) -> Select[Any]:
+        status = sessions.c.status
         query = select(*columns).where(
-            sessions.c.resource_group == bindparam("resource_group"), sessions.c.status == status
+            sessions.c.resource_group == bindparam("resource_group"),
+            status == statuses[0] if len(statuses) == 1 else status.in_(statuses),
         )
         return _filtered(
             query,
+            statuses,
             kernel_statuses,
             absent_kernel_statuses,
             terminating_requested,
-            status in lost_agent_only,
-            status in failed_kernel_only,
+            lost_agent_only,
+            failed_kernel_only,
             changed_before,
             ready_at,
             healthy_only,
@@ -397,20 +404,22 @@ def _handler_query(
     if not names:
         return select(*columns).where(false())
     if queue_window is not None:
-        [status] = names  # for_handler reads a window status by status
-        query = seek(status, *columns).order_by(
+        # One status by equality, so the queue index serves the ORDER BY as well as the WHERE
+        # (for_handler reads a window status by status).
+        query = seek(names, *columns).order_by(
             sessions.c.priority.desc(), sessions.c.chain_submitted_at, sessions.c.id
         )
         return (_after(query) if after else query).limit(queue_window)
-    if len(names) == 1:
-        return seek(names[0], *columns).order_by(sessions.c.created_at, sessions.c.id).limit(limit)
-    # Several statuses: one seek each, merged.  As `status IN (...)` PostgreSQL planned it from
-    # its statistics, and a fresh database has none for minutes (autovacuum analyzes a table once a
-    # minute at most): it read every session of the group, ended ones too, and dropped all but the
-    # few it wanted, each cycle, in every promotion (a thousand rows read for a dozen).
-    merged = union_all(*(seek(n, *columns, *_SORT if narrow else ()) for n in names)).subquery()
-    wanted = (merged.c.id, merged.c.status) if narrow else tuple(merged.c)
-    return select(*wanted).order_by(merged.c.created_at, merged.c.id).limit(limit)
+    if len(names) == 1 or not merged:
+        return seek(names, *columns).order_by(sessions.c.created_at, sessions.c.id).limit(limit)
+    # PostgreSQL: several statuses as one seek each (`status = X`), merged.  It plans `status IN
+    # (...)` from its statistics, and a fresh database has none until autovacuum first analyzes it
+    # (a minute or more): it read every session of the group, ended ones too, and dropped all but
+    # the few it wanted, on every read.  SQLite seeks each value of an IN list by the index anyway,
+    # and merging cost it more than it saved.
+    union = union_all(*(seek((n,), *columns, *_SORT if narrow else ()) for n in names)).subquery()
+    wanted = (union.c.id, union.c.status) if narrow else tuple(union.c)
+    return select(*wanted).order_by(union.c.created_at, union.c.id).limit(limit)
 
 
 _SORT = (sessions.c.created_at,)
@@ -419,16 +428,17 @@ _SORT = (sessions.c.created_at,)
 
 def _filtered(
     query: Select[Any],
+    statuses: tuple[str, ...],
     kernel_statuses: frozenset[str] | None,
     absent_kernel_statuses: frozenset[str] | None,
     terminating_requested: bool | None,
-    lost_agent_only: bool,
-    failed_kernel_only: bool,
+    lost_agent_only: tuple[str, ...],
+    failed_kernel_only: tuple[str, ...],
     changed_before: bool,
     ready_at: bool,
     healthy_only: bool,
 ) -> Select[Any]:
-    """A handler's filters on the sessions of one status."""
+    """A handler's filters on the sessions read in `statuses`."""
     # A kernel of it is on an agent that is not ALIVE (or no longer registered).
     alive = select(agents.c.id).where(
         agents.c.id == kernels.c.agent_id, agents.c.status == str(AgentStatus.ALIVE)
@@ -438,8 +448,7 @@ def _filtered(
         .where(kernels.c.session_id == sessions.c.id, kernels.c.agent_id.is_not(None), ~alive.exists())
         .exists()
     )
-    if lost_agent_only:
-        query = query.where(on_lost_agent)
+    query = query.where(*_only_if(statuses, lost_agent_only, on_lost_agent))
     # A kernel of it has failed: it ended in failure, or with a non-zero exit (KernelRecord.failed).
     failed = (
         select(kernels.c.id)
@@ -452,8 +461,7 @@ def _filtered(
         )
         .exists()
     )
-    if failed_kernel_only:
-        query = query.where(failed)
+    query = query.where(*_only_if(statuses, failed_kernel_only, failed))
     if healthy_only:
         query = query.where(~failed, ~on_lost_agent)
     if changed_before:
@@ -467,15 +475,26 @@ def _filtered(
         query = query.where(sessions.c.termination_reason.is_not(None))
     elif terminating_requested is False:
         query = query.where(sessions.c.termination_reason.is_(None))
-    for wanted, statuses in ((True, kernel_statuses), (False, absent_kernel_statuses)):
-        if statuses is not None:
+    for wanted, of_kernels in ((True, kernel_statuses), (False, absent_kernel_statuses)):
+        if of_kernels is not None:
             has_kernel = (
                 select(kernels.c.id)
-                .where(kernels.c.session_id == sessions.c.id, kernels.c.status.in_(sorted(statuses)))
+                .where(kernels.c.session_id == sessions.c.id, kernels.c.status.in_(sorted(of_kernels)))
                 .exists()
             )
             query = query.where(has_kernel if wanted else ~has_kernel)
     return query
+
+
+def _only_if(
+    statuses: tuple[str, ...], only: tuple[str, ...], condition: ColumnElement[bool]
+) -> tuple[ColumnElement[bool], ...]:
+    """`condition` for the sessions read in a status of `only` (none when no status read is)."""
+    if not set(statuses) & set(only):
+        return ()
+    if set(statuses) <= set(only):
+        return (condition,)
+    return (or_(~sessions.c.status.in_(only), condition),)
 
 
 def _after(query: Select[Any]) -> Select[Any]:
