@@ -1,13 +1,15 @@
 """Throughput: an embedded Corral (manager + 2 agents declaring 32 CPUs each) runs N 1-CPU `true`
 sessions; prints sessions/s from the first submit to the last terminal status.
 
-    .venv/bin/python bench/throughput.py --n 1000 [--array] [--postgres] [--compare-slurm]
+    .venv/bin/python bench/throughput.py --n 1000 [--array] [--postgres] [--compare-slurm] [--rounds 3]
 
 With --array the N sessions are one job array (one request, one transaction) instead of N requests.
 With --compare-slurm the same N jobs then run on a local Slurm (Debian's slurm-wlm: slurmctld and
 slurmd started on a private config, one node with the same 64 CPUs, tuned for throughput unless
 --slurm-untuned; serial sbatch from the same number of submitters, or one --array job) and both
-figures are printed with their ratio.
+figures are printed with their ratio. With --rounds N the whole run (and Slurm's) is made N times,
+alternating, on a fresh installation each time: every round is printed, then the medians (this
+machine's speed drifts by 10-20% from one minute to the next, Slurm's far less).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -98,10 +101,48 @@ def main() -> int:
     parser.add_argument(
         "--keep", action="store_true", help="keep the work dir (database, logs) and print where it is"
     )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="repeat the whole run (and Slurm's, with --compare-slurm) this many times, alternating,"
+        " and print the median as well as every round",
+    )
     args = parser.parse_args()
     if args.compare_slurm and not slurm.available():
         raise SystemExit("--compare-slurm needs Slurm: apt-get install -y slurm-wlm")
+    if args.rounds < 1:
+        raise SystemExit("--rounds must be 1 or more")
+    ours: list[float] = []
+    ratios: list[float] = []
+    all_ok = True
+    for r in range(args.rounds):
+        if args.rounds > 1:
+            print(f"round {r + 1} of {args.rounds}", flush=True)
+        span, ok = run_corral(args)
+        all_ok = all_ok and ok == args.n
+        ours.append(args.n / span)
+        if args.compare_slurm:
+            # After Corral has stopped: the two never share the machine's cores.
+            with slurm.LocalSlurm(2 * args.cpus, tuned=not args.slurm_untuned) as local:
+                seconds = local.run(args.n, args.array, args.concurrency)
+            theirs = args.n / seconds
+            kind = "default" if args.slurm_untuned else "tuned"
+            print(f"slurm ({kind}, {'one array' if args.array else 'N sbatch'}): {theirs:.1f} jobs/s")
+            print(f"corral / slurm: {args.n / span / theirs:.2f}x", flush=True)
+            ratios.append(args.n / span / theirs)
+    if args.rounds > 1:
+        print(f"rounds: {', '.join(f'{x:.1f}' for x in ours)} sessions/s")
+        print(f"median throughput: {statistics.median(ours):.1f} sessions/s")
+        if ratios:
+            print(f"rounds: {', '.join(f'{x:.2f}x' for x in ratios)}")
+            print(f"median corral / slurm: {statistics.median(ratios):.2f}x")
+    return 0 if all_ok else 1
 
+
+def run_corral(args: argparse.Namespace) -> tuple[float, int]:
+    """One run on a fresh installation: (first submit -> last terminal status, sessions that
+    ended successfully)."""
     databases = ExitStack()
     work = scratch("corral-bench-", databases, args.keep)
     work.chmod(0o711)  # kernels run as the agents' unprivileged account: they must reach their dirs
@@ -195,15 +236,7 @@ def main() -> int:
         for p in procs:
             p.wait(timeout=15)
         databases.close()
-    if args.compare_slurm:
-        # After Corral has stopped: the two never share the machine's cores.
-        with slurm.LocalSlurm(2 * args.cpus, tuned=not args.slurm_untuned) as local:
-            seconds = local.run(args.n, args.array, args.concurrency)
-        theirs = args.n / seconds
-        kind = "default" if args.slurm_untuned else "tuned"
-        print(f"slurm ({kind}, {'one array' if args.array else 'N sbatch'}): {theirs:.1f} jobs/s")
-        print(f"corral / slurm: {args.n / span / theirs:.2f}x")
-    return 0 if ok == args.n else 1
+    return span, ok
 
 
 if __name__ == "__main__":
