@@ -49,6 +49,22 @@ async def _kernel(engine: AsyncEngine, session_id: str) -> KernelRecord:
     return kernel
 
 
+async def _placed(engine: AsyncEngine, n: int) -> tuple[int, list[str], list[str], AgentProtocol]:
+    """n one-kernel sessions placed on agent "a" (just room for them) and not handed over: its
+    epoch, the sessions, their kernels, and the manager's side of the protocol."""
+    async with transaction(engine) as conn:
+        epoch = await register_agent(conn, "a", {"cpu": n})
+    ids = [str(uuid.uuid4()) for _ in range(n)]
+    async with transaction(engine) as conn:
+        spec = SessionSpec(command=("true",))
+        news = [NewSession(id=sid, name=f"s{i}", owner="t", spec=spec) for i, sid in enumerate(ids)]
+        await sessions.insert_sessions(conn, news, datetime.now(UTC))
+    scheduler = Coordinator(engine, "default", [], PhaseLimits(timeouts={}), lambda: datetime.now(UTC))
+    assert await scheduler.run_handler(_PlaceOnly()) == n
+    kernel_ids = [(await _kernel(engine, sid)).id for sid in ids]
+    return epoch, ids, kernel_ids, AgentProtocol(engine, SchedulerSettings(), Wakeup(), log_cap=1 << 20)
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 async def test_a_batch_applies_in_order_and_refuses_only_its_stale_reports(
     backend: str, fresh_database: Callable[[str], str]
@@ -140,16 +156,7 @@ async def test_a_session_has_started_once_a_process_of_it_ran_whatever_was_repor
     RUNNING report, or an end with an exit code or a signal when no start was reported.  A kernel
     that failed before it ran leaves its session not started."""
     async with migrated(fresh_database(backend)) as engine:
-        epoch = await _register(engine, "a")
-        ids = [str(uuid.uuid4()) for _ in range(4)]
-        async with transaction(engine) as conn:
-            spec = SessionSpec(command=("true",))
-            news = [NewSession(id=sid, name=f"s{i}", owner="t", spec=spec) for i, sid in enumerate(ids)]
-            await sessions.insert_sessions(conn, news, datetime.now(UTC))
-        scheduler = Coordinator(engine, "default", [], PhaseLimits(timeouts={}), lambda: datetime.now(UTC))
-        assert await scheduler.run_handler(_PlaceOnly()) == 4
-        k = [(await _kernel(engine, sid)).id for sid in ids]
-        protocol = AgentProtocol(engine, SchedulerSettings(), Wakeup(), log_cap=1 << 20)
+        epoch, ids, k, protocol = await _placed(engine, 4)
         ran_and_said, ended_only, never_ran, not_yet = k
         batch = [
             KernelReport(ran_and_said, KernelStatus.PREPARING),
@@ -183,17 +190,7 @@ async def test_a_batch_of_endings_is_written_as_reported_in_statements_run_once(
     reported with the start is kept by an ending without one, output once done stays done), and on
     PostgreSQL no statement of the batch runs once per kernel in the server (no executemany)."""
     async with migrated(fresh_database(backend)) as engine:
-        async with transaction(engine) as conn:
-            epoch = await register_agent(conn, "a", {"cpu": 8})
-        ids = [str(uuid.uuid4()) for _ in range(5)]
-        async with transaction(engine) as conn:
-            spec = SessionSpec(command=("true",))
-            news = [NewSession(id=sid, name=f"s{i}", owner="t", spec=spec) for i, sid in enumerate(ids)]
-            await sessions.insert_sessions(conn, news, datetime.now(UTC))
-        scheduler = Coordinator(engine, "default", [], PhaseLimits(timeouts={}), lambda: datetime.now(UTC))
-        assert await scheduler.run_handler(_PlaceOnly()) == 5
-        k = [(await _kernel(engine, sid)).id for sid in ids]
-        protocol = AgentProtocol(engine, SchedulerSettings(), Wakeup(), log_cap=1 << 20)
+        epoch, ids, k, protocol = await _placed(engine, 5)
         steps = (KernelStatus.PREPARING, KernelStatus.PREPARED, KernelStatus.CREATING, KernelStatus.RUNNING)
         started = [KernelReport(kid, status) for kid in k for status in steps]
         started[3] = KernelReport(k[0], KernelStatus.RUNNING, master_port=29501)

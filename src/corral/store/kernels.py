@@ -353,7 +353,7 @@ async def _apply_endings(
     ending = [r for r in endings if r.kernel_id not in suspending]
     passing = await _passing_guard(conn, agent_id, ending)
     rows = [_ending(r) for r in ending if r.kernel_id in passing]
-    started.update(passing[r[0]] for r in rows if r[-1])
+    started.update(passing[r[0]] for r in rows if r[-1])  # id first, `started` last (_END_FIELDS)
     if rows:
         await _write_many(conn, _END_FIELDS, rows, now)
     ended = sorted(r[0] for r in rows)
