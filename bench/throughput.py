@@ -35,6 +35,8 @@ from bench.common import add_database_options, database, machine, scratch  # noq
 from tests.support.postgres import free_port  # noqa: E402
 
 TERMINAL = ("TERMINATED", "CANCELLED", "ERROR")
+STALL = 120.0
+"""Seconds without a session ending after which a run is called stuck."""
 
 
 def start(cmd: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
@@ -216,15 +218,21 @@ def run_corral(args: argparse.Namespace) -> tuple[float, int]:
         else:
             submit_seconds = asyncio.run(submit_all(url, key, args.n, args.concurrency))
         print(f"submitted in {submit_seconds:.2f}s ({args.n / submit_seconds:.0f} submits/s)", flush=True)
-        last = -1
+        last, progressed = -1, time.monotonic()
         while True:
             counts = http.get("/api/v1/sessions/counts").json()
             done = sum(counts.get(s, 0) for s in TERMINAL)
             if done != last:
                 print(f"  {done}/{args.n} ended after {time.monotonic() - started:.1f}s", flush=True)
-                last = done
+                last, progressed = done, time.monotonic()
             if done >= args.n:
                 break
+            if time.monotonic() - progressed > STALL:
+                # A stuck run is a finding, not a figure: stop instead of waiting for ever.
+                raise SystemExit(
+                    f"no session ended for {STALL:.0f}s ({done}/{args.n} ended): stuck; run again with"
+                    f" --keep to keep the logs ({work})"
+                )
             time.sleep(0.5)
         span, ok = server_span(http)
         print(f"sessions ended successfully: {ok}/{args.n}")

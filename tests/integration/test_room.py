@@ -55,6 +55,29 @@ async def test_placement_runs_only_when_room_may_have_been_made(
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+async def test_room_made_after_placement_is_placed_in_the_same_cycle(
+    backend: str, fresh_database: Callable[[str], str]
+) -> None:
+    """Placement runs early in a cycle; a handler after it that makes room (here a cancel) has
+    placement run once more before the cycle ends, and only then."""
+    async with migrated(fresh_database(backend)) as engine:
+        [waiting, cancelled] = await _insert(engine, 2, 10, NOW)
+        handlers = [ScheduleNewSessions(), CancelPendingSessions()]
+        coordinator = Coordinator(engine, "default", handlers, PhaseLimits(timeouts={}), lambda: NOW)
+        await coordinator.run_cycle(timed=False, room=True)
+        assert await _skips(engine, waiting) == 1  # nothing made room after it: placed once
+        async with transaction(engine) as conn:
+            await sessions.request_termination(conn, cancelled, "user_cancelled", "", NOW)
+        await coordinator.run_cycle(timed=False, room=True)
+        assert await _skips(engine, waiting) == 3  # before the cancel, and again after it
+        async with engine.connect() as conn:
+            assert (await sessions.get(conn, cancelled)).status == "CANCELLED"
+        assert coordinator.room_left is False
+        await coordinator.run_cycle(timed=False, room=True)
+        assert await _skips(engine, waiting) == 4
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 async def test_a_full_window_that_placed_leaves_room_for_the_next_cycle(
     backend: str, fresh_database: Callable[[str], str]
 ) -> None:

@@ -15,10 +15,11 @@ from sqlalchemy import bindparam, event, select, text, update
 from sqlalchemy.exc import DBAPIError
 
 from corral.domain.spec import SessionSpec
-from corral.domain.status import SessionStatus
+from corral.domain.status import KernelStatus, SessionStatus
 from corral.store import journal, sessions
 from corral.store.db import transaction
-from corral.store.records import NewSession
+from corral.store.records import Move, NewSession
+from corral.store.tables import kernels as kernel_table
 from corral.store.tables import session_events, session_history
 from corral.store.tables import sessions as session_table
 from tests.conftest import BACKENDS
@@ -78,6 +79,56 @@ async def test_many_rows_are_written_as_given(backend: str, fresh_database: Call
             assert [(*r[1:7], r.count, r.created_at, r.last_at) for r in written] == [
                 (*h, 1, NOW, NOW) for h in history
             ]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_a_move_writes_its_kernels_events_and_history_only_if_it_wins(
+    backend: str, fresh_database: Callable[[str], str]
+) -> None:
+    """One group of moves (PENDING -> SCHEDULED -> PREPARING, kernels too), one of which lost its
+    race: only the winner's kernels move and only its events and history rows are written, on
+    PostgreSQL in one statement with the update."""
+    async with migrated(fresh_database(backend)) as engine:
+        ids = [str(uuid.uuid4()) for _ in range(2)]
+        async with transaction(engine) as conn:
+            news = [
+                NewSession(id=sid, name="s", owner="t", spec=SessionSpec(command=("true",))) for sid in ids
+            ]
+            await sessions.insert_sessions(conn, news, NOW)
+        winner, loser = ids
+        async with transaction(engine) as conn:  # the loser was cancelled since it was read
+            await conn.execute(
+                update(session_table).where(session_table.c.id == loser).values(status="CANCELLED")
+            )
+        via = (SessionStatus.SCHEDULED,)
+        kernel = (KernelStatus.PREPARING, (KernelStatus.SCHEDULED,))
+        moves = [
+            Move(sid, SessionStatus.PENDING, SessionStatus.PREPARING, kernel[0], (), via, kernel[1])
+            for sid in ids
+        ]
+        history = [
+            (sid, "ScheduleNewSessions", "SUCCESS", f, t, "m")
+            for sid in ids
+            for f, t in (("PENDING", "SCHEDULED"), ("SCHEDULED", "PREPARING"))
+        ]
+        sent: list[str] = []
+        event.listen(engine.sync_engine, "before_cursor_execute", lambda *a: sent.append(a[2]))
+        async with transaction(engine) as conn:
+            won = await sessions.apply_moves(conn, moves, NOW + timedelta(seconds=1), history)
+        assert [m.session_id for m in won] == [winner]
+        if backend == "postgres":
+            assert len(sent) == 1  # the update, its kernels, events and history: one round trip
+        async with engine.connect() as conn:
+            written = await conn.execute(select(session_history).order_by(session_history.c.id))
+            assert [tuple(r[1:7]) for r in written] == history[:2]
+            rows = await conn.execute(
+                select(session_events.c.session_id, session_events.c.from_status, session_events.c.to_status)
+                .where(session_events.c.kind == "session.status_changed")
+                .order_by(session_events.c.id)
+            )
+            assert list(rows) == [(winner, "PENDING", "SCHEDULED"), (winner, "SCHEDULED", "PREPARING")]
+            statuses = await conn.execute(select(kernel_table.c.session_id, kernel_table.c.status))
+            assert dict(list(statuses)) == {winner: "PREPARING", loser: "PENDING"}
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import replace
 from datetime import datetime
 from typing import Any
@@ -30,7 +30,7 @@ from corral.store.records import Move, SessionRecord
 log = structlog.get_logger("corral.coordinator")
 
 Handler = LifecycleHandler | SessionPromotionHandler
-History = list[tuple[str, str, str, str, str | None, str]]
+History = list[journal.HistoryRow]
 
 
 def _verdict_values(v: FinalVerdict) -> tuple[tuple[str, Any], ...]:
@@ -165,7 +165,17 @@ class Coordinator:
         self._requested = 0
         moved = 0
         self.left_out = False
-        for handler in self._handlers:
+        placer: Handler | None = None  # placement, once it has run this cycle
+        made_after = False  # room made by a handler after placement ran
+
+        def order() -> Iterator[Handler]:
+            yield from self._handlers
+            if made_after and placer is not None:
+                # Placement runs early in the cycle (handlers/__init__.py); capacity freed after
+                # it (re-queued or stopped sessions) is placed in this cycle too, as when it ran last.
+                yield placer
+
+        for handler in order():
             if not _may_have_targets(handler, present) or (handler.expiry_only and not timed):
                 continue  # a handler with nothing to look at costs no transaction
             if handler.waits_for_room and not room and not timed:
@@ -185,8 +195,10 @@ class Coordinator:
                 # them), or when it asked victims to stop (the next preemptor is chosen next cycle).
                 full = handler.queue_window is not None and read >= handler.queue_window
                 room = (full and bool(won)) or self._requested > requested
+                placer = handler
             elif _made_room(handler, won, acted):
                 room = True
+                made_after = placer is not None
             # Where each moved session is now (a promotion's `through` steps are passed, not stayed in).
             now_at = {m.session_id: m.dst for m in won}
             present |= {(dst, requested) for dst in set(now_at.values()) for requested in (True, False)}
@@ -255,7 +267,8 @@ class Coordinator:
             ctx = HandlerContext(conn, now, self._rg, self._limits, more if page != window else None)
             if isinstance(handler, SessionPromotionHandler):
                 moves, history = self._promote(handler, [s for s in targets if handler.matches(s)])
-                won = await sessions.apply_moves(conn, moves, now)
+                won = await sessions.apply_moves(conn, moves, now, history)
+                history = []
                 acted = bool(won)
             else:
                 result = await handler.execute(ctx, targets)
@@ -265,8 +278,6 @@ class Coordinator:
                 overdue = [s for s in overdue if s.id not in seen]  # reached by a later page
                 won, history = await self._judge(ctx, handler, result, targets, overdue)
                 acted = bool(won or result.successes)
-            won_ids = {m.session_id for m in won}
-            history = [h for h in history if h[4] is None or h[0] in won_ids]
             await journal.add_history(conn, history, now)
         return won, acted, len(targets)
 
@@ -314,10 +325,9 @@ class Coordinator:
             dst = handler.success_session_status()
             unrequested = handler.termination_requested is False
             moves = [Move(sid, src, dst, None, (), _via(handler, src), (), unrequested) for sid, src in found]
-            won = await sessions.apply_moves(conn, moves, now)
             name, message = _recorded(handler)
-            history = [row for m in won for row in _rows(handler, m, name, message)]
-            await journal.add_history(conn, history, now)
+            history = [row for m in moves for row in _rows(handler, m, name, message)]
+            won = await sessions.apply_moves(conn, moves, now, history)
         return won, bool(won), len(found)
 
     async def _target_ids(
@@ -467,7 +477,10 @@ class Coordinator:
                 outcome(
                     s, SchedulingResult.EXPIRED, transitions.expired, f"in {s.status} longer than {limit}"
                 )
-        won = await sessions.apply_moves(ctx.conn, moves, ctx.now)
+        # A move's history rows are written with it, and only if it wins; the rest (outcomes
+        # without a move) are the caller's to write.
+        won = await sessions.apply_moves(ctx.conn, moves, ctx.now, [h for h in history if h[4] is not None])
+        history = [h for h in history if h[4] is None]
         if len(won) < len(moves):
             log.info("lost race", handler=handler.name, lost=len(moves) - len(won))
         won_ids = {m.session_id for m in won}

@@ -2,40 +2,62 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from functools import cache
 from typing import Any
 
-from sqlalchemy import Insert, Table, and_, bindparam, insert, select, update
+from sqlalchemy import ColumnElement, Insert, Table, and_, bindparam, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.sql.selectable import TableValuedAlias
 
 from corral.store import convert, unnest
 from corral.store.records import HistoryRecord
 from corral.store.tables import session_events, session_history
 
+EventRow = tuple[str, str, str | None, str | None, dict[str, Any]]
+"""(session_id, kind, from_status, to_status, payload)"""
+HistoryRow = tuple[str, str, str, str, str | None, str]
+"""(session_id, handler, result, from_status, to_status, message)"""
 
-async def add_events(
-    conn: AsyncConnection,
-    rows: Sequence[tuple[str, str, str | None, str | None, dict[str, Any]]],
-    now: datetime,
-) -> None:
-    """Rows of (session_id, kind, from_status, to_status, payload)."""
+EVENT_COLUMNS = ("session_id", "kind", "from_status", "to_status", "payload")
+HISTORY_COLUMNS = ("session_id", "handler", "result", "from_status", "to_status", "message")
+
+
+async def add_events(conn: AsyncConnection, rows: Sequence[EventRow], now: datetime) -> None:
     if rows:
-        columns = ("session_id", "kind", "from_status", "to_status", "payload")
-        await _insert(conn, session_events, columns, rows, {"created_at": now})
+        await _insert(conn, session_events, EVENT_COLUMNS, rows, {"created_at": now})
 
 
-async def add_history(
-    conn: AsyncConnection,
-    rows: Sequence[tuple[str, str, str, str, str | None, str]],
-    now: datetime,
-) -> None:
-    """Rows of (session_id, handler, result, from_status, to_status, message)."""
+async def add_history(conn: AsyncConnection, rows: Sequence[HistoryRow], now: datetime) -> None:
     if rows:
-        columns = ("session_id", "handler", "result", "from_status", "to_status", "message")
         same = {"count": 1, "created_at": now, "last_at": now}
-        await _insert(conn, session_history, columns, rows, same)
+        await _insert(conn, session_history, HISTORY_COLUMNS, rows, same)
+
+
+def unnest_insert(
+    table: Table,
+    columns: tuple[str, ...],
+    prefix: str,
+    same: Mapping[str, ColumnElement[Any]],
+    kept: Callable[[TableValuedAlias], ColumnElement[bool]] | None = None,
+) -> Insert:
+    """PostgreSQL's INSERT ... SELECT FROM unnest(one array per column, each bound as prefix +
+    column), plus the values every row shares (`same`), of the rows `kept` keeps (all without it)."""
+    fields = _fields(table, columns, prefix)
+    unnested = unnest.rows(fields)
+    picked = [unnest.picked(unnested, name, type_) for name, type_ in fields]
+    query = select(*picked, *same.values())
+    if kept is not None:
+        query = query.where(kept(unnested))
+    return insert(table).from_select([*columns, *same], query)
+
+
+def unnest_params(
+    table: Table, columns: tuple[str, ...], prefix: str, rows: Sequence[tuple[Any, ...]]
+) -> dict[str, list[Any]]:
+    """unnest_insert's arrays for these rows."""
+    return unnest.arrays(_fields(table, columns, prefix), rows)
 
 
 async def _insert(
@@ -48,27 +70,22 @@ async def _insert(
     """Rows of `columns`, plus values every row shares: on PostgreSQL one statement whatever the
     row count (store/unnest.py)."""
     if conn.dialect.name == "postgresql":
-        fields = _fields(table, columns)
         await conn.execute(
-            _unnest_insert(table, columns, tuple(same)), {**unnest.arrays(fields, rows), **same}
+            _unnest_insert(table, columns, tuple(same)), {**unnest_params(table, columns, "", rows), **same}
         )
     else:
         await conn.execute(insert(table), [{**dict(zip(columns, row, strict=True)), **same} for row in rows])
 
 
 @cache
-def _fields(table: Table, columns: tuple[str, ...]) -> tuple[tuple[str, Any], ...]:
-    return tuple((c, table.c[c].type) for c in columns)
+def _fields(table: Table, columns: tuple[str, ...], prefix: str) -> tuple[tuple[str, Any], ...]:
+    return tuple((prefix + c, table.c[c].type) for c in columns)
 
 
 @cache
 def _unnest_insert(table: Table, columns: tuple[str, ...], same: tuple[str, ...]) -> Insert:
-    """INSERT ... SELECT FROM unnest(one array per column), the shared values as scalars."""
-    fields = _fields(table, columns)
-    unnested = unnest.rows(fields)
-    picked = [unnest.picked(unnested, c, type_) for c, type_ in fields]
-    shared = [bindparam(c, type_=table.c[c].type) for c in same]
-    return insert(table).from_select([*columns, *same], select(*picked, *shared))
+    """unnest_insert of every row, the shared values bound as their columns' names."""
+    return unnest_insert(table, columns, "", {c: bindparam(c, type_=table.c[c].type) for c in same})
 
 
 async def add_skips(

@@ -13,7 +13,6 @@ import structlog
 from sqlalchemy import (
     BindParameter,
     ColumnElement,
-    Select,
     String,
     and_,
     bindparam,
@@ -282,10 +281,11 @@ async def _apply_steps(
     return moved
 
 
-def _guard(status: KernelStatus) -> list[ColumnElement[bool]]:
+def _guard(status: KernelStatus | None) -> list[ColumnElement[bool]]:
     """A report's guard: this agent's current placement (a re-placed kernel is a new generation,
-    and reports about an earlier one are stale), from a legal source of the reported status."""
-    return [
+    and reports about an earlier one are stale), from a legal source of the reported status
+    (checked by the caller without `status`)."""
+    guard = [
         # The ids alone too: that is what makes the planner look kernels up by key (the pair alone
         # made SQLite scan every kernel the agent ever ran).
         kernels.c.id.in_(_IDS),
@@ -293,8 +293,10 @@ def _guard(status: KernelStatus) -> list[ColumnElement[bool]]:
         # (store/db.py), where a list of pairs is a statement of its own for every length.
         (kernels.c.id + ":" + cast(kernels.c.generation, String)).in_(bindparam("k_pairs", expanding=True)),
         kernels.c.agent_id == bindparam("k_agent"),
-        kernels.c.status.in_([str(s) for s in kernel_sources(status)]),
     ]
+    if status is not None:
+        guard.append(kernels.c.status.in_([str(s) for s in kernel_sources(status)]))
+    return guard
 
 
 def _guard_params(agent_id: str, group: Sequence[KernelReport]) -> dict[str, Any]:
@@ -314,13 +316,6 @@ def _step(status: KernelStatus) -> ReturningUpdate[str, str]:
     return (
         update(kernels).where(*_guard(status)).values(**values).returning(kernels.c.id, kernels.c.session_id)
     )
-
-
-@cache
-def _passing(status: KernelStatus, lock: bool) -> Select[str, str]:
-    """The (kernel id, session id) of the reports in `status` that pass the guard."""
-    query = select(kernels.c.id, kernels.c.session_id).where(*_guard(status))
-    return query.with_for_update() if lock else query
 
 
 _STARTED = (
@@ -345,14 +340,20 @@ async def _apply_endings(
     signal), for a session whose start was never reported."""
     if not endings:
         return set()
-    suspending = await _suspending(conn, [r.kernel_id for r in endings])
+    found = await _ending_kernels(conn, agent_id, endings)
+    suspending = {kid for kid, (_, _, suspended) in found.items() if suspended}
     moved: set[str] = set()
     for r in endings:
         if r.kernel_id in suspending and await _suspend(conn, agent_id, r, now):
             moved.add(r.kernel_id)
-    ending = [r for r in endings if r.kernel_id not in suspending]
-    passing = await _passing_guard(conn, agent_id, ending)
-    rows = [_ending(r) for r in ending if r.kernel_id in passing]
+    passing = {
+        r.kernel_id: found[r.kernel_id][0]
+        for r in endings
+        if r.kernel_id in found
+        and r.kernel_id not in suspending
+        and found[r.kernel_id][1] in kernel_sources(r.status)  # a legal source of the reported end
+    }
+    rows = [_ending(r) for r in endings if r.kernel_id in passing]
     started.update(passing[r[0]] for r in rows if r[-1])  # id first, `started` last (_END_FIELDS)
     if rows:
         await _write_many(conn, _END_FIELDS, rows, now)
@@ -362,25 +363,33 @@ async def _apply_endings(
     return moved
 
 
-async def _passing_guard(
+async def _ending_kernels(
     conn: AsyncConnection, agent_id: str, reports: Sequence[KernelReport]
-) -> dict[str, str]:
-    """The kernels whose report passes the guard: this agent's current placement (a re-placed
-    kernel is a new generation), from a legal source of the reported status.  On PostgreSQL the
-    rows are locked, so the guard still holds when they are written."""
-    by_status: dict[KernelStatus, list[KernelReport]] = defaultdict(list)
-    for r in reports:
-        by_status[r.status].append(r)
-    passing: dict[str, str] = {}
+) -> dict[str, tuple[str, KernelStatus, bool]]:
+    """The reported kernels that are this agent's current placement (a re-placed kernel is a new
+    generation), as (session id, status, whether its session is being suspended): one read for
+    the guard of every ending, whatever its status, and for suspend mode's preemption.  On
+    PostgreSQL the kernels' rows are locked, so what was read still holds when they are written."""
     lock = conn.dialect.name != "sqlite"  # SQLite: the writer holds the database's one write lock
-    for status, group in by_status.items():
-        rows = await conn.execute(_passing(status, lock), _guard_params(agent_id, group))
-        passing.update((kernel_id, session_id) for kernel_id, session_id in rows)
-    return passing
+    query = _ENDING_KERNELS.with_for_update(of=kernels) if lock else _ENDING_KERNELS
+    rows = await conn.execute(query, _guard_params(agent_id, reports))
+    return {kid: (sid, KernelStatus(status), bool(suspended)) for kid, sid, status, suspended in rows}
+
+
+_ENDING_KERNELS = (
+    select(
+        kernels.c.id,
+        kernels.c.session_id,
+        kernels.c.status,
+        sessions.c.termination_reason == str(TerminationReason.SUSPENDED),
+    )
+    .join(sessions, sessions.c.id == kernels.c.session_id)
+    .where(*_guard(None))
+)
 
 
 # A terminal report's write, field by field (the guard was checked, and the rows locked, by
-# _passing_guard): the kernel's id, then the columns it sets.
+# _ending_kernels): the kernel's id, then the columns it sets.
 _END_FIELDS = (
     "id",
     "status",
@@ -493,18 +502,6 @@ async def _guarded(
         .values(**values)
     )
     return bool(result.rowcount)
-
-
-_SUSPENDING = (
-    select(kernels.c.id)
-    .join(sessions, sessions.c.id == kernels.c.session_id)
-    .where(kernels.c.id.in_(_IDS), sessions.c.termination_reason == str(TerminationReason.SUSPENDED))
-)
-
-
-async def _suspending(conn: AsyncConnection, kernel_ids: list[str]) -> set[str]:
-    """Those of these kernels whose session is being suspended (preemption in suspend mode)."""
-    return set((await conn.execute(_SUSPENDING, {"k_ids": kernel_ids})).scalars())
 
 
 async def _suspend(conn: AsyncConnection, agent_id: str, report: KernelReport, now: datetime) -> bool:

@@ -45,7 +45,7 @@ from corral.domain.transitions import kernel_move_allowed, kernel_sources, sessi
 from corral.store import agents as agent_store
 from corral.store import convert, journal
 from corral.store.records import KernelRecord, Move, NewSession, SessionRecord
-from corral.store.tables import agents, allocations, kernels, sessions
+from corral.store.tables import agents, allocations, kernels, session_events, session_history, sessions
 
 
 class RefusedTransition(Exception):
@@ -554,8 +554,11 @@ async def count_by_status(conn: AsyncConnection, projects: Collection[str] | Non
     return {status: n for status, n in rows}
 
 
-async def apply_moves(conn: AsyncConnection, moves: Sequence[Move], now: datetime) -> list[Move]:
-    """Guarded UPDATEs, grouped so a batch costs a few statements; returns the moves that won."""
+async def apply_moves(
+    conn: AsyncConnection, moves: Sequence[Move], now: datetime, history: Sequence[journal.HistoryRow] = ()
+) -> list[Move]:
+    """Guarded UPDATEs, grouped so a batch costs a few statements; returns the moves that won.
+    Each won move's events are written, and its rows of `history` (only a won move's are)."""
     for m in moves:
         hops = (m.src, *m.via, m.dst)
         for a, b in pairwise(hops):
@@ -568,14 +571,27 @@ async def apply_moves(conn: AsyncConnection, moves: Sequence[Move], now: datetim
     groups: dict[tuple[Any, ...], list[Move]] = defaultdict(list)
     for m in moves:
         groups[(m.src, m.dst, m.kernel_dst, m.values, m.kernel_via, m.unrequested)].append(m)
+    rows_of: dict[str, list[journal.HistoryRow]] = defaultdict(list)
+    for row in history:
+        rows_of[row[0]].append(row)
+    # On PostgreSQL a group's kernels, events and history ride in its UPDATE (data-modifying CTEs):
+    # a round trip each saved, for every handler that moves sessions.
+    together = conn.dialect.name == "postgresql"
     won: list[Move] = []
     for (src, dst, kernel_dst, values, kernel_via, unrequested), group in groups.items():
         ids = [m.session_id for m in group]
-        statement = _move(src, dst, tuple(name for name, _ in values), unrequested)
+        names = tuple(name for name, _ in values)
+        statement = (
+            _move_journaled(src, dst, names, unrequested, kernel_dst, kernel_via)
+            if together
+            else _move(src, dst, names, unrequested)
+        )
         params = {"m_now": now, **{f"m_{name}": value for name, value in values}}
         for chunk in range(0, len(ids), 500):
             part = ids[chunk : chunk + 500]
-            if dst is SessionStatus.PENDING and conn.dialect.name == "postgresql":
+            if together:
+                params.update(_journal_params([m for m in group if m.session_id in set(part)], rows_of))
+            if dst is SessionStatus.PENDING and together:
                 # The guard reads kernels as of the statement's start: lock them first (the order
                 # reports take too), so a report committing a start in between is seen, not missed.
                 await conn.execute(
@@ -583,12 +599,63 @@ async def apply_moves(conn: AsyncConnection, moves: Sequence[Move], now: datetim
                 )
             moved = set((await conn.execute(statement, {**params, "m_ids": part})).scalars())
             won.extend(m for m in group if m.session_id in moved)
-            if moved and kernel_dst is not None:
+            if moved and kernel_dst is not None and not together:
                 await move_kernels_of(conn, list(moved), kernel_dst, now, kernel_via)
             if moved and dst is SessionStatus.PENDING:
                 await _back_to_queue(conn, list(moved), now, resumed=src is SessionStatus.SUSPENDED)
-    await journal.add_events(conn, [event for m in won for event in _events(m)], now)
+    if not together:
+        await journal.add_events(conn, [event for m in won for event in _events(m)], now)
+        await journal.add_history(conn, [row for m in won for row in rows_of[m.session_id]], now)
     return won
+
+
+def _journal_params(group: Sequence[Move], rows_of: dict[str, list[journal.HistoryRow]]) -> dict[str, Any]:
+    """_move_journaled's event and history arrays for these moves (kept only for those that win)."""
+    events = [event for m in group for event in _events(m)]
+    history = [row for m in group for row in rows_of.get(m.session_id, ())]
+    return {
+        **journal.unnest_params(session_events, journal.EVENT_COLUMNS, "e_", events),
+        **journal.unnest_params(session_history, journal.HISTORY_COLUMNS, "h_", history),
+    }
+
+
+@lru_cache(maxsize=1024)
+def _move_journaled(
+    src: SessionStatus,
+    dst: SessionStatus,
+    names: tuple[str, ...],
+    unrequested: bool,
+    kernel_dst: KernelStatus | None,
+    kernel_via: tuple[KernelStatus, ...],
+) -> Select[str]:
+    """_move on PostgreSQL, in one statement with what follows a won move: its kernels' move (to
+    `kernel_dst`, through `kernel_via`), its events (e_ arrays) and its history rows (h_ arrays)."""
+    moved = _move(src, dst, names, unrequested).cte("moved")
+    now = bindparam("m_now", type_=sessions.c.status_changed_at.type)
+    won = select(moved.c.id)
+    then: list[Any] = []
+    if kernel_dst is not None:
+        kernel_move = update(kernels).where(
+            kernels.c.session_id.in_(won), *_kernel_guard(kernel_dst, kernel_via)
+        )
+        then.append(kernel_move.values(status=str(kernel_dst), status_changed_at=now).cte("kernels_moved"))
+    then.append(
+        journal.unnest_insert(
+            session_events,
+            journal.EVENT_COLUMNS,
+            "e_",
+            {"created_at": now},
+            lambda e: e.c.e_session_id.in_(won),
+        ).cte("events")
+    )
+    one = literal(1, type_=session_history.c.count.type)
+    same = {"count": one, "created_at": now, "last_at": now}
+    then.append(
+        journal.unnest_insert(
+            session_history, journal.HISTORY_COLUMNS, "h_", same, lambda h: h.c.h_session_id.in_(won)
+        ).cte("history")
+    )
+    return select(moved.c.id).add_cte(*then)
 
 
 # Statuses whose move sets more than the status (see _move): never passed on the way to another.
@@ -663,13 +730,18 @@ async def move_kernels_of(
 ) -> None:
     """Move the sessions' kernels that may legally go to `dst`, or through `via` to it (those that
     may go to its first status, or are at one of its statuses already); others (e.g. ended) stay."""
-    sources = sorted(str(s) for s in (kernel_sources(via[0]) | set(via) if via else kernel_sources(dst)))
     values: dict[str, Any] = {"status": str(dst), "status_changed_at": now}
     await conn.execute(
         update(kernels)
-        .where(kernels.c.session_id.in_(session_ids), kernels.c.status.in_(sources))
+        .where(kernels.c.session_id.in_(session_ids), *_kernel_guard(dst, via))
         .values(**values)
     )
+
+
+def _kernel_guard(dst: KernelStatus, via: tuple[KernelStatus, ...]) -> list[ColumnElement[bool]]:
+    """move_kernels_of's guard: kernels at a source of `dst` (of via[0], or one of `via`'s, with `via`)."""
+    sources = sorted(str(s) for s in (kernel_sources(via[0]) | set(via) if via else kernel_sources(dst)))
+    return [kernels.c.status.in_(sources)]
 
 
 async def _back_to_queue(
