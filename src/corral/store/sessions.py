@@ -590,7 +590,7 @@ async def apply_moves(
         for chunk in range(0, len(ids), 500):
             part = ids[chunk : chunk + 500]
             if together:
-                params.update(_journal_params([m for m in group if m.session_id in set(part)], rows_of))
+                params.update(_journal_params(group[chunk : chunk + 500], rows_of))
             if dst is SessionStatus.PENDING and together:
                 # The guard reads kernels as of the statement's start: lock them first (the order
                 # reports take too), so a report committing a start in between is seen, not missed.
