@@ -36,6 +36,8 @@ log = structlog.get_logger("corral.retry")
 CONSUMER = "retry-engine"
 # Ended attempts the events missed are looked for every this many graces (see run_once).
 BACKSTOP_GRACES = 3
+# How long a missing event id holds the position (an insert not committed yet, or rolled back).
+GAP_WAIT = 2.0
 MAX_DECISION_ERRORS = 3
 HANDLER = "RetryEngine"
 # Test hook (never set in production): die between inserting a child and committing it.
@@ -72,6 +74,10 @@ class RetryEngine:
         self._position: int | None = None
         self._backstop_at = 0.0
         self._saved_at = 0.0
+        self._taken: set[int] = set()
+        """Ends decided past the position (behind a gap): not decided again when read again."""
+        self._gaps: dict[int, float] = {}
+        """The first missing event id of each gap seen, and when it was first seen."""
 
     async def run(self) -> None:
         await repeat(self.run_once, lambda: self._wakeup.wait_retries(self._poll), "retry cycle failed")
@@ -83,13 +89,14 @@ class RetryEngine:
             if self._position is None or self._position < durable:
                 self._position = durable
             top = await retries.last_event_id(conn)
-            events = await retries.ended_after(conn, self._position, self._batch, top)
+            rows = await retries.since(conn, self._position, self._batch, top)
             try:
                 settings = await config.cluster_settings(conn)
             except PolicyError as exc:
                 log.error("cluster config unusable; retries wait", field=exc.field, error=str(exc))
                 return False
         now = self._clock()
+        events = [(i, sid) for i, sid in rows if sid is not None and i not in self._taken]
         ids = [sid for _, sid in events]
         if time.monotonic() - self._backstop_at >= BACKSTOP_GRACES * self._grace.total_seconds():
             # Events commit out of id order (several writers on PostgreSQL): one can appear behind
@@ -115,8 +122,12 @@ class RetryEngine:
                 decided += 1
                 self._wakeup.scheduler()  # a child may wait in the queue: place it now
             # BUSY: another manager is deciding it now (or it failed); the backstop looks again.
-        # Past every event read up to `top` (other kinds included), unless the batch was full.
-        self._position = events[-1][0] if len(events) == self._batch else max(self._position, top)
+        before = self._position
+        self._taken |= {i for i, _ in events}
+        # Past every event read up to `top` (other kinds included), but not past one that was not
+        # committed yet (a gap in the ids): it is read again next time, not passed over.
+        self._position = self._contiguous(self._position, rows) if rows else max(self._position, top)
+        self._taken = {i for i in self._taken if i > self._position}
         if self._position > durable and time.monotonic() - self._saved_at >= 1.0:
             # Stored only over events older than the grace: a restart re-reads the recent ones.
             self._saved_at = time.monotonic()
@@ -124,7 +135,20 @@ class RetryEngine:
                 settled = await retries.settled_position(conn, self._position, now - self._grace)
                 if settled > durable:
                     await retries.advance(conn, CONSUMER, settled, now)
-        return bool(decided) or len(events) == self._batch
+        return bool(decided) or (len(rows) == self._batch and self._position > before)
+
+    def _contiguous(self, position: int, rows: list[tuple[int, str | None]]) -> int:
+        """The last event id up to which every id after the position was read.  Events commit out
+        of id order (several writers on PostgreSQL), so a missing id may be one still to commit;
+        one missing for GAP_WAIT is taken for a rolled-back insert (a later commit is left to the
+        backstop).  Events after a gap are decided at once all the same (`_taken`)."""
+        now = time.monotonic()
+        for i, _ in rows:
+            if i != position + 1 and now - self._gaps.setdefault(position + 1, now) < GAP_WAIT:
+                break
+            position = i
+        self._gaps = {gap: seen for gap, seen in self._gaps.items() if gap > position}
+        return position
 
     async def _failed_to_decide(self, session_id: str, exc: Exception) -> Outcome:
         """One attempt that cannot be decided never stops the others: it is left to the backstop to

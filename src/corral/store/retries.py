@@ -7,7 +7,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from sqlalchemy import and_, func, insert, select, update
+from sqlalchemy import and_, case, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.domain.status import TERMINAL_SESSION, SessionResult, SessionStatus
@@ -56,22 +56,17 @@ async def last_event_id(conn: AsyncConnection) -> int:
     return int((await conn.execute(select(func.max(session_events.c.id)))).scalar() or 0)
 
 
-async def ended_after(
-    conn: AsyncConnection, position: int, limit: int, upto: int | None = None
-) -> list[tuple[int, str]]:
-    """(event id, session id) of sessions that reached a terminal status, after `position` (and
-    at most `upto`)."""
+async def since(conn: AsyncConnection, position: int, limit: int, upto: int) -> list[tuple[int, str | None]]:
+    """(event id, session id if the event is a session's end, else None) of every event after
+    `position` and up to `upto`, in id order: a missing id is an event not committed (yet)."""
+    ended = and_(session_events.c.kind == "session.status_changed", session_events.c.to_status.in_(_TERMINAL))
     rows = await conn.execute(
-        select(session_events.c.id, session_events.c.session_id)
-        .where(
-            session_events.c.id > position,
-            session_events.c.kind == "session.status_changed",
-            session_events.c.to_status.in_(_TERMINAL),
-        )
+        select(session_events.c.id, case((ended, session_events.c.session_id), else_=None))
+        .where(session_events.c.id > position, session_events.c.id <= upto)
         .order_by(session_events.c.id)
         .limit(limit)
     )
-    return [(int(i), str(s)) for i, s in rows if upto is None or i <= upto]
+    return [(int(i), None if s is None else str(s)) for i, s in rows]
 
 
 async def settled_position(conn: AsyncConnection, position: int, before: datetime) -> int:

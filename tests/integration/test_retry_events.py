@@ -1,0 +1,66 @@
+"""The retry engine reads sessions' ends from the event outbox after a position.  On PostgreSQL
+events commit out of id order: an end committed after a later one was read is decided at once, not
+passed over and left to the backstop (tens of seconds later)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+from sqlalchemy import select, update
+
+from corral.domain.spec import SessionSpec
+from corral.manager.retry_engine import RetryEngine
+from corral.store import journal, sessions
+from corral.store.db import transaction
+from corral.store.records import NewSession
+from corral.store.tables import sessions as session_table
+from corral.wakeup import Wakeup
+from tests.support.db import migrated
+
+
+async def _ended(engine: object, n: int) -> list[str]:
+    """n sessions that ended in ERROR (no event written yet)."""
+    ids = [str(uuid.uuid4()) for _ in range(n)]
+    now = datetime.now(UTC)
+    async with transaction(engine) as conn:  # type: ignore[arg-type]
+        news = [NewSession(id=sid, name="s", owner="t", spec=SessionSpec(command=("false",))) for sid in ids]
+        await sessions.insert_sessions(conn, news, now)
+        await conn.execute(
+            update(session_table)
+            .where(session_table.c.id.in_(ids))
+            .values(status="ERROR", result="failure", terminated_at=now)
+        )
+    return ids
+
+
+async def _decided(engine: object) -> set[str]:
+    async with engine.connect() as conn:  # type: ignore[attr-defined]
+        rows = await conn.execute(select(session_table.c.id).where(session_table.c.retry_state.is_not(None)))
+        return set(rows.scalars())
+
+
+def _end(sid: str) -> tuple[str, str, str, str, dict[str, object]]:
+    return (sid, "session.status_changed", "RUNNING", "ERROR", {})
+
+
+async def test_an_end_committed_after_a_later_one_was_read_is_still_decided(
+    fresh_database: Callable[[str], str],
+) -> None:
+    async with migrated(fresh_database("postgres")) as engine:
+        early, late = await _ended(engine, 2)
+        # The backstop never reaches them here: only the events can.
+        retry = RetryEngine(engine, Wakeup(), grace=3600.0)
+        assert not await retry.run_once()
+        async with engine.connect() as slow:
+            transaction_a = await slow.begin()
+            await journal.add_events(slow, [_end(early)], datetime.now(UTC))  # the lower id, not committed
+            async with transaction(engine) as conn:
+                await journal.add_events(conn, [_end(late)], datetime.now(UTC))
+            assert await retry.run_once()
+            assert await _decided(engine) == {late}
+            await transaction_a.commit()
+        assert await retry.run_once()
+        assert await _decided(engine) == {early, late}
+        assert not await retry.run_once()  # each decided once: nothing left to do
