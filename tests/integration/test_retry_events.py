@@ -4,13 +4,16 @@ passed over and left to the backstop (tens of seconds later)."""
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
 
+import pytest
 from sqlalchemy import select, update
 
 from corral.domain.spec import SessionSpec
+from corral.manager import retry_engine
 from corral.manager.retry_engine import RetryEngine
 from corral.store import journal, sessions
 from corral.store.db import transaction
@@ -64,3 +67,30 @@ async def test_an_end_committed_after_a_later_one_was_read_is_still_decided(
         assert await retry.run_once()
         assert await _decided(engine) == {early, late}
         assert not await retry.run_once()  # each decided once: nothing left to do
+
+
+async def test_a_rolled_back_event_holds_the_position_only_for_a_while(
+    fresh_database: Callable[[str], str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rolled-back insert leaves its id missing for ever: the end after it is decided at once,
+    the position waits GAP_WAIT at that id and then passes it (and no end is decided twice)."""
+    monkeypatch.setattr(retry_engine, "GAP_WAIT", 0.5)
+    async with migrated(fresh_database("postgres")) as engine:
+        [late] = await _ended(engine, 1)
+        retry = RetryEngine(engine, Wakeup(), grace=3600.0)
+        assert not await retry.run_once()
+        start = retry._position
+        async with engine.connect() as conn:
+            rolled_back = await conn.begin()
+            await journal.add_events(conn, [_end(str(uuid.uuid4()))], datetime.now(UTC))
+            await rolled_back.rollback()
+        async with transaction(engine) as conn:
+            await journal.add_events(conn, [_end(late)], datetime.now(UTC))
+        assert await retry.run_once()
+        assert await _decided(engine) == {late}
+        assert retry._position == start  # held at the missing id
+        deadline = time.monotonic() + 10
+        while retry._position == start:
+            assert time.monotonic() < deadline, "the position never passed a rolled-back id"
+            assert not await retry.run_once()  # nothing decided again meanwhile
+        assert retry._position == start + 2

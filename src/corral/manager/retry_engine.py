@@ -90,6 +90,7 @@ class RetryEngine:
                 self._position = durable
             top = await retries.last_event_id(conn)
             rows = await retries.since(conn, self._position, self._batch, top)
+            read_at = time.monotonic()
             try:
                 settings = await config.cluster_settings(conn)
             except PolicyError as exc:
@@ -126,7 +127,7 @@ class RetryEngine:
         self._taken |= {i for i, _ in events}
         # Past every event read up to `top` (other kinds included), but not past one that was not
         # committed yet (a gap in the ids): it is read again next time, not passed over.
-        self._position = self._contiguous(self._position, rows) if rows else max(self._position, top)
+        self._position = self._contiguous(self._position, rows, read_at) if rows else max(self._position, top)
         self._taken = {i for i in self._taken if i > self._position}
         if self._position > durable and time.monotonic() - self._saved_at >= 1.0:
             # Stored only over events older than the grace: a restart re-reads the recent ones.
@@ -137,16 +138,20 @@ class RetryEngine:
                     await retries.advance(conn, CONSUMER, settled, now)
         return bool(decided) or (len(rows) == self._batch and self._position > before)
 
-    def _contiguous(self, position: int, rows: list[tuple[int, str | None]]) -> int:
-        """The last event id up to which every id after the position was read.  Events commit out
-        of id order (several writers on PostgreSQL), so a missing id may be one still to commit;
-        one missing for GAP_WAIT is taken for a rolled-back insert (a later commit is left to the
-        backstop).  Events after a gap are decided at once all the same (`_taken`)."""
-        now = time.monotonic()
+    def _contiguous(self, position: int, rows: list[tuple[int, str | None]], read_at: float) -> int:
+        """The last event id up to which every id after `position` was read (at `read_at`).  Events
+        commit out of id order (several writers on PostgreSQL), so a missing id may be one still to
+        commit; one missing for GAP_WAIT is taken for a rolled-back insert (a later commit is left
+        to the backstop).  Every gap read is timed from when it was first read, not only the first
+        one.  Events after a gap are decided at once all the same (`_taken`)."""
+        held = False
+        expected = position + 1
         for i, _ in rows:
-            if i != position + 1 and now - self._gaps.setdefault(position + 1, now) < GAP_WAIT:
-                break
-            position = i
+            if i != expected and read_at - self._gaps.setdefault(expected, read_at) < GAP_WAIT:
+                held = True
+            if not held:
+                position = i
+            expected = i + 1
         self._gaps = {gap: seen for gap, seen in self._gaps.items() if gap > position}
         return position
 

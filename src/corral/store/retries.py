@@ -58,7 +58,8 @@ async def last_event_id(conn: AsyncConnection) -> int:
 
 async def since(conn: AsyncConnection, position: int, limit: int, upto: int) -> list[tuple[int, str | None]]:
     """(event id, session id if the event is a session's end, else None) of every event after
-    `position` and up to `upto`, in id order: a missing id is an event not committed (yet)."""
+    `position` and up to `upto`, in id order: a missing id is an event not committed (yet), or
+    rolled back (ids come from a sequence without a cache, BIGSERIAL's default: one per row)."""
     ended = and_(session_events.c.kind == "session.status_changed", session_events.c.to_status.in_(_TERMINAL))
     rows = await conn.execute(
         select(session_events.c.id, case((ended, session_events.c.session_id), else_=None))
