@@ -4,24 +4,21 @@ timed cycle or a cycle after room was made never does (coordinator on a real dat
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 import pytest
 
 from corral.domain.judge import PhaseLimits
 from corral.domain.resources import ResourceSlots
-from corral.domain.scheduling import StatusTransitions
 from corral.domain.spec import SessionSpec
-from corral.domain.status import SessionStatus
 from corral.manager.coordinator import Coordinator
-from corral.manager.handlers.base import HandlerContext, LifecycleHandler, LifecycleResult
 from corral.manager.handlers.cancel_pending import CancelPendingSessions
 from corral.manager.handlers.schedule_new import ScheduleNewSessions
 from corral.manager.loop import SchedulerLoop
 from corral.settings import SchedulerSettings
 from corral.store import agents, journal, sessions
 from corral.store.db import transaction
-from corral.store.records import NewSession, SessionRecord
+from corral.store.records import NewSession
 from corral.wakeup import Wakeup
 from tests.conftest import BACKENDS
 from tests.integration.test_bounds import NOW, _insert
@@ -55,84 +52,6 @@ async def test_placement_runs_only_when_room_may_have_been_made(
         await coordinator.run_cycle(timed=False, room=False)
         assert await _skips(engine, waiting) == 3
         assert coordinator.room_left is False
-
-
-@pytest.mark.parametrize("backend", BACKENDS)
-async def test_room_made_after_placement_is_placed_in_the_same_cycle(
-    backend: str, fresh_database: Callable[[str], str]
-) -> None:
-    """Placement runs early in a cycle; a handler after it that makes room (here a cancel) has
-    placement run once more before the cycle ends, and only then."""
-    async with migrated(fresh_database(backend)) as engine:
-        [waiting, cancelled] = await _insert(engine, 2, 10, NOW)
-        handlers = [ScheduleNewSessions(), CancelPendingSessions()]
-        coordinator = Coordinator(engine, "default", handlers, PhaseLimits(timeouts={}), lambda: NOW)
-        await coordinator.run_cycle(timed=False, room=True)
-        assert await _skips(engine, waiting) == 1  # nothing made room after it: placed once
-        async with transaction(engine) as conn:
-            await sessions.request_termination(conn, cancelled, "user_cancelled", "", NOW)
-        await coordinator.run_cycle(timed=False, room=True)
-        assert await _skips(engine, waiting) == 3  # before the cancel, and again after it
-        async with engine.connect() as conn:
-            assert (await sessions.get(conn, cancelled)).status == "CANCELLED"
-        assert coordinator.room_left is False
-        await coordinator.run_cycle(timed=False, room=True)
-        assert await _skips(engine, waiting) == 4
-        # Left out at its turn (no room then), it still runs once a later handler makes room.
-        [another] = await _insert(engine, 1, 10, NOW)
-        async with transaction(engine) as conn:
-            await sessions.request_termination(conn, another, "user_cancelled", "", NOW)
-        await coordinator.run_cycle(timed=False, room=False)
-        assert await _skips(engine, waiting) == 5
-        assert coordinator.room_left is False
-
-
-class _Placing(LifecycleHandler):
-    """Placement's part in the cycle's rules: counts its runs; asks `victims` stops each time."""
-
-    name = "Placing"
-    waits_for_room = True
-    target_session_statuses = frozenset({SessionStatus.PENDING})
-
-    def __init__(self, victims: int) -> None:
-        self.victims, self.runs = victims, 0
-
-    @classmethod
-    def status_transitions(cls) -> StatusTransitions:
-        return StatusTransitions(success=None, need_retry=None, expired=None, give_up=None)
-
-    async def execute(self, ctx: HandlerContext, targets: Sequence[SessionRecord]) -> LifecycleResult:
-        self.runs += 1
-        return LifecycleResult(requested=self.victims)
-
-
-class _Freeing(_Placing):
-    """A handler after placement that frees capacity each time it acts."""
-
-    name = "Freeing"
-    waits_for_room = False
-    frees_room = True
-
-    async def execute(self, ctx: HandlerContext, targets: Sequence[SessionRecord]) -> LifecycleResult:
-        self.runs += 1
-        return LifecycleResult(successes=[s.id for s in targets])
-
-
-@pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("victims", [0, 1])
-async def test_placement_runs_again_after_room_is_made_but_never_serves_two_preemptors(
-    backend: str, victims: int, fresh_database: Callable[[str], str]
-) -> None:
-    async with migrated(fresh_database(backend)) as engine:
-        await _insert(engine, 1, 10, NOW)
-        placing, freeing = _Placing(victims), _Freeing(0)
-        coordinator = Coordinator(
-            engine, "default", [placing, freeing], PhaseLimits(timeouts={}), lambda: NOW
-        )
-        await coordinator.run_cycle(timed=False, room=True)
-        assert freeing.runs == 1
-        # Room made after it: placement once more, unless it chose a preemptor (one per cycle).
-        assert placing.runs == (1 if victims else 2)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

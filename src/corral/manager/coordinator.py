@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from datetime import datetime
 from typing import Any
@@ -165,20 +165,7 @@ class Coordinator:
         self._requested = 0
         moved = 0
         self.left_out = False
-        placement = next((h for h in self._handlers if h.waits_for_room), None)
-        passed = False  # placement's turn has come (whether it ran or was left out)
-        made_after = False  # room made by a handler after placement's turn
-        preempted = False  # placement asked victims to stop: one preemptor per cycle
-
-        def order() -> Iterator[Handler]:
-            yield from self._handlers
-            if made_after and not preempted and placement is not None:
-                # Placement runs early in the cycle (handlers/__init__.py); capacity freed after
-                # its turn (re-queued or stopped sessions) is placed in this cycle too.
-                yield placement
-
-        for handler in order():
-            passed = passed or handler is placement
+        for handler in self._handlers:
             if not _may_have_targets(handler, present) or (handler.expiry_only and not timed):
                 continue  # a handler with nothing to look at costs no transaction
             if handler.waits_for_room and not room and not timed:
@@ -198,10 +185,8 @@ class Coordinator:
                 # them), or when it asked victims to stop (the next preemptor is chosen next cycle).
                 full = handler.queue_window is not None and read >= handler.queue_window
                 room = (full and bool(won)) or self._requested > requested
-                preempted = preempted or self._requested > requested
             elif _made_room(handler, won, acted):
                 room = True
-                made_after = made_after or passed
             # Where each moved session is now (a promotion's `through` steps are passed, not stayed in).
             now_at = {m.session_id: m.dst for m in won}
             present |= {(dst, requested) for dst in set(now_at.values()) for requested in (True, False)}

@@ -22,18 +22,12 @@ from corral.manager.handlers.terminate import TerminateSessions
 
 
 def cycle_handlers() -> list[LifecycleHandler | SessionPromotionHandler]:
-    # Placement right after cancels and termination requests (a cancelled session is never placed):
-    # capacity is freed by the agents' reports, which wake the loop, and a freed slot waited for
-    # every promotion before it was placed again (bench/throughput.py --postgres: from a report to
-    # the next placement 66 -> 56 ms, on SQLite 35 -> 21 ms).  When a handler after it frees
-    # capacity itself (re-queueing, stops), the coordinator runs placement once more at the end of
-    # the cycle, unless placement asked victims to stop (one preemptor per cycle).
+    # Reports first (promotions), then stops, then capacity freed by them is reused in the same cycle.
     # Start orders last: a gang with a failed kernel is stopped (DetectTermination) before any of
     # its prepared ranks could be started.
     return [
         CancelPendingSessions(),
         ApplyTerminationRequests(),
-        ScheduleNewSessions(),
         PromoteToPulling(),
         PromoteStartedAlone(),
         PromoteToPrepared(),
@@ -45,6 +39,7 @@ def cycle_handlers() -> list[LifecycleHandler | SessionPromotionHandler]:
         TerminateSessions(),
         PromoteToTerminated(),
         SuspendSessions(),
+        ScheduleNewSessions(),
         PrepareSessions(),
         StartSessions(),
     ]
