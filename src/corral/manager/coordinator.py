@@ -24,7 +24,7 @@ from corral.manager.handlers.base import (
     Step,
 )
 from corral.store import journal, kernels, preemption, sessions
-from corral.store.db import reading, transaction
+from corral.store.db import reading, statements, transaction
 from corral.store.records import Move, SessionRecord
 
 log = structlog.get_logger("corral.coordinator")
@@ -140,6 +140,7 @@ class Coordinator:
         self._rg = resource_group
         self._handlers = list(handlers)
         self._base_limits = self._limits = limits
+        self._preemption: dict[str, Any] = {}
         self._requested = 0
         self._clock = clock
         self._on_change = on_change
@@ -159,9 +160,7 @@ class Coordinator:
         handler before it makes room; `room_left` says whether room was made after it."""
         async with reading(self._engine) as conn:
             present = await sessions.live_statuses(conn, self._rg)
-            # The group's queue settings, as they are now: a change takes effect from this cycle.
-            group = await preemption.group_config(conn, self._rg)
-        self._limits = for_group(self._base_limits, (group or {}).get("queue"))
+            await self._read_group(conn)
         self._requested = 0
         moved = 0
         self.left_out = False
@@ -204,8 +203,17 @@ class Coordinator:
         # cycle at once instead of waiting its interval to stop them.
         return moved + self._requested
 
+    async def _read_group(self, conn: AsyncConnection) -> None:
+        """The group's queue and preemption settings, as they are now: a change takes effect from
+        the next cycle (or handler) run."""
+        group = await preemption.group_config(conn, self._rg) or {}
+        self._limits = for_group(self._base_limits, group.get("queue"))
+        self._preemption = dict(group.get("preemption") or {})
+
     async def run_handler(self, handler: Handler) -> int:
         """One handler in its own transaction; returns how many sessions changed status."""
+        async with reading(self._engine) as conn:
+            await self._read_group(conn)
         won, _, _ = await self._run(handler)
         return len({m.session_id for m in won})
 
@@ -223,7 +231,11 @@ class Coordinator:
         window, page = handler.queue_window, handler.queue_page or handler.queue_window
         if isinstance(handler, SessionPromotionHandler) and handler.decided_by_kernel_statuses:
             return await self._promote_by_status(handler, now)
-        async with transaction(self._engine) as conn:
+        # A promotion reads and then moves, each move one statement guarded by its session's status
+        # (sessions.apply_moves; never back to the queue): on PostgreSQL a transaction around them
+        # adds its BEGIN and COMMIT round trips and nothing else (the read locks nothing).
+        scope = statements if isinstance(handler, SessionPromotionHandler) else transaction
+        async with scope(self._engine) as conn:
 
             async def read(size: int | None, after: sessions.QueueKey | None = None) -> list[SessionRecord]:
                 return await sessions.for_handler(
@@ -252,7 +264,9 @@ class Coordinator:
             overdue = await self._overdue(conn, handler, targets, now, timed)
             if not targets and not overdue:
                 return [], False, 0
-            ctx = HandlerContext(conn, now, self._rg, self._limits, more if page != window else None)
+            ctx = HandlerContext(
+                conn, now, self._rg, self._limits, more if page != window else None, self._preemption
+            )
             if isinstance(handler, SessionPromotionHandler):
                 moves, history = self._promote(handler, [s for s in targets if handler.matches(s)])
                 won = await sessions.apply_moves(conn, moves, now, history)
@@ -305,8 +319,9 @@ class Coordinator:
         self, handler: SessionPromotionHandler, now: datetime
     ) -> tuple[list[Move], bool, int]:
         """_run for a promotion its targets' read decides alone: the same moves and history from
-        the targets' ids and statuses (a third of a session's reads each cycle were these)."""
-        async with transaction(self._engine) as conn:
+        the targets' ids and statuses (a third of a session's reads each cycle were these).  Outside
+        a transaction on PostgreSQL, as promotions are (_run)."""
+        async with statements(self._engine) as conn:
             found = await self._target_ids(conn, handler)
             if not found:
                 return [], False, 0
@@ -333,6 +348,8 @@ class Coordinator:
         limit of its own, whose overdue sessions are read apart (_overdue)."""
         if self._engine.dialect.name != "postgresql":
             return False  # SQLite's read takes the write lock like the transaction would: no saving
+        if isinstance(handler, SessionPromotionHandler):
+            return False  # outside a transaction already (_run): its read is the probe
         if handler.name not in self._found_none or handler.queue_window is not None:
             return False
         if handler.expiry_only or (timed and handler.lost_agent_only):

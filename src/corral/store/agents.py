@@ -196,17 +196,24 @@ async def list_agents(conn: AsyncConnection, resource_group: str | None = None) 
     return [convert.agent(r, used.get(r.id)) for r in rows]
 
 
-async def capacity_of_group(conn: AsyncConnection, resource_group: str) -> list[AgentCapacity]:
-    """Every agent of a group with its capacity and its live allocations summed, in id order.
+async def capacity_of_group(
+    conn: AsyncConnection, resource_group: str, lock: bool = False
+) -> list[AgentCapacity]:
+    """Every agent of a group with its capacity and its live allocations summed, in id order; with
+    `lock`, the agents' rows are locked first (PostgreSQL; SQLite is one writer), which serialises
+    placement in the group.
 
     Two queries however many agents and allocations: allocations are counted per agent and slot
     shape in SQL, and each distinct JSON text is parsed once (most kernels ask for the same few
     shapes), so a 5,000-agent group costs a few milliseconds of Python, not one object per row."""
-    rows = await conn.execute(
+    query = (
         select(agents.c.id, agents.c.status, cast(agents.c.capacity, Text))
         .where(agents.c.resource_group == resource_group)
         .order_by(agents.c.id)
     )
+    if lock and conn.dialect.name == "postgresql":
+        query = query.with_for_update()
+    rows = await conn.execute(query)
     found = [(aid, AgentStatus(status), convert.slots_of(cap)) for aid, status, cap in rows]
     shape = cast(allocations.c.slots, Text)
     counted = await conn.execute(
@@ -246,14 +253,6 @@ async def _used(conn: AsyncConnection, agent_ids: list[str]) -> dict[str, Resour
     for agent_id, slots in rows:
         used[agent_id] = used[agent_id] + ResourceSlots.from_json(slots)
     return used
-
-
-async def lock_group(conn: AsyncConnection, resource_group: str) -> None:
-    """Serialise placement in a group: on PostgreSQL, row locks on its agents (SQLite is one writer)."""
-    if conn.dialect.name == "postgresql":
-        await conn.execute(
-            select(agents.c.id).where(agents.c.resource_group == resource_group).with_for_update()
-        )
 
 
 async def declared_slots(conn: AsyncConnection) -> set[str]:

@@ -230,6 +230,25 @@ async def reading(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
 
 
 @asynccontextmanager
+async def statements(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
+    """A connection on which each statement commits on its own, for work whose every write is one
+    self-guarded statement (PostgreSQL: no BEGIN and COMMIT round trips); one transaction on SQLite,
+    whose writer takes the database's lock either way."""
+    if engine.dialect.name != "postgresql":
+        async with transaction(engine) as conn:
+            yield conn
+        return
+    async with _connected(engine, autocommit=True) as conn:
+        yield conn
+
+
+def autocommitting(conn: AsyncConnection) -> bool:
+    """Whether each statement on `conn` commits on its own (`statements`, `reading`)."""
+    sync = conn.sync_connection
+    return sync is not None and sync.get_execution_options().get("isolation_level") == "AUTOCOMMIT"
+
+
+@asynccontextmanager
 async def _connected(engine: AsyncEngine, autocommit: bool = False) -> AsyncIterator[AsyncConnection]:
     """A pooled connection, closed on exit.  SQLAlchemy's `async with` closes it in a task of its
     own, so that a cancellation cannot cut the close short: a task per use, and a wait behind

@@ -33,7 +33,7 @@ from corral.domain.placement import Placement
 from corral.domain.rendezvous import pick_port, port_range
 from corral.domain.status import KERNEL_ON_AGENT, TERMINAL_KERNEL, TERMINAL_SESSION, KernelStatus
 from corral.domain.transitions import kernel_sources
-from corral.store import convert, unnest
+from corral.store import convert, report_statement, unnest
 from corral.store.records import KernelRecord, KernelReport
 from corral.store.tables import agents, allocations, kernels, sessions
 
@@ -237,15 +237,7 @@ async def apply_reports(
     guard as a single report: this agent, this generation, a legal source).  An ending is its own
     guarded UPDATE (it carries its own outcome); allocations freed by endings are written once per
     round, and sessions whose first process started once per batch."""
-    refused = [r.kernel_id for r in reports if r.status not in AGENT_REPORTS]
-    rounds: list[list[KernelReport]] = []
-    seen: dict[str, int] = defaultdict(int)
-    for r in (r for r in reports if r.status in AGENT_REPORTS):
-        i = seen[r.kernel_id]
-        seen[r.kernel_id] += 1
-        if i == len(rounds):
-            rounds.append([])
-        rounds[i].append(r)
+    refused, rounds = report_rounds(reports)
     started: set[str] = set()
     for batch in rounds:
         steps = [r for r in batch if r.status not in TERMINAL_KERNEL]
@@ -255,6 +247,57 @@ async def apply_reports(
         refused += [r.kernel_id for r in batch if r.kernel_id not in moved]
     await _started(conn, sorted(started), now)
     return refused
+
+
+def report_rounds(reports: Sequence[KernelReport]) -> tuple[list[str], list[list[KernelReport]]]:
+    """The kernels refused outright (a status no agent may report), and the rest in rounds: round i
+    holds every kernel's i-th report."""
+    refused = [r.kernel_id for r in reports if r.status not in AGENT_REPORTS]
+    rounds: list[list[KernelReport]] = []
+    seen: dict[str, int] = defaultdict(int)
+    for r in (r for r in reports if r.status in AGENT_REPORTS):
+        i = seen[r.kernel_id]
+        seen[r.kernel_id] += 1
+        if i == len(rounds):
+            rounds.append([])
+        rounds[i].append(r)
+    return refused, rounds
+
+
+async def apply_reports_at(
+    conn: AsyncConnection,
+    agent_id: str,
+    epoch: int,
+    reports: Sequence[KernelReport],
+    now: datetime,
+    beat: bool = False,
+) -> list[str] | None:
+    """apply_reports on PostgreSQL with the agent's fence checked (and, with `beat`, its contact
+    written) by the same statements: one per round (store/report_statement.py).  None when `epoch`
+    is fenced, and then nothing was written.  More than one round takes a transaction (the
+    caller's); one round is one statement, a transaction of its own."""
+    refused, rounds = report_rounds(reports)
+    for i, batch in enumerate(rounds or [[]]):
+        steps = [r for r in batch if r.status not in TERMINAL_KERNEL]
+        endings = [
+            (*_ending(r), r.generation, _suspended_detail(r)) for r in batch if r.status in TERMINAL_KERNEL
+        ]
+        moved = await report_statement.apply_round(
+            conn, agent_id, epoch, beat and i == 0, steps, endings, _END_FIELDS, _REPORTED, now
+        )
+        if moved is None:
+            return None
+        refused += [r.kernel_id for r in batch if r.kernel_id not in moved]
+    return refused
+
+
+_REPORTED = tuple(sorted(AGENT_REPORTS))
+
+
+def _suspended_detail(report: KernelReport) -> dict[str, Any]:
+    """What a kernel of a session being suspended keeps of how its process ended (its detail)."""
+    ended = {"exit_code": report.exit_code, "signal": report.signal, "oom_killed": report.oom_killed}
+    return {**(report.detail or {}), "suspended": ended}
 
 
 async def _apply_steps(
@@ -507,11 +550,10 @@ async def _guarded(
 async def _suspend(conn: AsyncConnection, agent_id: str, report: KernelReport, now: datetime) -> bool:
     """A suspended session's kernel has stopped: it waits SUSPENDED, its allocation freed. How it
     ended is kept in its detail only: it is not an outcome (a resumed kernel starts afresh)."""
-    ended = {"exit_code": report.exit_code, "signal": report.signal, "oom_killed": report.oom_killed}
     values = {
         "status": str(KernelStatus.SUSPENDED),
         "status_changed_at": now,
-        "detail": {**(report.detail or {}), "suspended": ended},
+        "detail": _suspended_detail(report),
         "logs_done": or_(kernels.c.logs_done, literal(report.output_done)),
     }
     moved = await _guarded(conn, agent_id, report, KernelStatus.SUSPENDED, values)

@@ -97,8 +97,3 @@ async def groups(conn: AsyncConnection) -> list[tuple[str, dict[str, Any]]]:
         select(resource_groups.c.name, resource_groups.c.config).order_by(resource_groups.c.name)
     )
     return [(r.name, dict(r.config or {})) for r in rows]
-
-
-async def settings_of(conn: AsyncConnection, name: str) -> dict[str, Any]:
-    """The group's stored preemption settings (only what an admin set)."""
-    return dict((await group_config(conn, name) or {}).get("preemption") or {})

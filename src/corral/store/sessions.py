@@ -44,6 +44,7 @@ from corral.domain.status import (
 from corral.domain.transitions import kernel_move_allowed, kernel_sources, session_move_allowed
 from corral.store import agents as agent_store
 from corral.store import convert, journal
+from corral.store.db import autocommitting
 from corral.store.records import KernelRecord, Move, NewSession, SessionRecord
 from corral.store.tables import agents, allocations, kernels, session_events, session_history, sessions
 
@@ -592,6 +593,8 @@ async def apply_moves(
             if together:
                 params.update(_journal_params(group[chunk : chunk + 500], rows_of))
             if dst is SessionStatus.PENDING and together:
+                if autocommitting(conn):
+                    raise RuntimeError("a move back to the queue takes a transaction: it locks first")
                 # The guard reads kernels as of the statement's start: lock them first (the order
                 # reports take too), so a report committing a start in between is seen, not missed.
                 await conn.execute(

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -33,6 +33,8 @@ class HandlerContext:
     """Per-status limits (for handlers that need them)."""
     more: Callable[[], Awaitable[list[SessionRecord]]] | None = None
     """The next page of a paged queue window (`queue_page`); empty once the window is read."""
+    preemption: Mapping[str, Any] = field(default_factory=dict)
+    """The group's stored preemption settings, as the cycle read them at its start."""
 
 
 @dataclass

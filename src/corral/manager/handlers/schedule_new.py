@@ -61,8 +61,8 @@ class ScheduleNewSessions(LifecycleHandler):
     async def execute(self, ctx: HandlerContext, targets: Sequence[SessionRecord]) -> LifecycleResult:
         result = LifecycleResult(placements={}, moved={})
         assert result.placements is not None and result.moved is not None
-        await agents.lock_group(ctx.conn, ctx.resource_group)
-        registered = await agents.capacity_of_group(ctx.conn, ctx.resource_group)
+        # Its agents' rows locked as they are read: placement in a group is serialised.
+        registered = await agents.capacity_of_group(ctx.conn, ctx.resource_group, lock=True)
         # Read once per cycle; each placement then updates it in memory (no re-sorting, no queries).
         free = FreeCapacity(
             AgentSnapshot(a.id, a.capacity - a.used) for a in registered if a.status is AgentStatus.ALIVE
@@ -145,7 +145,7 @@ def _ready(page: Sequence[SessionRecord], result: LifecycleResult, now: datetime
 async def _victims_below(ctx: HandlerContext, running: Sequence[RunningRecord], priority: int) -> bool:
     """Some running session could be preempted by a waiting one of this priority or lower (the rest
     of the queue): the settings' bound and lower priority, not yet its minimum runtime."""
-    settings = group_settings(await preemption.settings_of(ctx.conn, ctx.resource_group))
+    settings = group_settings(ctx.preemption)
     return any(r.priority <= settings.preemptible_priority and r.priority < priority for r in running)
 
 
@@ -214,7 +214,7 @@ async def _preempt(
     fresh = [s for s in unplaced if s.id not in reserved]
     if not fresh:
         return waiting
-    settings = group_settings(await preemption.settings_of(ctx.conn, ctx.resource_group))
+    settings = group_settings(ctx.preemption)
     running = [
         RunningSession(r.id, r.priority, r.started_at, tuple((a, slots) for a, slots in r.kernels if a))
         for r in (

@@ -18,7 +18,7 @@ from corral.domain.rendezvous import start_at_once
 from corral.domain.scheduling import StatusTransitions
 from corral.domain.status import KERNEL_HANDED, KERNEL_NOT_STARTED, KernelStatus, SessionStatus
 from corral.manager.handlers.base import HandlerContext, LifecycleHandler, LifecycleResult
-from corral.store import agents, kernels, preemption
+from corral.store import agents, kernels
 from corral.store.records import SessionRecord
 
 _RUNNING = frozenset({KernelStatus.CREATING, KernelStatus.RUNNING})
@@ -97,7 +97,7 @@ class TerminateSessions(LifecycleHandler):
         await kernels.order_kill(ctx.conn, to_kill)
         if preempted:
             # The resource group's grace reaches the kill, whatever the agent's own default.
-            settings = group_settings(await preemption.settings_of(ctx.conn, ctx.resource_group))
+            settings = group_settings(ctx.preemption)
             await kernels.order_kill(ctx.conn, preempted, settings.grace_period)
             to_kill += preempted
         await kernels.move_to_terminating(ctx.conn, to_kill, ctx.now)
