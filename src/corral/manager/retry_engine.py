@@ -26,7 +26,7 @@ from corral.domain.retry import Chain, Decision, Verdict, attempt_creation_id, a
 from corral.domain.status import SessionResult, SessionStatus
 from corral.store import config, journal, retries
 from corral.store import sessions as session_store
-from corral.store.db import reading, transaction
+from corral.store.db import reading, statements, transaction
 from corral.store.records import NewSession, SessionRecord
 from corral.store.retries import Claim
 from corral.wakeup import Wakeup, repeat
@@ -74,6 +74,9 @@ class RetryEngine:
         self._position: int | None = None
         self._backstop_at = 0.0
         self._saved_at = 0.0
+        self._cursor_read_at = 0.0
+        self._durable = 0
+        """The stored position, as last read (at `_cursor_read_at`)."""
         self._taken: set[int] = set()
         """Ends decided past the position (behind a gap): not decided again when read again."""
         self._gaps: dict[int, float] = {}
@@ -85,17 +88,17 @@ class RetryEngine:
     async def run_once(self) -> bool:
         """One batch of events (and now and then the backstop); True when something was decided."""
         async with reading(self._engine) as conn:
-            durable = await retries.cursor(conn, CONSUMER)
+            if self._position is None or time.monotonic() - self._cursor_read_at >= 1.0:
+                # Another manager's engine may be ahead: its stored position is looked at now and
+                # then (each run, it was a round trip for every batch of ended sessions).
+                self._cursor_read_at = time.monotonic()
+                self._durable = await retries.cursor(conn, CONSUMER)
+            durable = self._durable
             if self._position is None or self._position < durable:
                 self._position = durable
             top = await retries.last_event_id(conn)
             rows = await retries.since(conn, self._position, self._batch, top)
             read_at = time.monotonic()
-            try:
-                settings = await config.cluster_settings(conn)
-            except PolicyError as exc:
-                log.error("cluster config unusable; retries wait", field=exc.field, error=str(exc))
-                return False
         now = self._clock()
         events = [(i, sid) for i, sid in rows if sid is not None and i not in self._taken]
         ids = [sid for _, sid in events]
@@ -108,10 +111,20 @@ class RetryEngine:
         pending = list(dict.fromkeys(ids))
         decided = 0
         if pending:
-            async with transaction(self._engine) as conn:
+            # Each of its statements is guarded on its own (undecided, ended a success, a first
+            # attempt): no transaction needed around them.
+            async with statements(self._engine) as conn:
                 plain = await retries.settle_first_successes(conn, pending)
             decided = len(plain)
             pending = [sid for sid in pending if sid not in plain]
+        if pending:
+            # Read only when some attempt needs deciding: most ends are first successes.
+            async with reading(self._engine) as conn:
+                try:
+                    settings = await config.cluster_settings(conn)
+                except PolicyError as exc:
+                    log.error("cluster config unusable; retries wait", field=exc.field, error=str(exc))
+                    return False
         for session_id in pending:
             try:
                 outcome = await self._decide_one(session_id, settings)
