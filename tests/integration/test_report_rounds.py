@@ -1,0 +1,105 @@
+"""A report round on PostgreSQL is one statement carrying the agent's fence and contact; what it
+writes is what the statement-per-step form writes on SQLite: a fenced epoch writes nothing, a
+kernel of a session being suspended waits SUSPENDED beside one that ends, allocations are freed
+and sessions marked started in the same round trip."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from sqlalchemy import event, select, update
+
+from corral.domain.cause import TerminationReason
+from corral.domain.status import KernelStatus, SessionStatus
+from corral.services.errors import Fenced
+from corral.store import agents, sessions
+from corral.store.db import statements, transaction
+from corral.store.records import KernelReport, Move
+from corral.store.tables import agents as agent_table
+from corral.store.tables import allocations
+from corral.store.tables import sessions as session_table
+from tests.conftest import BACKENDS
+from tests.integration.test_reports import _kernel, _placed
+from tests.support.db import migrated
+
+
+async def _released(engine: Any, kernel_id: str) -> bool:
+    async with engine.connect() as conn:
+        query = select(allocations.c.released_at).where(allocations.c.kernel_id == kernel_id)
+        row = await conn.execute(query)
+        return row.scalar_one() is not None
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_a_round_frees_starts_and_suspends_in_one_statement(
+    backend: str, fresh_database: Callable[[str], str]
+) -> None:
+    async with migrated(fresh_database(backend)) as engine:
+        epoch, ids, k, protocol = await _placed(engine, 3)
+        async with transaction(engine) as conn:
+            # The second session is being suspended (preemption in suspend mode).
+            await conn.execute(
+                update(session_table)
+                .where(session_table.c.id == ids[1])
+                .values(termination_reason=str(TerminationReason.SUSPENDED))
+            )
+        steps = (KernelStatus.PREPARING, KernelStatus.PREPARED, KernelStatus.CREATING, KernelStatus.RUNNING)
+        runs = [KernelReport(kid, s) for kid in k for s in steps]
+        assert (await protocol.report("a", epoch, runs))[:2] == (len(runs), [])
+        sent: list[str] = []
+        event.listen(engine.sync_engine, "before_cursor_execute", lambda *a: sent.append(a[2]))
+        ended = [
+            KernelReport(k[0], KernelStatus.TERMINATED, exit_code=0),
+            KernelReport(k[1], KernelStatus.TERMINATED, exit_code=143, detail={"n": 1}),
+            KernelReport(k[2], KernelStatus.ERROR, exit_code=1, generation=7),  # an earlier placement
+        ]
+        assert (await protocol.report("a", epoch, ended))[:2] == (2, [k[2]])
+        if backend == "postgres":
+            assert len(sent) == 1  # fence, contact, endings, suspension, allocations: one round trip
+        first, suspended, stale = [await _kernel(engine, sid) for sid in ids]
+        assert (first.status, first.exit_code) == (KernelStatus.TERMINATED, 0)
+        assert suspended.status is KernelStatus.SUSPENDED and suspended.exit_code is None
+        how = {"exit_code": 143, "signal": None, "oom_killed": False}
+        assert suspended.detail == {"n": 1, "suspended": how}
+        assert stale.status is KernelStatus.RUNNING
+        assert [await _released(engine, kid) for kid in k] == [True, True, False]
+        async with engine.connect() as conn:
+            found = [await sessions.get(conn, sid) for sid in ids]
+        assert all(s is not None and s.started_at is not None for s in found)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_a_fenced_epoch_writes_nothing_not_even_its_contact(
+    backend: str, fresh_database: Callable[[str], str]
+) -> None:
+    async with migrated(fresh_database(backend)) as engine:
+        epoch, ids, k, protocol = await _placed(engine, 2)
+        async with transaction(engine) as conn:
+            await agents.fence(conn, ["a"], datetime.now(UTC))
+            seen = (await conn.execute(select(agent_table.c.last_heartbeat))).scalar_one()
+        reports = [KernelReport(k[0], KernelStatus.PREPARING), KernelReport(k[1], KernelStatus.CANCELLED)]
+        for batch in (reports, [*reports, KernelReport(k[0], KernelStatus.PREPARED)]):  # one round, two
+            with pytest.raises(Fenced):
+                await protocol.report("a", epoch, batch)
+        assert [(await _kernel(engine, sid)).status for sid in ids] == [KernelStatus.SCHEDULED] * 2
+        assert not await _released(engine, k[1])
+        async with engine.connect() as conn:
+            assert (await conn.execute(select(agent_table.c.last_heartbeat))).scalar_one() == seen
+
+
+async def test_a_move_back_to_the_queue_is_refused_outside_a_transaction(
+    fresh_database: Callable[[str], str],
+) -> None:
+    """Its kernels are locked before the move: outside a transaction the lock would be gone."""
+    async with migrated(fresh_database("postgres")) as engine:
+        _, ids, _, _ = await _placed(engine, 1)
+        move = Move(ids[0], SessionStatus.SCHEDULED, SessionStatus.PENDING, KernelStatus.PENDING)
+        async with statements(engine) as conn:
+            with pytest.raises(RuntimeError, match="takes a transaction"):
+                await sessions.apply_moves(conn, [move], datetime.now(UTC))
+        async with engine.connect() as conn:
+            found = await sessions.get(conn, ids[0])
+        assert found is not None and found.status is SessionStatus.SCHEDULED
