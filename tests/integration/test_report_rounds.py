@@ -103,3 +103,19 @@ async def test_a_move_back_to_the_queue_is_refused_outside_a_transaction(
         async with engine.connect() as conn:
             found = await sessions.get(conn, ids[0])
         assert found is not None and found.status is SessionStatus.SCHEDULED
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_a_session_starts_when_its_process_runs_not_when_it_is_created(
+    backend: str, fresh_database: Callable[[str], str]
+) -> None:
+    async with migrated(fresh_database(backend)) as engine:
+        epoch, ids, k, protocol = await _placed(engine, 1)
+        created = (KernelStatus.PREPARING, KernelStatus.PREPARED, KernelStatus.CREATING)
+        for steps in (created, (KernelStatus.RUNNING,)):
+            reports = [KernelReport(k[0], s) for s in steps]
+            assert (await protocol.report("a", epoch, reports))[:2] == (len(reports), [])
+            async with engine.connect() as conn:
+                found = await sessions.get(conn, ids[0])
+            assert found is not None
+            assert (found.started_at is not None) is (steps[-1] is KernelStatus.RUNNING)

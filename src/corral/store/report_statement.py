@@ -96,7 +96,12 @@ def round_statement(
             started=or_(kernels.c.started, steps.c.s_status.in_(_STARTS)),
             master_port=func.coalesce(steps.c.s_master_port, kernels.c.master_port),
         )
-        .returning(kernels.c.id, kernels.c.session_id, steps.c.s_status.in_(_STARTS).label("started"))
+        # The kernel has started from CREATING on; its session once a process runs (kernels.py).
+        .returning(
+            kernels.c.id,
+            kernels.c.session_id,
+            (steps.c.s_status == str(KernelStatus.RUNNING)).label("started"),
+        )
         .cte("stepped")
     )
 
