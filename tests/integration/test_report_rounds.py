@@ -1,4 +1,4 @@
-"""A report round on PostgreSQL is one statement carrying the agent's fence and contact; what it
+"""A report round on PostgreSQL is one statement carrying the agent's fence; what it
 writes is what the statement-per-step form writes on SQLite: a fenced epoch writes nothing, a
 kernel of a session being suspended waits SUSPENDED beside one that ends, allocations are freed
 and sessions marked started in the same round trip."""
@@ -58,7 +58,7 @@ async def test_a_round_frees_starts_and_suspends_in_one_statement(
         ]
         assert (await protocol.report("a", epoch, ended))[:2] == (2, [k[2]])
         if backend == "postgres":
-            assert len(sent) == 1  # fence, contact, endings, suspension, allocations: one round trip
+            assert len(sent) == 1  # fence, endings, suspension, allocations: one round trip
         first, suspended, stale = [await _kernel(engine, sid) for sid in ids]
         assert (first.status, first.exit_code) == (KernelStatus.TERMINATED, 0)
         assert suspended.status is KernelStatus.SUSPENDED and suspended.exit_code is None

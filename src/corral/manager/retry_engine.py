@@ -102,6 +102,7 @@ class RetryEngine:
         now = self._clock()
         events = [(i, sid) for i, sid in rows if sid is not None and i not in self._taken]
         ids = [sid for _, sid in events]
+        backstop_at = self._backstop_at
         if time.monotonic() - self._backstop_at >= BACKSTOP_GRACES * self._grace.total_seconds():
             # Events commit out of id order (several writers on PostgreSQL): one can appear behind
             # the position read.  Ended attempts still undecided after the grace are taken here.
@@ -124,6 +125,7 @@ class RetryEngine:
                     settings = await config.cluster_settings(conn)
                 except PolicyError as exc:
                     log.error("cluster config unusable; retries wait", field=exc.field, error=str(exc))
+                    self._backstop_at = backstop_at  # what it found is looked for again next time
                     return False
         for session_id in pending:
             try:

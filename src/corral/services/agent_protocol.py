@@ -119,7 +119,7 @@ class AgentProtocol:
     async def _beat(self, agent_id: str, epoch: int) -> bool:
         if not self._due(agent_id, epoch):
             return False  # the caller checks the epoch itself
-        async with transaction(self._engine) as conn:
+        async with statements(self._engine) as conn:  # one guarded UPDATE when due
             recorded = await self._contact(conn, agent_id, epoch)
         if recorded:
             self._mark(agent_id, epoch)
@@ -188,14 +188,15 @@ class AgentProtocol:
     ) -> tuple[int, list[str], bool]:
         now = _now()
         if self._engine.dialect.name == "postgresql":
-            # The fence and the contact ride in the report's statements: one round trip for a
-            # report of one round (most), where checking them first cost three more.
-            recorded = self._due(agent_id, epoch)
+            # The fence rides in the report's statements: one round trip for a report of one round
+            # (most), where checking it first cost three more.  The contact, when due, is written
+            # first on its own (see store/report_statement.py).
+            recorded = await self._beat(agent_id, epoch)
             one_round = len(kernels.report_rounds(reports)[1]) <= 1
             async with (statements if one_round else transaction)(self._engine) as conn:
-                found = await kernels.apply_reports_at(conn, agent_id, epoch, reports, now, recorded)
-            if found is None:
-                raise Fenced(f"agent {agent_id} epoch {epoch} is fenced; register again")
+                found = await kernels.apply_reports_at(conn, agent_id, epoch, reports, now)
+                if found is None:  # raised here: what earlier rounds wrote is rolled back
+                    raise Fenced(f"agent {agent_id} epoch {epoch} is fenced; register again")
             refused = found
         else:
             async with transaction(self._engine) as conn:

@@ -270,20 +270,19 @@ async def apply_reports_at(
     epoch: int,
     reports: Sequence[KernelReport],
     now: datetime,
-    beat: bool = False,
 ) -> list[str] | None:
-    """apply_reports on PostgreSQL with the agent's fence checked (and, with `beat`, its contact
-    written) by the same statements: one per round (store/report_statement.py).  None when `epoch`
-    is fenced, and then nothing was written.  More than one round takes a transaction (the
-    caller's); one round is one statement, a transaction of its own."""
+    """apply_reports on PostgreSQL with the agent's fence checked by the same statements: one per
+    round (store/report_statement.py).  None when `epoch` is fenced: the caller rolls back what
+    earlier rounds wrote (more than one round takes a transaction; one round is one statement, a
+    transaction of its own, and wrote nothing)."""
     refused, rounds = report_rounds(reports)
-    for i, batch in enumerate(rounds or [[]]):
+    for batch in rounds:
         steps = [r for r in batch if r.status not in TERMINAL_KERNEL]
         endings = [
             (*_ending(r), r.generation, _suspended_detail(r)) for r in batch if r.status in TERMINAL_KERNEL
         ]
         moved = await report_statement.apply_round(
-            conn, agent_id, epoch, beat and i == 0, steps, endings, _END_FIELDS, _REPORTED, now
+            conn, agent_id, epoch, steps, endings, _END_FIELDS, _REPORTED, now
         )
         if moved is None:
             return None

@@ -14,12 +14,11 @@ from datetime import datetime
 from functools import cache
 from typing import Any
 
-from sqlalchemy import ColumnElement, Select, bindparam, case, func, literal, or_, select, union, update
+from sqlalchemy import ColumnElement, Select, bindparam, func, literal, or_, select, union, update
 from sqlalchemy.ext.asyncio import AsyncConnection
-from sqlalchemy.sql.selectable import CTE
 
 from corral.domain.cause import TerminationReason
-from corral.domain.status import TERMINAL_KERNEL, AgentStatus, KernelStatus
+from corral.domain.status import TERMINAL_KERNEL, KernelStatus
 from corral.domain.transitions import kernel_sources
 from corral.store import unnest
 from corral.store.records import KernelReport
@@ -49,26 +48,16 @@ def _legal(reported: ColumnElement[Any], statuses: Sequence[KernelStatus]) -> Co
 
 
 @cache
-def round_statement(
-    beat: bool, end_fields: tuple[str, ...], statuses: tuple[KernelStatus, ...]
-) -> Select[Any]:
+def round_statement(end_fields: tuple[str, ...], statuses: tuple[KernelStatus, ...]) -> Select[Any]:
     """The statement: ('agent', id) when the agent is at this epoch (nothing is written otherwise),
-    then ('moved', kernel id) for every kernel moved.  With `beat`, the agent's contact is written
-    too.  `end_fields` is kernels.py's _END_FIELDS (id first); `statuses` what agents may report."""
+    then ('moved', kernel id) for every kernel moved.  `end_fields` is kernels.py's _END_FIELDS
+    (id first); `statuses` what agents may report.  The agent's contact is not written here: that
+    UPDATE could wait on its row (locked by a placement) and the statement then read the sessions
+    as they were before the wait, missing a suspension that placement wrote (service's report)."""
     now = bindparam("k_now", type_=kernels.c.status_changed_at.type)
     agent = bindparam("k_agent", type_=agents.c.id.type)
     epoch = bindparam("k_epoch", type_=agents.c.epoch.type)
-    if beat:
-        latest = case((agents.c.last_heartbeat > now, agents.c.last_heartbeat), else_=now)
-        agent_ok: CTE = (
-            update(agents)
-            .where(agents.c.id == agent, agents.c.epoch == epoch)
-            .values(last_heartbeat=latest, status=str(AgentStatus.ALIVE), lost_at=None)
-            .returning(agents.c.id)
-            .cte("agent_ok")
-        )
-    else:
-        agent_ok = select(agents.c.id).where(agents.c.id == agent, agents.c.epoch == epoch).cte("agent_ok")
+    agent_ok = select(agents.c.id).where(agents.c.id == agent, agents.c.epoch == epoch).cte("agent_ok")
     at_epoch = select(agent_ok.c.id).exists()
 
     def placed(u: Any, prefix: str) -> list[ColumnElement[bool]]:
@@ -193,7 +182,6 @@ async def apply_round(
     conn: AsyncConnection,
     agent_id: str,
     epoch: int,
-    beat: bool,
     steps: Sequence[KernelReport],
     endings: Sequence[tuple[Any, ...]],
     end_fields: tuple[str, ...],
@@ -203,7 +191,7 @@ async def apply_round(
     """One round (distinct kernels); the kernels moved, or None when the agent's epoch is fenced
     (then nothing was written).  `endings` are kernels.py's _ending rows followed by the report's
     generation and its detail should it be suspended."""
-    statement = round_statement(beat, end_fields, statuses)
+    statement = round_statement(end_fields, statuses)
     step_rows = [(r.kernel_id, r.generation, str(r.status), r.master_port) for r in steps]
     params = {
         **unnest.arrays(_named("s_", STEP_FIELDS), step_rows),
