@@ -272,21 +272,27 @@ async def apply_reports_at(
     now: datetime,
 ) -> list[str] | None:
     """apply_reports on PostgreSQL with the agent's fence checked by the same statements: one per
-    round (store/report_statement.py).  None when `epoch` is fenced: the caller rolls back what
-    earlier rounds wrote (more than one round takes a transaction; one round is one statement, a
-    transaction of its own, and wrote nothing)."""
+    round (store/report_statement.py), then the sessions started.  None when `epoch` is fenced:
+    the caller rolls back what earlier rounds wrote (more than one round takes a transaction; one
+    round is a statement of its own, which wrote nothing).  Outside a transaction no lock is held
+    from one statement to the next: a move, which locks sessions then kernels, cannot deadlock
+    with it."""
     refused, rounds = report_rounds(reports)
+    started: set[str] = set()
     for batch in rounds:
         steps = [r for r in batch if r.status not in TERMINAL_KERNEL]
         endings = [
             (*_ending(r), r.generation, _suspended_detail(r)) for r in batch if r.status in TERMINAL_KERNEL
         ]
-        moved = await report_statement.apply_round(
+        found = await report_statement.apply_round(
             conn, agent_id, epoch, steps, endings, _END_FIELDS, _REPORTED, now
         )
-        if moved is None:
+        if found is None:
             return None
+        moved, ran = found
+        started |= ran
         refused += [r.kernel_id for r in batch if r.kernel_id not in moved]
+    await _started(conn, sorted(started), now)
     return refused
 
 

@@ -1,6 +1,5 @@
-"""An agent's report round on PostgreSQL in one statement: the agent's fence, its contact, every
-kernel's guarded move (steps, endings, suspensions), the allocations freed and the sessions
-started, as data-modifying CTEs.
+"""An agent's report round on PostgreSQL in one statement: the agent's fence, every kernel's guarded
+move (steps, endings, suspensions) and the allocations freed, as data-modifying CTEs.
 
 The guards are those of store/kernels.py's statements, row by row: this agent at this epoch, the
 kernel's current placement (generation), a legal source of the reported status.  An UPDATE
@@ -14,7 +13,7 @@ from datetime import datetime
 from functools import cache
 from typing import Any
 
-from sqlalchemy import ColumnElement, Select, bindparam, func, literal, or_, select, union, update
+from sqlalchemy import ColumnElement, Select, bindparam, exists, func, literal, or_, select, union, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.domain.cause import TerminationReason
@@ -74,6 +73,10 @@ def round_statement(end_fields: tuple[str, ...], statuses: tuple[KernelStatus, .
 
     step_names = _named("s_", STEP_FIELDS)
     steps = select(*unnest.rows(step_names).c).cte("steps")
+    fields = (*end_fields, "generation", _SUSPEND_DETAIL)
+    end_names = _named("e_", fields)
+    given = unnest.rows(end_names)
+    ends = select(*(unnest.picked(given, name, type_).label(name) for name, type_ in end_names)).cte("ends")
     stepped = (
         update(kernels)
         .where(
@@ -94,10 +97,6 @@ def round_statement(end_fields: tuple[str, ...], statuses: tuple[KernelStatus, .
         .cte("stepped")
     )
 
-    fields = (*end_fields, "generation", _SUSPEND_DETAIL)
-    end_names = _named("e_", fields)
-    given = unnest.rows(end_names)
-    ends = select(*(unnest.picked(given, name, type_).label(name) for name, type_ in end_names)).cte("ends")
     # Suspend mode: the kernel of a session being suspended waits SUSPENDED instead of ending.
     suspending = (
         select(kernels.c.id)
@@ -146,27 +145,27 @@ def round_statement(end_fields: tuple[str, ...], statuses: tuple[KernelStatus, .
         .values(released_at=now)
         .cte("freed")
     )
-    started = (
-        update(sessions)
-        .where(
-            sessions.c.id.in_(
-                union(
-                    select(stepped.c.session_id).where(stepped.c.started),
-                    select(ended.c.session_id).where(ended.c.started),
-                )
-            ),
-            sessions.c.started_at.is_(None),
-        )
-        .values(started_at=now)
-        .cte("sessions_started")
-    )
+
+    # Only those not marked yet (as the statement read them): most reports need no second statement.
+    def unmarked(session_id: ColumnElement[Any]) -> ColumnElement[bool]:
+        return exists().where(sessions.c.id == session_id, sessions.c.started_at.is_(None))
+
     rows = [
         select(literal("agent").label("kind"), agent_ok.c.id),
         select(literal("moved").label("kind"), stepped.c.id),
         select(literal("moved").label("kind"), ended.c.id),
         select(literal("moved").label("kind"), suspended.c.id),
+        # Sessions a process of which ran: marked started by the caller's next statement, not
+        # here, where their rows would be locked after their kernels' (a move locks its sessions,
+        # then their kernels: the two orders in one statement deadlocked).
+        select(literal("started").label("kind"), stepped.c.session_id).where(
+            stepped.c.started, unmarked(stepped.c.session_id)
+        ),
+        select(literal("started").label("kind"), ended.c.session_id).where(
+            ended.c.started, unmarked(ended.c.session_id)
+        ),
     ]
-    return rows[0].union_all(*rows[1:]).subquery().select().add_cte(freed, started)
+    return rows[0].union_all(*rows[1:]).subquery().select().add_cte(freed)
 
 
 def _end_value(field: str, new: ColumnElement[Any]) -> ColumnElement[Any]:
@@ -187,10 +186,10 @@ async def apply_round(
     end_fields: tuple[str, ...],
     statuses: tuple[KernelStatus, ...],
     now: datetime,
-) -> set[str] | None:
-    """One round (distinct kernels); the kernels moved, or None when the agent's epoch is fenced
-    (then nothing was written).  `endings` are kernels.py's _ending rows followed by the report's
-    generation and its detail should it be suspended."""
+) -> tuple[set[str], set[str]] | None:
+    """One round (distinct kernels): the kernels moved and the sessions of which a process ran, or
+    None when the agent's epoch is fenced (then nothing was written).  `endings` are kernels.py's
+    _ending rows followed by the report's generation and its detail should it be suspended."""
     statement = round_statement(end_fields, statuses)
     step_rows = [(r.kernel_id, r.generation, str(r.status), r.master_port) for r in steps]
     params = {
@@ -205,4 +204,4 @@ async def apply_round(
     result = list(await conn.execute(statement, params))
     if not any(kind == "agent" for kind, _ in result):
         return None
-    return {kid for kind, kid in result if kind == "moved"}
+    return {i for kind, i in result if kind == "moved"}, {i for kind, i in result if kind == "started"}
