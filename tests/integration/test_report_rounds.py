@@ -77,11 +77,13 @@ async def test_a_fenced_epoch_writes_nothing_not_even_its_contact(
 ) -> None:
     async with migrated(fresh_database(backend)) as engine:
         epoch, ids, k, protocol = await _placed(engine, 2)
+        assert (await protocol.report("a", epoch, []))[:2] == (0, [])  # its contact: none due next
         async with transaction(engine) as conn:
             await agents.fence(conn, ["a"], datetime.now(UTC))
             seen = (await conn.execute(select(agent_table.c.last_heartbeat))).scalar_one()
         reports = [KernelReport(k[0], KernelStatus.PREPARING), KernelReport(k[1], KernelStatus.CANCELLED)]
-        for batch in (reports, [*reports, KernelReport(k[0], KernelStatus.PREPARED)]):  # one round, two
+        two_rounds = [*reports, KernelReport(k[0], KernelStatus.PREPARED)]
+        for batch in ([], reports, two_rounds):
             with pytest.raises(Fenced):
                 await protocol.report("a", epoch, batch)
         assert [(await _kernel(engine, sid)).status for sid in ids] == [KernelStatus.SCHEDULED] * 2

@@ -239,7 +239,7 @@ async def apply_reports(
     round, and sessions whose first process started once per batch."""
     refused, rounds = report_rounds(reports)
     started: set[str] = set()
-    for batch in rounds:
+    for batch in rounds or [[]]:  # an empty report still asks whether the agent is fenced
         steps = [r for r in batch if r.status not in TERMINAL_KERNEL]
         moved = await _apply_steps(conn, agent_id, steps, now, started)
         endings = [r for r in batch if r.status in TERMINAL_KERNEL]
@@ -279,7 +279,7 @@ async def apply_reports_at(
     with it."""
     refused, rounds = report_rounds(reports)
     started: set[str] = set()
-    for batch in rounds:
+    for batch in rounds or [[]]:  # an empty report still asks whether the agent is fenced
         steps = [r for r in batch if r.status not in TERMINAL_KERNEL]
         endings = [
             (*_ending(r), r.generation, _suspended_detail(r)) for r in batch if r.status in TERMINAL_KERNEL
