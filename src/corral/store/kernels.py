@@ -239,7 +239,7 @@ async def apply_reports(
     round, and sessions whose first process started once per batch."""
     refused, rounds = report_rounds(reports)
     started: set[str] = set()
-    for batch in rounds or [[]]:  # an empty report still asks whether the agent is fenced
+    for batch in rounds:
         steps = [r for r in batch if r.status not in TERMINAL_KERNEL]
         moved = await _apply_steps(conn, agent_id, steps, now, started)
         endings = [r for r in batch if r.status in TERMINAL_KERNEL]
@@ -268,16 +268,18 @@ async def apply_reports_at(
     conn: AsyncConnection,
     agent_id: str,
     epoch: int,
-    reports: Sequence[KernelReport],
+    refused: list[str],
+    rounds: Sequence[Sequence[KernelReport]],
     now: datetime,
 ) -> list[str] | None:
-    """apply_reports on PostgreSQL with the agent's fence checked by the same statements: one per
-    round (store/report_statement.py), then the sessions started.  None when `epoch` is fenced:
+    """apply_reports on PostgreSQL, given report_rounds' result, with the agent's fence checked by
+    the same statements: one per round (store/report_statement.py), then the sessions started.
+    Returns the refused kernel ids (`refused` and those of the rounds); None when `epoch` is fenced:
     the caller rolls back what earlier rounds wrote (more than one round takes a transaction; one
     round is a statement of its own, which wrote nothing).  Outside a transaction no lock is held
     from one statement to the next: a move, which locks sessions then kernels, cannot deadlock
     with it."""
-    refused, rounds = report_rounds(reports)
+    refused = list(refused)
     started: set[str] = set()
     for batch in rounds or [[]]:  # an empty report still asks whether the agent is fenced
         steps = [r for r in batch if r.status not in TERMINAL_KERNEL]
