@@ -4,12 +4,17 @@ poll, which here is 30 s away — and reaches an agent long-polling B."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 
+import asyncpg
 import pytest
+from sqlalchemy.engine import make_url
 
+from corral.store.notify import CHANNEL, Notifier
+from corral.wakeup import Wakeup
 from tests.support.cluster import Cluster
 
 SLOW_POLL = {"CORRAL_LOOP_INTERVAL": "30"}
@@ -47,3 +52,45 @@ def test_a_session_submitted_through_another_manager_runs_without_waiting_a_poll
     finally:
         b.close()
         a.close()
+
+
+async def _until(check: Callable[[], bool], what: str, seconds: float = 10.0) -> None:
+    deadline = asyncio.get_running_loop().time() + seconds
+    while not check():
+        assert asyncio.get_running_loop().time() < deadline, f"not within {seconds}s: {what}"
+        await asyncio.sleep(0.01)
+
+
+async def test_a_manager_alone_sends_no_wake_ups_and_one_joining_is_told_them(
+    fresh_database: Callable[[str], str],
+) -> None:
+    """A NOTIFY is a round trip that comes back to its sender: nobody else listening, none is sent.
+    A second manager says hello and is answered, and from then on each wakes the other."""
+    url = make_url(fresh_database("postgres"))
+    heard: list[str] = []
+    spy = await asyncpg.connect(url.set(drivername="postgresql").render_as_string(hide_password=False))
+    await spy.add_listener(CHANNEL, lambda *args: heard.append(args[-1]))
+    b_wakeup = Wakeup()
+    a, b = Notifier(url, Wakeup()), Notifier(url, b_wakeup)
+    tasks = [asyncio.create_task(a.run())]
+    try:
+        await _until(lambda: any(h.endswith(":hello") for h in heard), "the first manager's hello")
+        a.send("orders")
+        a.send("retries")
+        assert a.peers == 0
+        tasks.append(asyncio.create_task(b.run()))
+        await _until(lambda: a.peers == 1 and b.peers == 1, "the two managers know each other")
+        seen = b_wakeup.room_version
+        a.send("scheduler")
+        await _until(lambda: b_wakeup.room_version > seen, "the second manager woken by the first")
+        await _until(lambda: sum(h.endswith(":scheduler") for h in heard) == 1, "the wake-up on the wire")
+        senders = {h.split(":")[0] for h in heard}
+        assert len(senders) == 2  # the spy, not a manager, is nobody's peer
+        assert not any(h.endswith((":orders", ":retries")) for h in heard), heard
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await a.shutdown()
+        await b.shutdown()
+        await spy.close()

@@ -5,6 +5,7 @@ and sessions marked started in the same round trip."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -121,3 +122,29 @@ async def test_a_session_starts_when_its_process_runs_not_when_it_is_created(
                 found = await sessions.get(conn, ids[0])
             assert found is not None
             assert (found.started_at is not None) is (steps[-1] is KernelStatus.RUNNING)
+
+
+async def test_a_round_does_not_wait_on_a_session_someone_holds_and_marks_it_started_after(
+    fresh_database: Callable[[str], str],
+) -> None:
+    """The round marks sessions started only where no one holds their row: a move holds its
+    session, then waits on its kernels, which the round holds (the wait would deadlock).  The
+    session held is marked by the report's next statement, once it is free."""
+    async with migrated(fresh_database("postgres")) as engine:
+        epoch, ids, k, protocol = await _placed(engine, 1)
+        steps = (KernelStatus.PREPARING, KernelStatus.PREPARED, KernelStatus.CREATING, KernelStatus.RUNNING)
+        async with engine.connect() as holder:
+            await holder.execute(
+                select(session_table.c.id).where(session_table.c.id == ids[0]).with_for_update()
+            )
+            report = asyncio.create_task(protocol.report("a", epoch, [KernelReport(k[0], s) for s in steps]))
+            deadline = asyncio.get_running_loop().time() + 10
+            while (await _kernel(engine, ids[0])).status is not KernelStatus.RUNNING:
+                assert asyncio.get_running_loop().time() < deadline, "the round waited on the session"
+                await asyncio.sleep(0.01)
+            assert not report.done()  # the session's mark waits for it
+            await holder.rollback()
+        assert (await asyncio.wait_for(report, 10))[:2] == (len(steps), [])
+        async with engine.connect() as conn:
+            found = await sessions.get(conn, ids[0])
+        assert found is not None and found.started_at is not None

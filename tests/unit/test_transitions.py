@@ -9,6 +9,7 @@ import pytest
 from corral.domain.status import KernelStatus as K
 from corral.domain.status import SessionStatus as S
 from corral.domain.transitions import (
+    kernel_chain,
     kernel_move_allowed,
     kernel_sources,
     session_move_allowed,
@@ -88,3 +89,18 @@ def test_kernel_pair(src: K, dst: K) -> None:
 def test_kernel_sources_match() -> None:
     for dst in K:
         assert kernel_sources(dst) == {a for a, b in EXPECTED_KERNEL if b == dst}
+
+
+@pytest.mark.parametrize("start", list(K), ids=str)
+def test_a_kernel_chain_applies_each_status_from_where_the_last_applied_one_left_it(start: K) -> None:
+    for chain in itertools.product(K, repeat=3):
+        current, expected = start, []
+        for status in chain:
+            expected.append((current, status) in EXPECTED_KERNEL)
+            current = status if expected[-1] else current
+        assert kernel_chain(start, chain) == tuple(expected), chain
+
+
+def test_a_refused_status_in_a_chain_leaves_the_kernel_where_it_was() -> None:
+    steps = [K.PREPARING, K.RUNNING, K.PREPARED, K.CREATING, K.RUNNING, K.TERMINATED, K.ERROR]
+    assert kernel_chain(K.SCHEDULED, steps) == (True, False, True, True, True, True, False)

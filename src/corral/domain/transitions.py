@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from corral.domain.status import (
     NON_TERMINAL_KERNEL,
     NON_TERMINAL_SESSION,
@@ -73,3 +75,16 @@ def session_sources(dst: SessionStatus) -> frozenset[SessionStatus]:
 def kernel_sources(dst: KernelStatus) -> frozenset[KernelStatus]:
     """Statuses from which a kernel may move to `dst`: the guard of the conditional UPDATE."""
     return frozenset(a for a, b in KERNEL_TRANSITIONS if b == dst)
+
+
+def kernel_chain(start: KernelStatus, reported: Sequence[KernelStatus]) -> tuple[bool, ...]:
+    """Which of one kernel's reported statuses apply, in order, from `start`: each one whose
+    source, the status reached so far, is legal; a refused one leaves the kernel where it was.
+    (What applying them one guarded write at a time does, computed for a single write.)"""
+    applied: list[bool] = []
+    current = start
+    for status in reported:
+        applied.append(kernel_move_allowed(current, status))
+        if applied[-1]:
+            current = status
+    return tuple(applied)

@@ -192,7 +192,7 @@ class AgentProtocol:
             # (most), where checking it first cost three more.  The contact, when due, is written
             # first on its own (see store/report_statement.py).
             recorded = await self._beat(agent_id, epoch)
-            outright, rounds = kernels.report_rounds(reports)
+            outright, rounds = kernels.report_chains(reports)
             async with (statements if len(rounds) <= 1 else transaction)(self._engine) as conn:
                 found = await kernels.apply_reports_at(conn, agent_id, epoch, outright, rounds, now)
                 if found is None:  # raised here: what earlier rounds wrote is rolled back

@@ -264,15 +264,35 @@ def report_rounds(reports: Sequence[KernelReport]) -> tuple[list[str], list[list
     return refused, rounds
 
 
+def report_chains(reports: Sequence[KernelReport]) -> tuple[list[str], list[list[list[KernelReport]]]]:
+    """report_rounds for PostgreSQL's statement per round: the kernels refused outright, and the
+    rest in rounds of chains.  A chain is one kernel's reports in the order sent, of one generation,
+    up to its first ending; round i holds every kernel's i-th chain (most reports: one round)."""
+    refused = [r.kernel_id for r in reports if r.status not in AGENT_REPORTS]
+    chains: dict[str, list[list[KernelReport]]] = defaultdict(list)
+    for r in (r for r in reports if r.status in AGENT_REPORTS):
+        mine = chains[r.kernel_id]
+        if not mine or mine[-1][-1].generation != r.generation or mine[-1][-1].status in TERMINAL_KERNEL:
+            mine.append([])
+        mine[-1].append(r)
+    rounds: list[list[list[KernelReport]]] = []
+    for mine in chains.values():
+        for i, chain in enumerate(mine):
+            if i == len(rounds):
+                rounds.append([])
+            rounds[i].append(chain)
+    return refused, rounds
+
+
 async def apply_reports_at(
     conn: AsyncConnection,
     agent_id: str,
     epoch: int,
     refused: list[str],
-    rounds: Sequence[Sequence[KernelReport]],
+    rounds: Sequence[Sequence[Sequence[KernelReport]]],
     now: datetime,
 ) -> list[str] | None:
-    """apply_reports on PostgreSQL, given report_rounds' result, with the agent's fence checked by
+    """apply_reports on PostgreSQL, given report_chains' result, with the agent's fence checked by
     the same statements: one per round (store/report_statement.py), then the sessions started.
     Returns the refused kernel ids (`refused` and those of the rounds); None when `epoch` is fenced:
     the caller rolls back what earlier rounds wrote (more than one round takes a transaction; one
@@ -281,24 +301,19 @@ async def apply_reports_at(
     with it."""
     refused = list(refused)
     started: set[str] = set()
-    for batch in rounds or [[]]:  # an empty report still asks whether the agent is fenced
-        steps = [r for r in batch if r.status not in TERMINAL_KERNEL]
-        endings = [
-            (*_ending(r), r.generation, _suspended_detail(r)) for r in batch if r.status in TERMINAL_KERNEL
-        ]
-        found = await report_statement.apply_round(
-            conn, agent_id, epoch, steps, endings, _END_FIELDS, _REPORTED, now
-        )
+    for chains in rounds or [[]]:  # an empty report still asks whether the agent is fenced
+        found = await report_statement.apply_round(conn, agent_id, epoch, chains, _END_FIELDS, _end_row, now)
         if found is None:
             return None
-        moved, ran = found
-        started |= ran
-        refused += [r.kernel_id for r in batch if r.kernel_id not in moved]
+        refused += found[0]
+        started |= found[1]
     await _started(conn, sorted(started), now)
     return refused
 
 
-_REPORTED = tuple(sorted(AGENT_REPORTS))
+def _end_row(report: KernelReport) -> tuple[Any, ...]:
+    """An ending's row for report_statement: its values, its generation, its detail if suspended."""
+    return (*_ending(report), report.generation, _suspended_detail(report))
 
 
 def _suspended_detail(report: KernelReport) -> dict[str, Any]:

@@ -3,11 +3,17 @@
 A session submitted through manager B is placed by the scheduling loop of manager A (which holds the
 group's lease) at once, not at A's next poll; an order placed by A reaches an agent long-polling B.
 Notifications are only hints: each manager still polls, so a lost one costs a poll interval at worst.
+That is also why a manager sends them only while it knows another is listening: each says "hello"
+when it starts listening and every HELLO seconds, and answers the hello of one it did not know, so
+two managers know of each other within a round trip of the second one's start.  A manager alone (the
+usual installation) sends nothing: a NOTIFY is a round trip, and its own comes back to it (about 200
+of each per 1,000 sessions in bench/throughput.py).
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from typing import Any
 
@@ -21,7 +27,10 @@ log = structlog.get_logger("corral.notify")
 
 CHANNEL = "corral_wakeup"
 KINDS = frozenset({"scheduler", "retries", "orders"})
-KEEPALIVE = 30.0  # seconds between checks of an idle wake-up connection
+HELLO = 10.0
+"""Seconds between a manager's hellos, which also check that an idle connection still works."""
+PEER_TTL = 3 * HELLO
+"""A manager not heard from for this long is taken to be gone (nothing is sent for it alone)."""
 
 
 class Notifier:
@@ -32,13 +41,26 @@ class Notifier:
         self._wakeup = wakeup
         self._me = uuid.uuid4().hex[:12]  # our own notifications come back to us: ignored
         self._outbox: set[str] = set()
+        self._peers: dict[str, float] = {}
+        """Other managers on the database: when each was last heard (monotonic)."""
         self._pending = asyncio.Event()
         self._conn: Any = None
         self._tasks: set[asyncio.Task[None]] = set()
         self.connected = asyncio.Event()
 
+    @property
+    def peers(self) -> int:
+        """How many other managers are listening, as far as this one knows."""
+        now = time.monotonic()
+        return sum(1 for heard in self._peers.values() if now - heard < PEER_TTL)
+
     def send(self, kind: str) -> None:
-        """Queue a wake-up (coalesced: one NOTIFY per kind however many arrive meanwhile)."""
+        """Queue a wake-up (coalesced: one NOTIFY per kind however many arrive meanwhile); none
+        while no other manager is known to listen."""
+        if self.peers:
+            self._queue(kind)
+
+    def _queue(self, kind: str) -> None:
         self._outbox.add(kind)
         self._pending.set()
 
@@ -63,16 +85,18 @@ class Notifier:
         await self._conn.add_listener(CHANNEL, self._heard)
         self._conn.add_termination_listener(lambda _conn: self._pending.set())
         self.connected.set()
+        self._queue("hello")
         for kind in KINDS:
             # What other managers said while we were not listening is lost: look at everything now.
             await self._wakeup.receive(kind)
         while True:
             try:
-                await asyncio.wait_for(self._pending.wait(), KEEPALIVE)
+                await asyncio.wait_for(self._pending.wait(), HELLO)
             except TimeoutError:
-                # A connection can die without a word (a half-open socket): ask it something.
-                await self._conn.execute("SELECT 1", timeout=KEEPALIVE)
-                continue
+                # Also a check of the connection, which can die without a word (a half-open socket).
+                self._queue("hello")
+                now = time.monotonic()
+                self._peers = {p: heard for p, heard in self._peers.items() if now - heard < PEER_TTL}
             self._pending.clear()
             if self._conn.is_closed():
                 raise ConnectionError("the wake-up connection was closed")
@@ -80,14 +104,21 @@ class Notifier:
                 kind = min(self._outbox)
                 self._outbox.discard(kind)  # a send meanwhile queues it again: it follows a later commit
                 try:
-                    await self._conn.execute("SELECT pg_notify($1, $2)", CHANNEL, f"{self._me}:{kind}")
+                    notify = ("SELECT pg_notify($1, $2)", CHANNEL, f"{self._me}:{kind}")
+                    await self._conn.execute(*notify, timeout=HELLO)
                 except BaseException:
                     self._outbox.add(kind)  # kept for the next connection
                     raise
 
     def _heard(self, _conn: Any, _pid: int, _channel: str, payload: str) -> None:
         sender, _, kind = payload.partition(":")
-        if sender != self._me and kind in KINDS:
+        if sender == self._me:
+            return
+        now = time.monotonic()
+        if kind == "hello" and now - self._peers.get(sender, -PEER_TTL) >= PEER_TTL:
+            self._queue("hello")  # a newcomer: it learns of us now, not at our next hello
+        self._peers[sender] = now
+        if kind in KINDS:
             task = asyncio.get_running_loop().create_task(self._wakeup.receive(kind))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)

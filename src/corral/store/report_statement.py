@@ -1,139 +1,203 @@
 """An agent's report round on PostgreSQL in one statement: the agent's fence, every kernel's guarded
 move (steps, endings, suspensions) and the allocations freed, as data-modifying CTEs.
 
-The guards are those of store/kernels.py's statements, row by row: this agent at this epoch, the
-kernel's current placement (generation), a legal source of the reported status.  An UPDATE
-re-checks its WHERE on a row changed meanwhile, so no row needs locking first.  A round holds one
-report per kernel, so no two CTEs write the same kernel."""
+A round holds one chain per kernel: its reports of one generation in the order sent, an ending (if
+any) last.  A statement cannot write a row twice, so a chain is applied as one write whose outcome
+was worked out here for every status the kernel may be in (domain `kernel_chain`): the row whose
+`from` is the kernel's status applies.  What the row then holds is what the chain's statuses,
+written one guarded UPDATE at a time (the SQLite path, store/kernels.py), would have left.  The
+guards are those of single reports: this agent at this epoch, the kernel's current placement
+(generation), its current status.  An UPDATE re-checks its WHERE on a row changed meanwhile, so no
+row needs locking first."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from functools import cache
 from typing import Any
 
-from sqlalchemy import ColumnElement, Select, bindparam, exists, func, literal, or_, select, union, update
+from sqlalchemy import (
+    Boolean,
+    ColumnElement,
+    Select,
+    String,
+    bindparam,
+    exists,
+    func,
+    literal,
+    not_,
+    null,
+    or_,
+    select,
+    union,
+    union_all,
+    update,
+)
 from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.types import TypeEngine
 
 from corral.domain.cause import TerminationReason
 from corral.domain.status import TERMINAL_KERNEL, KernelStatus
-from corral.domain.transitions import kernel_sources
+from corral.domain.transitions import kernel_chain, kernel_sources
 from corral.store import unnest
 from corral.store.records import KernelReport
 from corral.store.tables import agents, allocations, kernels, sessions
 
-# A step's fields (a non-terminal report), and an ending's: kernels.py's _END_FIELDS with the
-# generation, and the detail it keeps should its session be suspending (_suspend's).
-STEP_FIELDS = ("id", "generation", "status", "master_port")
+_STATUS = kernels.c.status.type
+_FLAG: TypeEngine[Any] = Boolean()
+_PORT = kernels.c.master_port.type
+_STARTS = frozenset({KernelStatus.CREATING, KernelStatus.RUNNING})
+# A chain's outcome that is a step (no ending applied): the status it reaches from `from`, the last
+# port reported on the way, whether the kernel started (CREATING on) and whether a process ran.
+_STEPS = (
+    ("s_id", kernels.c.id.type),
+    ("s_generation", kernels.c.generation.type),
+    ("s_from", _STATUS),
+    ("s_status", _STATUS),
+    ("s_port", _PORT),
+    ("s_started", _FLAG),
+    ("s_ran", _FLAG),
+)
+# A chain's outcome that ends it, from `from`: the status reached before its ending, and the same
+# three as a step's for the steps on the way.  Its ending's own fields are in `ends`, once per chain.
+_ENDS_FROM = (
+    ("f_id", kernels.c.id.type),
+    ("f_from", _STATUS),
+    ("f_before", _STATUS),
+    ("f_port", _PORT),
+    ("f_started", _FLAG),
+    ("f_ran", _FLAG),
+)
 _SUSPEND_DETAIL = "suspend_detail"
-_STARTS = (str(KernelStatus.RUNNING), str(KernelStatus.CREATING))
 
 
-def _named(prefix: str, fields: Sequence[str]) -> tuple[tuple[str, Any], ...]:
+def _ends(end_fields: Sequence[str]) -> tuple[tuple[str, Any], ...]:
+    """An ending's fields (kernels.py's _END_FIELDS), its generation, and the detail it keeps should
+    its session be suspending (_suspend's)."""
+    fields = (*end_fields, "generation", _SUSPEND_DETAIL)
     return tuple(
-        (prefix + f, kernels.c.detail.type if f == _SUSPEND_DETAIL else kernels.c[f].type) for f in fields
-    )
-
-
-def _legal(reported: ColumnElement[Any], statuses: Sequence[KernelStatus]) -> ColumnElement[bool]:
-    """The kernel's status is a legal source of the status reported in its row."""
-    return or_(
-        *(
-            (reported == str(s)) & kernels.c.status.in_([str(src) for src in kernel_sources(s)])
-            for s in statuses
-        )
+        ("e_" + f, kernels.c.detail.type if f == _SUSPEND_DETAIL else kernels.c[f].type) for f in fields
     )
 
 
 @cache
-def round_statement(end_fields: tuple[str, ...], statuses: tuple[KernelStatus, ...]) -> Select[Any]:
+def round_statement(end_fields: tuple[str, ...]) -> Select[Any]:
     """The statement: ('agent', id) when the agent is at this epoch (nothing is written otherwise),
-    then ('moved', kernel id) for every kernel moved.  `end_fields` is kernels.py's _END_FIELDS
-    (id first); `statuses` what agents may report.  The agent's contact is not written here: that
-    UPDATE could wait on its row (locked by a placement) and the statement then read the sessions
-    as they were before the wait, missing a suspension that placement wrote (service's report)."""
+    ('moved', kernel id, from) for every kernel whose chain applied, ('halted', kernel id, from) for
+    one whose steps applied but whose ending was refused (below), and ('started', session id) for
+    sessions to mark started.  `end_fields` is kernels.py's _END_FIELDS (id first).  The agent's
+    contact is not written here: that UPDATE could wait on its row (locked by a placement) and the
+    statement then read the sessions as they were before the wait, missing a suspension that
+    placement wrote (service's report)."""
     now = bindparam("k_now", type_=kernels.c.status_changed_at.type)
     agent = bindparam("k_agent", type_=agents.c.id.type)
     epoch = bindparam("k_epoch", type_=agents.c.epoch.type)
     agent_ok = select(agents.c.id).where(agents.c.id == agent, agents.c.epoch == epoch).cte("agent_ok")
     at_epoch = select(agent_ok.c.id).exists()
 
-    def placed(u: Any, prefix: str) -> list[ColumnElement[bool]]:
+    def placed(ids: str, kernel_id: Any, generation: Any, start: Any) -> list[ColumnElement[bool]]:
         return [
             # The ids as a list too, so the planner may look kernels up by key from either side.
-            kernels.c.id.in_(bindparam(prefix + "ids", expanding=True)),
-            kernels.c.id == u.c[prefix + "id"],
-            kernels.c.generation == u.c[prefix + "generation"],
+            kernels.c.id.in_(bindparam(ids, expanding=True)),
+            kernels.c.id == kernel_id,
+            kernels.c.generation == generation,
             # Not by the agent_id index: with a young table's statistics a generic plan took it for
             # two rows and read every kernel the agent ever ran (the same for every other CTE).
             func.coalesce(kernels.c.agent_id, "") == agent,
+            kernels.c.status == start,
             at_epoch,
         ]
 
-    step_names = _named("s_", STEP_FIELDS)
-    steps = select(*unnest.rows(step_names).c).cte("steps")
-    fields = (*end_fields, "generation", _SUSPEND_DETAIL)
-    end_names = _named("e_", fields)
+    # Materialized: a generic plan takes the rows for ten and re-ran the unnest for every kernel.
+    steps = select(*unnest.rows(_STEPS).c).cte("steps").prefix_with("MATERIALIZED")
+    end_names = _ends(end_fields)
     given = unnest.rows(end_names)
     ends = select(*(unnest.picked(given, name, type_).label(name) for name, type_ in end_names)).cte("ends")
+    ends_from = select(*unnest.rows(_ENDS_FROM).c).cte("ends_from")
     stepped = (
         update(kernels)
-        .where(
-            *placed(steps, "s_"), _legal(steps.c.s_status, [s for s in statuses if s not in TERMINAL_KERNEL])
-        )
+        .where(*placed("s_ids", steps.c.s_id, steps.c.s_generation, steps.c.s_from))
         .values(
             status=steps.c.s_status,
             status_changed_at=now,
-            started=or_(kernels.c.started, steps.c.s_status.in_(_STARTS)),
-            master_port=func.coalesce(steps.c.s_master_port, kernels.c.master_port),
+            started=or_(kernels.c.started, steps.c.s_started),
+            master_port=func.coalesce(steps.c.s_port, kernels.c.master_port),
         )
-        # The kernel has started from CREATING on; its session once a process runs (kernels.py).
-        .returning(
-            kernels.c.id,
-            kernels.c.session_id,
-            (steps.c.s_status == str(KernelStatus.RUNNING)).label("started"),
-        )
+        .returning(kernels.c.id, kernels.c.session_id, steps.c.s_from, steps.c.s_ran)
         .cte("stepped")
     )
+
+    # Each ending with its outcomes from every status: read by the three writes below.
+    at = (
+        select(*ends.c, *ends_from.c)
+        .join_from(ends, ends_from, ends_from.c.f_id == ends.c.e_id)
+        .cte("ending_at")
+    )
+
+    def ending(*where: ColumnElement[bool]) -> list[ColumnElement[bool]]:
+        return [
+            *placed("e_ids", at.c.e_id, at.c.e_generation, at.c.f_from),
+            *where,
+        ]
 
     # Suspend mode: the kernel of a session being suspended waits SUSPENDED instead of ending.
     suspending = (
         select(kernels.c.id)
         .join(sessions, sessions.c.id == kernels.c.session_id)
         .join(ends, ends.c.e_id == kernels.c.id)
-        .where(*placed(ends, "e_"), sessions.c.termination_reason == str(TerminationReason.SUSPENDED))
+        .where(
+            kernels.c.id.in_(bindparam("e_ids", expanding=True)),
+            sessions.c.termination_reason == str(TerminationReason.SUSPENDED),
+        )
         .cte("suspending")
     )
-    values: dict[str, Any] = {}
-    for field in end_fields[1:]:
-        values[field] = _end_value(field, ends.c["e_" + field])
+    is_suspending = kernels.c.id.in_(select(suspending.c.id))
+    suspendable = at.c.f_before.in_([str(s) for s in kernel_sources(KernelStatus.SUSPENDED)])
+    on_the_way = {
+        "status_changed_at": now,
+        "started": or_(kernels.c.started, at.c.f_started),
+        "master_port": func.coalesce(at.c.f_port, kernels.c.master_port),
+    }
+    # `started` and `master_port` count the chain's steps too (below).
+    values = {f: _end_value(f, at.c["e_" + f]) for f in end_fields[1:] if f not in ("started", "master_port")}
     ended = (
         update(kernels)
-        .where(
-            *placed(ends, "e_"),
-            _legal(ends.c.e_status, [s for s in statuses if s in TERMINAL_KERNEL]),
-            kernels.c.id.not_in(select(suspending.c.id)),
+        .where(*ending(not_(is_suspending)))
+        .values(
+            **values,
+            status_changed_at=now,
+            started=or_(kernels.c.started, at.c.e_started, at.c.f_started),
+            master_port=func.coalesce(at.c.e_master_port, at.c.f_port, kernels.c.master_port),
         )
-        .values(status_changed_at=now, **values)
-        .returning(kernels.c.id, kernels.c.session_id, ends.c.e_started.label("started"))
+        .returning(
+            kernels.c.id,
+            kernels.c.session_id,
+            at.c.f_from,
+            or_(at.c.e_started, at.c.f_ran).label("ran"),
+        )
         .cte("ended")
     )
     suspended = (
         update(kernels)
-        .where(
-            *placed(ends, "e_"),
-            kernels.c.id.in_(select(suspending.c.id)),
-            kernels.c.status.in_([str(s) for s in kernel_sources(KernelStatus.SUSPENDED)]),
-        )
+        .where(*ending(is_suspending, suspendable))
         .values(
+            **on_the_way,
             status=str(KernelStatus.SUSPENDED),
-            status_changed_at=now,
-            detail=ends.c["e_" + _SUSPEND_DETAIL],
-            logs_done=or_(kernels.c.logs_done, ends.c.e_logs_done),
+            detail=at.c["e_" + _SUSPEND_DETAIL],
+            logs_done=or_(kernels.c.logs_done, at.c.e_logs_done),
         )
-        .returning(kernels.c.id)
+        .returning(kernels.c.id, kernels.c.session_id, at.c.f_from, at.c.f_ran)
         .cte("suspended")
+    )
+    # Suspending, but not from where the steps got to: those steps stand and the ending is refused,
+    # as when each is written on its own.
+    halted = (
+        update(kernels)
+        .where(*ending(is_suspending, not_(suspendable), at.c.f_before != at.c.f_from))
+        .values(**on_the_way, status=at.c.f_before)
+        .returning(kernels.c.id, kernels.c.session_id, at.c.f_from, at.c.f_ran)
+        .cte("halted")
     )
     freed = (
         update(allocations)
@@ -146,62 +210,113 @@ def round_statement(end_fields: tuple[str, ...], statuses: tuple[KernelStatus, .
         .cte("freed")
     )
 
-    # Only those not marked yet (as the statement read them): most reports need no second statement.
-    def unmarked(session_id: ColumnElement[Any]) -> ColumnElement[bool]:
-        return exists().where(sessions.c.id == session_id, sessions.c.started_at.is_(None))
-
-    rows = [
-        select(literal("agent").label("kind"), agent_ok.c.id),
-        select(literal("moved").label("kind"), stepped.c.id),
-        select(literal("moved").label("kind"), ended.c.id),
-        select(literal("moved").label("kind"), suspended.c.id),
-        # Sessions a process of which ran: marked started by the caller's next statement, not
-        # here, where their rows would be locked after their kernels' (a move locks its sessions,
-        # then their kernels: the two orders in one statement deadlocked).
-        select(literal("started").label("kind"), stepped.c.session_id).where(
-            stepped.c.started, unmarked(stepped.c.session_id)
-        ),
-        select(literal("started").label("kind"), ended.c.session_id).where(
-            ended.c.started, unmarked(ended.c.session_id)
-        ),
-    ]
+    # Sessions a process of which ran are marked started here, but only those whose rows no one
+    # else has locked: their rows are locked after their kernels', and a move locks its sessions,
+    # then their kernels (waiting, the two orders deadlocked).  Those skipped, and those of a later
+    # round in a report's transaction, are the caller's to mark, by a statement of its own.
+    moves = (("moved", stepped), ("moved", ended), ("moved", suspended), ("halted", halted))
+    ran = union_all(*(select(m.c.session_id).where(m.c[3]) for _, m in moves)).cte("ran")
+    free = (
+        select(sessions.c.id)
+        .where(sessions.c.id.in_(select(ran.c.session_id)), sessions.c.started_at.is_(None))
+        .with_for_update(of=sessions, skip_locked=True)
+    )
+    marked = (
+        update(sessions)
+        .where(sessions.c.id.in_(free.scalar_subquery()))
+        .values(started_at=now)
+        .returning(sessions.c.id)
+        .cte("marked")
+    )
+    # The statement's reads all see the rows as they were before it: `marked` is read from its own.
+    left = exists().where(
+        sessions.c.id == ran.c.session_id,
+        sessions.c.started_at.is_(None),
+        sessions.c.id.not_in(select(marked.c.id)),
+    )
+    no_status = null().cast(String)
+    rows: list[Select[Any]] = [select(literal("agent").label("kind"), agent_ok.c.id, no_status)]
+    rows += [select(literal(kind), m.c[0], m.c[2]) for kind, m in moves]
+    rows.append(select(literal("started"), ran.c.session_id, no_status).where(left).distinct())
     return rows[0].union_all(*rows[1:]).subquery().select().add_cte(freed)
 
 
 def _end_value(field: str, new: ColumnElement[Any]) -> ColumnElement[Any]:
     """kernels.py's _set, for a column of the `ends` CTE (JSON there is JSON already)."""
-    if field in ("logs_done", "started"):
+    if field == "logs_done":
         return or_(kernels.c[field], new)
-    if field == "master_port":
-        return func.coalesce(new, kernels.c.master_port)
     return new
+
+
+def _chain_rows(
+    chain: Sequence[KernelReport],
+) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+    """A chain's outcomes from every status where any of it applies: step rows and ends_from rows."""
+    step_rows: list[tuple[Any, ...]] = []
+    end_rows: list[tuple[Any, ...]] = []
+    first = chain[0]
+    for start in KernelStatus:
+        done = [r for r, ok in zip(chain, kernel_chain(start, [r.status for r in chain]), strict=True) if ok]
+        if not done:
+            continue
+        ends = done[-1].status in TERMINAL_KERNEL
+        way = done[:-1] if ends else done
+        port = next((r.master_port for r in reversed(way) if r.master_port is not None), None)
+        started = any(r.status in _STARTS for r in way)
+        ran = any(r.status is KernelStatus.RUNNING for r in way)
+        if ends:
+            before = way[-1].status if way else start
+            end_rows.append((first.kernel_id, str(start), str(before), port, started, ran))
+        else:
+            step_rows.append(
+                (first.kernel_id, first.generation, str(start), str(done[-1].status), port, started, ran)
+            )
+    return step_rows, end_rows
 
 
 async def apply_round(
     conn: AsyncConnection,
     agent_id: str,
     epoch: int,
-    steps: Sequence[KernelReport],
-    endings: Sequence[tuple[Any, ...]],
+    chains: Sequence[Sequence[KernelReport]],
     end_fields: tuple[str, ...],
-    statuses: tuple[KernelStatus, ...],
+    ending: Callable[[KernelReport], tuple[Any, ...]],
     now: datetime,
-) -> tuple[set[str], set[str]] | None:
-    """One round (distinct kernels): the kernels moved and the sessions of which a process ran, or
-    None when the agent's epoch is fenced (then nothing was written).  `endings` are kernels.py's
-    _ending rows followed by the report's generation and its detail should it be suspended."""
-    statement = round_statement(end_fields, statuses)
-    step_rows = [(r.kernel_id, r.generation, str(r.status), r.master_port) for r in steps]
+) -> tuple[list[str], set[str]] | None:
+    """One round (a chain per kernel): the refused kernel ids, one per refused report, and the
+    sessions of which a process ran; None when the agent's epoch is fenced (then nothing was
+    written).  `ending` gives an ending's row: kernels.py's _ending, then the report's generation
+    and its detail should it be suspended."""
+    step_rows: list[tuple[Any, ...]] = []
+    from_rows: list[tuple[Any, ...]] = []
+    end_rows: list[tuple[Any, ...]] = []
+    for chain in chains:
+        steps, ends = _chain_rows(chain)
+        step_rows += steps
+        from_rows += ends
+        if ends:
+            end_rows.append(ending(chain[-1]))
     params = {
-        **unnest.arrays(_named("s_", STEP_FIELDS), step_rows),
-        **unnest.arrays(_named("e_", (*end_fields, "generation", _SUSPEND_DETAIL)), endings),
-        "s_ids": [r[0] for r in step_rows],
-        "e_ids": [r[0] for r in endings],
+        **unnest.arrays(_STEPS, step_rows),
+        **unnest.arrays(_ENDS_FROM, from_rows),
+        **unnest.arrays(_ends(end_fields), end_rows),
+        "s_ids": sorted({r[0] for r in step_rows}),
+        "e_ids": [r[0] for r in end_rows],
         "k_now": now,
         "k_agent": agent_id,
         "k_epoch": epoch,
     }
-    result = list(await conn.execute(statement, params))
-    if not any(kind == "agent" for kind, _ in result):
+    result = list(await conn.execute(round_statement(end_fields), params))
+    if not any(kind == "agent" for kind, _, _ in result):
         return None
-    return {i for kind, i in result if kind == "moved"}, {i for kind, i in result if kind == "started"}
+    moved = {
+        i: (KernelStatus(start), kind == "moved") for kind, i, start in result if kind in ("moved", "halted")
+    }
+    refused: list[str] = []
+    for chain in chains:
+        found = moved.get(chain[0].kernel_id)
+        applied = kernel_chain(found[0], [r.status for r in chain]) if found else (False,) * len(chain)
+        if found and not found[1]:
+            applied = (*applied[:-1], False)  # halted: its ending refused
+        refused += [r.kernel_id for r, ok in zip(chain, applied, strict=True) if not ok]
+    return refused, {i for kind, i, _ in result if kind == "started"}
