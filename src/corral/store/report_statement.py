@@ -96,8 +96,13 @@ def round_statement(end_fields: tuple[str, ...]) -> Select[Any]:
     agent_ok = select(agents.c.id).where(agents.c.id == agent, agents.c.epoch == epoch).cte("agent_ok")
     at_epoch = select(agent_ok.c.id).exists()
 
-    def placed(ids: str, kernel_id: Any, generation: Any, start: Any) -> list[ColumnElement[bool]]:
+    def placed(
+        ids: str, kernel_id: Any, generation: Any, start: Any, *present: Any
+    ) -> list[ColumnElement[bool]]:
+        """The row guards, and that `present`'s rows exist: an uncorrelated EXISTS, tested once before
+        any kernel is read (a report of steps alone reads no kernel for endings, none suspends)."""
         return [
+            *(select(p).exists() for p in present),
             # The ids as a list too, so the planner may look kernels up by key from either side.
             kernels.c.id.in_(bindparam(ids, expanding=True)),
             kernels.c.id == kernel_id,
@@ -117,7 +122,7 @@ def round_statement(end_fields: tuple[str, ...]) -> Select[Any]:
     ends_from = select(*unnest.rows(_ENDS_FROM).c).cte("ends_from")
     stepped = (
         update(kernels)
-        .where(*placed("s_ids", steps.c.s_id, steps.c.s_generation, steps.c.s_from))
+        .where(*placed("s_ids", steps.c.s_id, steps.c.s_generation, steps.c.s_from, steps.c.s_id))
         .values(
             status=steps.c.s_status,
             status_changed_at=now,
@@ -135,9 +140,9 @@ def round_statement(end_fields: tuple[str, ...]) -> Select[Any]:
         .cte("ending_at")
     )
 
-    def ending(*where: ColumnElement[bool]) -> list[ColumnElement[bool]]:
+    def ending(*where: ColumnElement[bool], present: Any = ends.c.e_id) -> list[ColumnElement[bool]]:
         return [
-            *placed("e_ids", at.c.e_id, at.c.e_generation, at.c.f_from),
+            *placed("e_ids", at.c.e_id, at.c.e_generation, at.c.f_from, present),
             *where,
         ]
 
@@ -180,7 +185,7 @@ def round_statement(end_fields: tuple[str, ...]) -> Select[Any]:
     )
     suspended = (
         update(kernels)
-        .where(*ending(is_suspending, suspendable))
+        .where(*ending(is_suspending, suspendable, present=suspending.c.id))
         .values(
             **on_the_way,
             status=str(KernelStatus.SUSPENDED),
@@ -194,7 +199,9 @@ def round_statement(end_fields: tuple[str, ...]) -> Select[Any]:
     # as when each is written on its own.
     halted = (
         update(kernels)
-        .where(*ending(is_suspending, not_(suspendable), at.c.f_before != at.c.f_from))
+        .where(
+            *ending(is_suspending, not_(suspendable), at.c.f_before != at.c.f_from, present=suspending.c.id)
+        )
         .values(**on_the_way, status=at.c.f_before)
         .returning(kernels.c.id, kernels.c.session_id, at.c.f_from, at.c.f_ran)
         .cte("halted")
