@@ -13,7 +13,7 @@ import asyncpg
 import pytest
 from sqlalchemy.engine import make_url
 
-from corral.store.notify import CHANNEL, Notifier
+from corral.store.notify import CHANNEL, HELLO, Notifier
 from corral.wakeup import Wakeup
 from tests.support.cluster import Cluster
 
@@ -79,7 +79,8 @@ async def test_a_manager_alone_sends_no_wake_ups_and_one_joining_is_told_them(
         a.send("retries")
         assert a.peers == 0
         tasks.append(asyncio.create_task(b.run()))
-        await _until(lambda: a.peers == 1 and b.peers == 1, "the two managers know each other")
+        # Well before the first's next hello (HELLO seconds after its first): it answered the second's.
+        await _until(lambda: a.peers == 1 and b.peers == 1, "the two managers know each other", HELLO / 3)
         seen = b_wakeup.room_version
         a.send("scheduler")
         await _until(lambda: b_wakeup.room_version > seen, "the second manager woken by the first")

@@ -158,11 +158,14 @@ async def test_a_chain_in_one_write_ends_where_its_reports_one_by_one_do(
         now = datetime.now(UTC)
         outright, rounds = kernels.report_chains(batch)
         async with (statements if len(rounds) <= 1 else transaction)(engine) as conn:
-            refused_one = await kernels.apply_reports_at(conn, "a", epoch, outright, rounds, now)
+            found = await kernels.apply_reports_at(conn, "a", epoch, outright, rounds, now)
+        assert found is not None
+        refused_one, unmarked = found
+        async with statements(engine) as conn:
+            await kernels.mark_started(conn, unmarked, now)
         async with transaction(engine) as conn:
             twins = [replace(r, kernel_id=twin[r.kernel_id]) for r in batch]
             refused_each = await kernels.apply_reports(conn, "a", twins, now)
-        assert refused_one is not None
         assert Counter(twin[i] for i in refused_one) == Counter(refused_each)
         for i in range(len(cases)):
             assert await _state(engine, one[i]) == await _state(engine, each[i]), cases[i]

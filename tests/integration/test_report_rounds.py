@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from sqlalchemy import event, select, update
+from sqlalchemy import event, select, text, update
 
 from corral.domain.cause import TerminationReason
 from corral.domain.status import KernelStatus, SessionStatus
@@ -21,6 +21,7 @@ from corral.store.db import statements, transaction
 from corral.store.records import KernelReport, Move
 from corral.store.tables import agents as agent_table
 from corral.store.tables import allocations
+from corral.store.tables import kernels as kernel_table
 from corral.store.tables import sessions as session_table
 from tests.conftest import BACKENDS
 from tests.integration.test_reports import _kernel, _placed
@@ -148,3 +149,34 @@ async def test_a_round_does_not_wait_on_a_session_someone_holds_and_marks_it_sta
         async with engine.connect() as conn:
             found = await sessions.get(conn, ids[0])
         assert found is not None and found.started_at is not None
+
+
+async def test_an_ending_racing_a_cancel_is_applied_from_where_the_cancel_left_the_kernel(
+    fresh_database: Callable[[str], str],
+) -> None:
+    """The round's write matches the kernel's status as it found it (RUNNING); a cancel commits
+    TERMINATING meanwhile.  The ending is legal from there too, and lands: one report at a time
+    would have had it, and an agent whose last word is refused never says it again."""
+    async with migrated(fresh_database("postgres")) as engine:
+        epoch, ids, k, protocol = await _placed(engine, 1)
+        steps = (KernelStatus.PREPARING, KernelStatus.PREPARED, KernelStatus.CREATING, KernelStatus.RUNNING)
+        assert (await protocol.report("a", epoch, [KernelReport(k[0], s) for s in steps]))[:2] == (4, [])
+        async with engine.connect() as cancel:
+            terminating = str(KernelStatus.TERMINATING)
+            await cancel.execute(
+                update(kernel_table).where(kernel_table.c.id == k[0]).values(status=terminating)
+            )
+            ending = [KernelReport(k[0], KernelStatus.TERMINATED, exit_code=0)]
+            report = asyncio.create_task(protocol.report("a", epoch, ending))
+            waiting = text("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'")
+            deadline = asyncio.get_running_loop().time() + 10
+            async with engine.connect() as look:
+                while (await look.execute(waiting)).scalar_one() == 0:
+                    assert asyncio.get_running_loop().time() < deadline, (
+                        "the report never waited on the kernel"
+                    )
+                    await asyncio.sleep(0.01)
+            await cancel.commit()
+        assert (await asyncio.wait_for(report, 10))[:2] == (1, [])
+        found = await _kernel(engine, ids[0])
+        assert (found.status, found.exit_code) == (KernelStatus.TERMINATED, 0)

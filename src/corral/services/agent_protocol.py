@@ -197,7 +197,10 @@ class AgentProtocol:
                 found = await kernels.apply_reports_at(conn, agent_id, epoch, outright, rounds, now)
                 if found is None:  # raised here: what earlier rounds wrote is rolled back
                     raise Fenced(f"agent {agent_id} epoch {epoch} is fenced; register again")
-            refused = found
+            refused, unmarked = found
+            if unmarked:  # sessions someone held when the round ran: marked now, nothing else held
+                async with statements(self._engine) as conn:
+                    await kernels.mark_started(conn, unmarked, now)
         else:
             async with transaction(self._engine) as conn:
                 recorded = await self._contact(conn, agent_id, epoch)

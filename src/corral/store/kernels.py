@@ -291,14 +291,14 @@ async def apply_reports_at(
     refused: list[str],
     rounds: Sequence[Sequence[Sequence[KernelReport]]],
     now: datetime,
-) -> list[str] | None:
+) -> tuple[list[str], list[str]] | None:
     """apply_reports on PostgreSQL, given report_chains' result, with the agent's fence checked by
-    the same statements: one per round (store/report_statement.py), then the sessions started.
-    Returns the refused kernel ids (`refused` and those of the rounds); None when `epoch` is fenced:
-    the caller rolls back what earlier rounds wrote (more than one round takes a transaction; one
-    round is a statement of its own, which wrote nothing).  Outside a transaction no lock is held
-    from one statement to the next: a move, which locks sessions then kernels, cannot deadlock
-    with it."""
+    the same statements: one per round (store/report_statement.py).  Returns the refused kernel
+    ids (`refused` and those of the rounds) and the sessions still to mark started (mark_started,
+    by the caller after its transaction, if any: inside one, the round's kernels stay locked
+    while that waits on a session a move holds, which waits on them).  None when `epoch` is
+    fenced: the caller rolls back what earlier rounds wrote (more than one round takes a
+    transaction; one round is a statement of its own, which wrote nothing)."""
     refused = list(refused)
     started: set[str] = set()
     for chains in rounds or [[]]:  # an empty report still asks whether the agent is fenced
@@ -307,8 +307,12 @@ async def apply_reports_at(
             return None
         refused += found[0]
         started |= found[1]
-    await _started(conn, sorted(started), now)
-    return refused
+    return refused, sorted(started)
+
+
+async def mark_started(conn: AsyncConnection, session_ids: list[str], now: datetime) -> None:
+    """Sessions a process of which ran, marked started unless they are already (_started)."""
+    await _started(conn, session_ids, now)
 
 
 def _end_row(report: KernelReport) -> tuple[Any, ...]:

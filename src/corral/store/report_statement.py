@@ -8,7 +8,7 @@ was worked out here for every status the kernel may be in (domain `kernel_chain`
 written one guarded UPDATE at a time (the SQLite path, store/kernels.py), would have left.  The
 guards are those of single reports: this agent at this epoch, the kernel's current placement
 (generation), its current status.  An UPDATE re-checks its WHERE on a row changed meanwhile, so no
-row needs locking first."""
+row needs locking first (a kernel whose status changed is tried again from its new one: apply_round)."""
 
 from __future__ import annotations
 
@@ -30,6 +30,7 @@ from sqlalchemy import (
     null,
     or_,
     select,
+    tuple_,
     union,
     union_all,
     update,
@@ -245,6 +246,19 @@ def round_statement(end_fields: tuple[str, ...]) -> Select[Any]:
     rows: list[Select[Any]] = [select(literal("agent").label("kind"), agent_ok.c.id, no_status)]
     rows += [select(literal(kind), m.c[0], m.c[2]) for kind, m in moves]
     rows.append(select(literal("started"), ran.c.session_id, no_status).where(left).distinct())
+    # This agent's reported kernels of the reported generation that did not move, with their status
+    # as the statement found it: when the chain has an outcome from there, the kernel changed while
+    # the statement ran (apply_round tries it again); when it has none, its reports are refused.
+    reported = union(select(steps.c.s_id, steps.c.s_generation), select(ends.c.e_id, ends.c.e_generation))
+    rows.append(
+        select(literal("missed"), kernels.c.id, kernels.c.status).where(
+            kernels.c.id.in_(bindparam("k_ids", expanding=True)),
+            func.coalesce(kernels.c.agent_id, "") == agent,
+            tuple_(kernels.c.id, kernels.c.generation).in_(reported),
+            kernels.c.id.not_in(union_all(*(select(m.c[0]) for _, m in moves))),
+            at_epoch,
+        )
+    )
     return rows[0].union_all(*rows[1:]).subquery().select().add_cte(freed)
 
 
@@ -281,6 +295,10 @@ def _chain_rows(
     return step_rows, end_rows
 
 
+# A chain that wrote nothing is tried again this many times: see apply_round.
+AGAIN = 2
+
+
 async def apply_round(
     conn: AsyncConnection,
     agent_id: str,
@@ -291,9 +309,53 @@ async def apply_round(
     now: datetime,
 ) -> tuple[list[str], set[str]] | None:
     """One round (a chain per kernel): the refused kernel ids, one per refused report, and the
-    sessions of which a process ran; None when the agent's epoch is fenced (then nothing was
-    written).  `ending` gives an ending's row: kernels.py's _ending, then the report's generation
-    and its detail should it be suspended."""
+    sessions of which a process ran that are still to be marked started; None when the agent's
+    epoch is fenced (then nothing was written).  `ending` gives an ending's row: kernels.py's
+    _ending, then the report's generation and its detail should it be suspended.
+
+    A chain's write is matched to the kernel's status as the statement found it.  When another
+    transaction changes that status meanwhile (a cancel: RUNNING to TERMINATING), PostgreSQL
+    re-checks the row against the same outcome row, not the one for its new status, and the
+    kernel is left as it was though its reports may be legal from there (an ending from
+    TERMINATING).  So such a chain is applied again from the status now, by a statement of its
+    own, as writing each report on its own would.  A chain refused for good (no outcome from the
+    status the statement found, or not this agent's placement) is not."""
+    moved: dict[str, tuple[KernelStatus, bool]] = {}
+    started: set[str] = set()
+    missed = list(chains)
+    for attempt in range(1 + AGAIN):
+        found = await _apply_once(conn, agent_id, epoch, missed, end_fields, ending, now)
+        if found is None:
+            if attempt == 0:
+                return None
+            break  # fenced since the first: the rest stays refused
+        moved |= found[0]
+        started |= found[1]
+        missed = [c for c in missed if _raced(c, found[2])]
+        if not missed:
+            break
+    refused: list[str] = []
+    for chain in chains:
+        at = moved.get(chain[0].kernel_id)
+        applied = kernel_chain(at[0], [r.status for r in chain]) if at else (False,) * len(chain)
+        if at and not at[1]:
+            applied = (*applied[:-1], False)  # halted: its ending refused
+        refused += [r.kernel_id for r, ok in zip(chain, applied, strict=True) if not ok]
+    return refused, started
+
+
+async def _apply_once(
+    conn: AsyncConnection,
+    agent_id: str,
+    epoch: int,
+    chains: Sequence[Sequence[KernelReport]],
+    end_fields: tuple[str, ...],
+    ending: Callable[[KernelReport], tuple[Any, ...]],
+    now: datetime,
+) -> tuple[dict[str, tuple[KernelStatus, bool]], set[str], dict[str, KernelStatus]] | None:
+    """The round statement: each moved kernel's status before and whether its whole chain applied
+    (not when halted), the sessions left to mark, and the status of this placement's kernels that
+    did not move as the statement found them; None when fenced."""
     step_rows: list[tuple[Any, ...]] = []
     from_rows: list[tuple[Any, ...]] = []
     end_rows: list[tuple[Any, ...]] = []
@@ -309,6 +371,7 @@ async def apply_round(
         **unnest.arrays(_ends(end_fields), end_rows),
         "s_ids": sorted({r[0] for r in step_rows}),
         "e_ids": [r[0] for r in end_rows],
+        "k_ids": [c[0].kernel_id for c in chains],
         "k_now": now,
         "k_agent": agent_id,
         "k_epoch": epoch,
@@ -319,11 +382,11 @@ async def apply_round(
     moved = {
         i: (KernelStatus(start), kind == "moved") for kind, i, start in result if kind in ("moved", "halted")
     }
-    refused: list[str] = []
-    for chain in chains:
-        found = moved.get(chain[0].kernel_id)
-        applied = kernel_chain(found[0], [r.status for r in chain]) if found else (False,) * len(chain)
-        if found and not found[1]:
-            applied = (*applied[:-1], False)  # halted: its ending refused
-        refused += [r.kernel_id for r, ok in zip(chain, applied, strict=True) if not ok]
-    return refused, {i for kind, i, _ in result if kind == "started"}
+    missed = {i: KernelStatus(status) for kind, i, status in result if kind == "missed"}
+    return moved, {i for kind, i, _ in result if kind == "started"}, missed
+
+
+def _raced(chain: Sequence[KernelReport], missed: dict[str, KernelStatus]) -> bool:
+    """The chain wrote nothing though it had an outcome from the status the statement found."""
+    found = missed.get(chain[0].kernel_id)
+    return found is not None and any(kernel_chain(found, [r.status for r in chain]))
