@@ -180,3 +180,27 @@ async def test_an_ending_racing_a_cancel_is_applied_from_where_the_cancel_left_t
         assert (await asyncio.wait_for(report, 10))[:2] == (1, [])
         found = await _kernel(engine, ids[0])
         assert (found.status, found.exit_code) == (KernelStatus.TERMINATED, 0)
+
+
+async def test_an_ending_refused_for_a_suspended_kernel_is_not_tried_again(
+    fresh_database: Callable[[str], str],
+) -> None:
+    """A kernel waiting SUSPENDED whose ending comes again (an agent re-sending it): refused by the
+    round itself, not by a race, so no further statement is spent on it."""
+    async with migrated(fresh_database("postgres")) as engine:
+        epoch, ids, k, protocol = await _placed(engine, 1)
+        steps = (KernelStatus.PREPARING, KernelStatus.PREPARED, KernelStatus.CREATING, KernelStatus.RUNNING)
+        assert (await protocol.report("a", epoch, [KernelReport(k[0], s) for s in steps]))[:2] == (4, [])
+        async with transaction(engine) as conn:
+            reason = str(TerminationReason.SUSPENDED)
+            await conn.execute(
+                update(session_table).where(session_table.c.id == ids[0]).values(termination_reason=reason)
+            )
+        ending = [KernelReport(k[0], KernelStatus.TERMINATED, exit_code=143)]
+        assert (await protocol.report("a", epoch, ending))[:2] == (1, [])
+        assert (await _kernel(engine, ids[0])).status is KernelStatus.SUSPENDED
+        sent: list[str] = []
+        event.listen(engine.sync_engine, "before_cursor_execute", lambda *a: sent.append(a[2]))
+        assert (await protocol.report("a", epoch, ending))[:2] == (0, [k[0]])
+        assert len(sent) == 1
+        assert (await _kernel(engine, ids[0])).status is KernelStatus.SUSPENDED

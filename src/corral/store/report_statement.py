@@ -23,6 +23,7 @@ from sqlalchemy import (
     Select,
     String,
     bindparam,
+    case,
     exists,
     func,
     literal,
@@ -251,7 +252,12 @@ def round_statement(end_fields: tuple[str, ...]) -> Select[Any]:
     # the statement ran (apply_round tries it again); when it has none, its reports are refused.
     reported = union(select(steps.c.s_id, steps.c.s_generation), select(ends.c.e_id, ends.c.e_generation))
     rows.append(
-        select(literal("missed"), kernels.c.id, kernels.c.status).where(
+        select(
+            # 'held': its session is being suspended (apply_round tells a refusal of its ending).
+            case((is_suspending, literal("held")), else_=literal("missed")),
+            kernels.c.id,
+            kernels.c.status,
+        ).where(
             kernels.c.id.in_(bindparam("k_ids", expanding=True)),
             func.coalesce(kernels.c.agent_id, "") == agent,
             tuple_(kernels.c.id, kernels.c.generation).in_(reported),
@@ -323,12 +329,10 @@ async def apply_round(
     moved: dict[str, tuple[KernelStatus, bool]] = {}
     started: set[str] = set()
     missed = list(chains)
-    for attempt in range(1 + AGAIN):
+    for _ in range(1 + AGAIN):
         found = await _apply_once(conn, agent_id, epoch, missed, end_fields, ending, now)
         if found is None:
-            if attempt == 0:
-                return None
-            break  # fenced since the first: the rest stays refused
+            return None  # fenced, if only since the first attempt (which stays, outside a transaction)
         moved |= found[0]
         started |= found[1]
         missed = [c for c in missed if _raced(c, found[2])]
@@ -352,10 +356,11 @@ async def _apply_once(
     end_fields: tuple[str, ...],
     ending: Callable[[KernelReport], tuple[Any, ...]],
     now: datetime,
-) -> tuple[dict[str, tuple[KernelStatus, bool]], set[str], dict[str, KernelStatus]] | None:
+) -> tuple[dict[str, tuple[KernelStatus, bool]], set[str], dict[str, tuple[KernelStatus, bool]]] | None:
     """The round statement: each moved kernel's status before and whether its whole chain applied
     (not when halted), the sessions left to mark, and the status of this placement's kernels that
-    did not move as the statement found them; None when fenced."""
+    did not move as the statement found them, with whether their session is being suspended; None
+    when fenced."""
     step_rows: list[tuple[Any, ...]] = []
     from_rows: list[tuple[Any, ...]] = []
     end_rows: list[tuple[Any, ...]] = []
@@ -382,11 +387,23 @@ async def _apply_once(
     moved = {
         i: (KernelStatus(start), kind == "moved") for kind, i, start in result if kind in ("moved", "halted")
     }
-    missed = {i: KernelStatus(status) for kind, i, status in result if kind == "missed"}
+    missed = {
+        i: (KernelStatus(status), kind == "held") for kind, i, status in result if kind in ("missed", "held")
+    }
     return moved, {i for kind, i, _ in result if kind == "started"}, missed
 
 
-def _raced(chain: Sequence[KernelReport], missed: dict[str, KernelStatus]) -> bool:
-    """The chain wrote nothing though it had an outcome from the status the statement found."""
-    found = missed.get(chain[0].kernel_id)
-    return found is not None and any(kernel_chain(found, [r.status for r in chain]))
+def _raced(chain: Sequence[KernelReport], missed: dict[str, tuple[KernelStatus, bool]]) -> bool:
+    """The chain wrote nothing though it had an outcome from the status the statement found (and
+    one the statement writes: not an ending refused because its session is being suspended)."""
+    if chain[0].kernel_id not in missed:
+        return False
+    found, suspending = missed[chain[0].kernel_id]
+    applied = kernel_chain(found, [r.status for r in chain])
+    if not any(applied):
+        return False
+    done = [r.status for r, ok in zip(chain, applied, strict=True) if ok]
+    if suspending and done[-1] in TERMINAL_KERNEL:
+        before = done[-2] if len(done) > 1 else found
+        return before in kernel_sources(KernelStatus.SUSPENDED) or before != found
+    return True
