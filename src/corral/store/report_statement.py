@@ -87,11 +87,12 @@ def _ends(end_fields: Sequence[str]) -> tuple[tuple[str, Any], ...]:
 def round_statement(end_fields: tuple[str, ...]) -> Select[Any]:
     """The statement: ('agent', id) when the agent is at this epoch (nothing is written otherwise),
     ('moved', kernel id, from) for every kernel whose chain applied, ('halted', kernel id, from) for
-    one whose steps applied but whose ending was refused (below), and ('started', session id) for
-    sessions to mark started.  `end_fields` is kernels.py's _END_FIELDS (id first).  The agent's
-    contact is not written here: that UPDATE could wait on its row (locked by a placement) and the
-    statement then read the sessions as they were before the wait, missing a suspension that
-    placement wrote (service's report)."""
+    one whose steps applied but whose ending was refused (below), ('started', session id) for
+    sessions left to mark started, and ('missed' or 'held', kernel id, status found) for this
+    placement's kernels that did not move (apply_round).  `end_fields` is kernels.py's
+    _END_FIELDS (id first).  The agent's contact is not written here: that UPDATE could wait on
+    its row (locked by a placement) and the statement then read the sessions as they were before
+    the wait, missing a suspension that placement wrote (service's report)."""
     now = bindparam("k_now", type_=kernels.c.status_changed_at.type)
     agent = bindparam("k_agent", type_=agents.c.id.type)
     epoch = bindparam("k_epoch", type_=agents.c.epoch.type)
