@@ -298,7 +298,8 @@ async def apply_reports_at(
     by the caller after its transaction, if any: inside one, the round's kernels stay locked
     while that waits on a session a move holds, which waits on them).  None when `epoch` is
     fenced: the caller rolls back what earlier rounds wrote (more than one round takes a
-    transaction; one round is a statement of its own, which wrote nothing)."""
+    transaction; one round is a statement of its own, which wrote nothing, unless the fence came
+    between it and a retry of a chain that raced: report_statement.apply_round)."""
     refused = list(refused)
     started: set[str] = set()
     for chains in rounds or [[]]:  # an empty report still asks whether the agent is fenced
