@@ -67,6 +67,8 @@ STARTUP_SESSION = frozenset(
 # Handed to its agent, no process reported yet (with a "prepare and start" order it may have one).
 KERNEL_HANDED = frozenset({KernelStatus.PREPARING, KernelStatus.PULLING, KernelStatus.PREPARED})
 # A process exists, or the agent was told to start one.
+# A kernel has started (its `started` flag) once reported in one of these.
+KERNEL_STARTED = frozenset({KernelStatus.CREATING, KernelStatus.RUNNING})
 KERNEL_PROCESS = frozenset({KernelStatus.CREATING, KernelStatus.RUNNING, KernelStatus.TERMINATING})
 # Kernel statuses in which the agent may have a live process for the kernel.
 KERNEL_ON_AGENT = KERNEL_HANDED | KERNEL_PROCESS

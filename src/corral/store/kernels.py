@@ -31,7 +31,13 @@ from corral.domain.cause import TerminationReason
 from corral.domain.devices import assign_devices
 from corral.domain.placement import Placement
 from corral.domain.rendezvous import pick_port, port_range
-from corral.domain.status import KERNEL_ON_AGENT, TERMINAL_KERNEL, TERMINAL_SESSION, KernelStatus
+from corral.domain.status import (
+    KERNEL_ON_AGENT,
+    KERNEL_STARTED,
+    TERMINAL_KERNEL,
+    TERMINAL_SESSION,
+    KernelStatus,
+)
 from corral.domain.transitions import kernel_sources
 from corral.store import convert, report_statement, unnest
 from corral.store.records import KernelRecord, KernelReport
@@ -245,7 +251,7 @@ async def apply_reports(
         endings = [r for r in batch if r.status in TERMINAL_KERNEL]
         moved |= await _apply_endings(conn, agent_id, endings, now, started)
         refused += [r.kernel_id for r in batch if r.kernel_id not in moved]
-    await _started(conn, sorted(started), now)
+    await mark_started(conn, sorted(started), now)
     return refused
 
 
@@ -309,11 +315,6 @@ async def apply_reports_at(
         refused += found[0]
         started |= found[1]
     return refused, sorted(started)
-
-
-async def mark_started(conn: AsyncConnection, session_ids: list[str], now: datetime) -> None:
-    """Sessions a process of which ran, marked started unless they are already (_started)."""
-    await _started(conn, session_ids, now)
 
 
 def _end_row(report: KernelReport) -> tuple[Any, ...]:
@@ -381,7 +382,7 @@ def _guard_params(agent_id: str, group: Sequence[KernelReport]) -> dict[str, Any
 def _step(status: KernelStatus) -> ReturningUpdate[str, str]:
     """Kernels reported in a non-terminal `status` move there, through the guard."""
     values: dict[str, Any] = {"status": str(status), "status_changed_at": _NOW}
-    if status in (KernelStatus.RUNNING, KernelStatus.CREATING):
+    if status in KERNEL_STARTED:
         values["started"] = True
     return (
         update(kernels).where(*_guard(status)).values(**values).returning(kernels.c.id, kernels.c.session_id)
@@ -393,7 +394,7 @@ _STARTED = (
 )
 
 
-async def _started(conn: AsyncConnection, session_ids: list[str], now: datetime) -> None:
+async def mark_started(conn: AsyncConnection, session_ids: list[str], now: datetime) -> None:
     """A session has started when its first process has, even one that ended before a cycle
     promoted the session to RUNNING (its time budget and its history count from then)."""
     if session_ids:

@@ -40,7 +40,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.types import TypeEngine
 
 from corral.domain.cause import TerminationReason
-from corral.domain.status import TERMINAL_KERNEL, KernelStatus
+from corral.domain.status import KERNEL_STARTED, TERMINAL_KERNEL, KernelStatus
 from corral.domain.transitions import kernel_chain, kernel_sources
 from corral.store import unnest
 from corral.store.records import KernelReport
@@ -49,7 +49,6 @@ from corral.store.tables import agents, allocations, kernels, sessions
 _STATUS = kernels.c.status.type
 _FLAG: TypeEngine[Any] = Boolean()
 _PORT = kernels.c.master_port.type
-_STARTS = frozenset({KernelStatus.CREATING, KernelStatus.RUNNING})
 # A chain's outcome that is a step (no ending applied): the status it reaches from `from`, the last
 # port reported on the way, whether the kernel started (CREATING on) and whether a process ran.
 _STEPS = (
@@ -290,7 +289,7 @@ def _chain_rows(
         ends = done[-1].status in TERMINAL_KERNEL
         way = done[:-1] if ends else done
         port = next((r.master_port for r in reversed(way) if r.master_port is not None), None)
-        started = any(r.status in _STARTS for r in way)
+        started = any(r.status in KERNEL_STARTED for r in way)
         ran = any(r.status is KernelStatus.RUNNING for r in way)
         if ends:
             before = way[-1].status if way else start
