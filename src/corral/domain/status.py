@@ -66,9 +66,9 @@ STARTUP_SESSION = frozenset(
 )
 # Handed to its agent, no process reported yet (with a "prepare and start" order it may have one).
 KERNEL_HANDED = frozenset({KernelStatus.PREPARING, KernelStatus.PULLING, KernelStatus.PREPARED})
-# A process exists, or the agent was told to start one.
 # A kernel has started (its `started` flag) once reported in one of these.
 KERNEL_STARTED = frozenset({KernelStatus.CREATING, KernelStatus.RUNNING})
+# A process exists, or the agent was told to start one.
 KERNEL_PROCESS = frozenset({KernelStatus.CREATING, KernelStatus.RUNNING, KernelStatus.TERMINATING})
 # Kernel statuses in which the agent may have a live process for the kernel.
 KERNEL_ON_AGENT = KERNEL_HANDED | KERNEL_PROCESS
