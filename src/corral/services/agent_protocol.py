@@ -142,21 +142,26 @@ class AgentProtocol:
         recorded = await self._beat(agent_id, epoch)
         # Never hold a poll longer than the agent's heartbeat interval, whatever it asked for.
         deadline = time.monotonic() + min(wait, heartbeat_interval(self._cfg))
+        woken: int | None = None
         while True:
             version = self._wakeup.orders_version
-            async with reading(self._reader) as conn:
-                mine = await kernels.orders_for(conn, agent_id, epoch)
-                if mine is None:
-                    raise Fenced(f"agent {agent_id} epoch {epoch} is fenced; register again")
-                remaining = deadline - time.monotonic()
-                # The orders' fingerprint is the kernels' alone: a poll woken by another agent's
-                # orders (most wake-ups) reads no session and builds no spec before waiting again.
-                fingerprint = _fingerprint(mine)
-                if fingerprint != seen or remaining <= 0:
-                    found = await _orders(conn, mine, self._checkpoint_root, started)
-                    return fingerprint, found, recorded
+            try:
+                async with reading(self._reader) as conn:
+                    mine = await kernels.orders_for(conn, agent_id, epoch)
+                    if mine is None:
+                        raise Fenced(f"agent {agent_id} epoch {epoch} is fenced; register again")
+                    remaining = deadline - time.monotonic()
+                    # The orders' fingerprint is the kernels' alone: a poll woken by another agent's
+                    # orders (most wake-ups) reads no session and builds no spec before waiting again.
+                    fingerprint = _fingerprint(mine)
+                    if fingerprint != seen or remaining <= 0:
+                        found = await _orders(conn, mine, self._checkpoint_root, started)
+                        return fingerprint, found, recorded
+            finally:
+                if woken is not None:
+                    self._wakeup.orders_read(woken)
             # Another manager may run the loop: re-check at least every second.
-            await self._wakeup.wait_orders(version, min(remaining, 1.0))
+            woken = await self._wakeup.wait_orders(version, min(remaining, 1.0))
 
     async def ship_logs(
         self, agent_id: str, epoch: int, shipment: LogShipment, data: bytes
