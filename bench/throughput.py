@@ -37,15 +37,17 @@ from tests.support.postgres import free_port  # noqa: E402
 TERMINAL = ("TERMINATED", "CANCELLED", "ERROR")
 STALL = 120.0
 """Seconds without a session ending after which a run is called stuck."""
+WARMUP = "warmup"
+"""The warm-up sessions' name: left out of the figures."""
 
 
 def start(cmd: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
     return subprocess.Popen(cmd, env=env, stdout=log.open("ab"), stderr=subprocess.STDOUT)
 
 
-def submit_array(http: httpx.Client, n: int) -> float:
+def submit_array(http: httpx.Client, n: int, name: str = "bench") -> float:
     first = time.monotonic()
-    body = {"command": ["true"], "resources": {"cpu": 1}, "name": "bench", "array": f"0-{n - 1}"}
+    body = {"command": ["true"], "resources": {"cpu": 1}, "name": name, "array": f"0-{n - 1}"}
     resp = http.post("/api/v1/sessions", json=body)
     resp.raise_for_status()
     return time.monotonic() - first
@@ -70,14 +72,22 @@ async def submit_all(url: str, key: str, n: int, concurrency: int) -> float:
         return time.monotonic() - first
 
 
+def ended(http: httpx.Client) -> int:
+    counts = http.get("/api/v1/sessions/counts").json()
+    return sum(counts.get(s, 0) for s in TERMINAL)
+
+
 def server_span(http: httpx.Client) -> tuple[float, int]:
-    """Seconds from the first created_at to the last terminated_at, and how many succeeded."""
+    """Seconds from the first created_at to the last terminated_at of the measured sessions (not
+    the warm-up's), and how many succeeded."""
     created, ended, ok, offset = [], [], 0, 0
     while True:
         page = http.get("/api/v1/sessions", params={"limit": 1000, "offset": offset}).json()
         if not page:
             break
         for s in page:
+            if s["name"].startswith(WARMUP + "["):
+                continue
             created.append(datetime.fromisoformat(s["created_at"]))
             ended.append(datetime.fromisoformat(s["terminated_at"]))
             ok += s["result"] == "success"
@@ -101,6 +111,13 @@ def main() -> int:
     )
     parser.add_argument("--slurm-untuned", action="store_true", help="Slurm's default settings")
     parser.add_argument(
+        "--warmup",
+        type=int,
+        default=128,
+        help="jobs each system runs (one array, waited for) before the measured ones: a figure of a"
+        " running installation, not of its first seconds (0: none)",
+    )
+    parser.add_argument(
         "--keep", action="store_true", help="keep the work dir (database, logs) and print where it is"
     )
     parser.add_argument(
@@ -115,6 +132,8 @@ def main() -> int:
         raise SystemExit("--compare-slurm needs Slurm: apt-get install -y slurm-wlm")
     if args.rounds < 1:
         raise SystemExit("--rounds must be 1 or more")
+    if args.warmup < 0:
+        raise SystemExit("--warmup must be 0 or more")
     ours: list[float] = []
     ratios: list[float] = []
     all_ok = True
@@ -127,6 +146,8 @@ def main() -> int:
         if args.compare_slurm:
             # After Corral has stopped: the two never share the machine's cores.
             with slurm.LocalSlurm(2 * args.cpus, tuned=not args.slurm_untuned) as local:
+                if args.warmup:
+                    local.run(args.warmup, True)
                 seconds = local.run(args.n, args.array, args.concurrency)
             theirs = args.n / seconds
             kind = "default" if args.slurm_untuned else "tuned"
@@ -140,6 +161,18 @@ def main() -> int:
             print(f"rounds: {', '.join(f'{x:.2f}x' for x in ratios)}")
             print(f"median corral / slurm: {statistics.median(ratios):.2f}x")
     return 0 if all_ok else 1
+
+
+def warm(http: httpx.Client, n: int) -> None:
+    """Run N sessions as one array and wait for them: the manager's pooled connections have
+    prepared and planned their statements, the agents have started kernels, before the measure."""
+    first = time.monotonic()
+    submit_array(http, n, WARMUP)
+    while ended(http) < n:
+        if time.monotonic() - first > STALL:
+            raise SystemExit(f"the {n} warm-up sessions did not end within {STALL:.0f}s")
+        time.sleep(0.1)
+    print(f"warm-up: {n} sessions in {time.monotonic() - first:.1f}s", flush=True)
 
 
 def run_corral(args: argparse.Namespace) -> tuple[float, int]:
@@ -207,6 +240,8 @@ def run_corral(args: argparse.Namespace) -> tuple[float, int]:
                 raise SystemExit(f"an agent or the manager exited; see the logs in {work}")
             time.sleep(0.1)
         print(machine(database_url), flush=True)
+        if args.warmup:
+            warm(http, args.warmup)
         print(
             f"corral bench: {args.n} sessions, 2 agents x {args.cpus} CPUs, "
             f"{'one array' if args.array else 'N submits'}",
@@ -220,8 +255,7 @@ def run_corral(args: argparse.Namespace) -> tuple[float, int]:
         print(f"submitted in {submit_seconds:.2f}s ({args.n / submit_seconds:.0f} submits/s)", flush=True)
         last, progressed = -1, time.monotonic()
         while True:
-            counts = http.get("/api/v1/sessions/counts").json()
-            done = sum(counts.get(s, 0) for s in TERMINAL)
+            done = ended(http) - args.warmup
             if done != last:
                 print(f"  {done}/{args.n} ended after {time.monotonic() - started:.1f}s", flush=True)
                 last, progressed = done, time.monotonic()
