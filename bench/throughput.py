@@ -72,9 +72,10 @@ async def submit_all(url: str, key: str, n: int, concurrency: int) -> float:
         return time.monotonic() - first
 
 
-def ended(http: httpx.Client) -> int:
+def tally(http: httpx.Client) -> tuple[int, int]:
+    """Sessions ended, and sessions in all."""
     counts = http.get("/api/v1/sessions/counts").json()
-    return sum(counts.get(s, 0) for s in TERMINAL)
+    return sum(counts.get(s, 0) for s in TERMINAL), sum(counts.values())
 
 
 def server_span(http: httpx.Client) -> tuple[float, int]:
@@ -163,16 +164,24 @@ def main() -> int:
     return 0 if all_ok else 1
 
 
-def warm(http: httpx.Client, n: int) -> None:
-    """Run N sessions as one array and wait for them: the manager's pooled connections have
-    prepared and planned their statements, the agents have started kernels, before the measure."""
+def warm(http: httpx.Client, n: int) -> int:
+    """Run N sessions as one array and wait until nothing runs: the manager's pooled connections
+    have prepared and planned their statements, the agents have started kernels, before the
+    measure.  Returns how many sessions had ended then (the measure counts from there)."""
     first = time.monotonic()
     submit_array(http, n, WARMUP)
-    while ended(http) < n:
-        if time.monotonic() - first > STALL:
-            raise SystemExit(f"the {n} warm-up sessions did not end within {STALL:.0f}s")
+    last, progressed = -1, time.monotonic()
+    while True:
+        done, made = tally(http)
+        if done >= n and done == made:
+            break
+        if done != last:
+            last, progressed = done, time.monotonic()
+        elif time.monotonic() - progressed > STALL:
+            raise SystemExit(f"no warm-up session ended for {STALL:.0f}s ({done}/{n} ended)")
         time.sleep(0.1)
     print(f"warm-up: {n} sessions in {time.monotonic() - first:.1f}s", flush=True)
+    return done
 
 
 def run_corral(args: argparse.Namespace) -> tuple[float, int]:
@@ -240,8 +249,7 @@ def run_corral(args: argparse.Namespace) -> tuple[float, int]:
                 raise SystemExit(f"an agent or the manager exited; see the logs in {work}")
             time.sleep(0.1)
         print(machine(database_url), flush=True)
-        if args.warmup:
-            warm(http, args.warmup)
+        before = warm(http, args.warmup) if args.warmup else 0
         print(
             f"corral bench: {args.n} sessions, 2 agents x {args.cpus} CPUs, "
             f"{'one array' if args.array else 'N submits'}",
@@ -255,7 +263,7 @@ def run_corral(args: argparse.Namespace) -> tuple[float, int]:
         print(f"submitted in {submit_seconds:.2f}s ({args.n / submit_seconds:.0f} submits/s)", flush=True)
         last, progressed = -1, time.monotonic()
         while True:
-            done = ended(http) - args.warmup
+            done = tally(http)[0] - before
             if done != last:
                 print(f"  {done}/{args.n} ended after {time.monotonic() - started:.1f}s", flush=True)
                 last, progressed = done, time.monotonic()

@@ -26,10 +26,10 @@ class Wakeup:
         self._retries = asyncio.Event()
         self._orders = asyncio.Condition()
         self.orders_version = 0
-        self._polls = 0
-        """Long polls waiting for orders right now."""
+        self._waiting = 0
+        """Long polls waiting for orders that no bump has woken yet."""
         self._unread = 0
-        """Of the polls the last bump woke, how many have not read their orders yet."""
+        """Polls a bump woke that have not read their orders yet (each counted by one bump only)."""
         self._all_read = asyncio.Event()
         self._all_read.set()
         # Tells other managers (kind: "scheduler", "retries", "orders"); None with one manager.
@@ -76,46 +76,69 @@ class Wakeup:
         self._retries.clear()
 
     async def orders_changed(self) -> None:
-        """New orders are written: wake the long polls, and return once they have read them (or
-        after ORDERS_READ_WAIT).  A poll's reads take turns with the cycle's on the loop; the cycle
-        going on at once made them wait for its next handlers (measured on an idle cluster: the
-        orders of a placed session reached its agent 10 ms after their commit, 3 ms of it reading)."""
+        """New orders are written: wake the long polls, and return once every poll woken has read
+        (or after ORDERS_READ_WAIT).  A poll's reads take turns with the cycle's on the loop; the
+        cycle going on at once made them wait for its next handlers (measured on an idle cluster:
+        the orders of a placed session reached its agent 10 ms after their commit, 3 ms of it
+        reading)."""
         await self._bump_orders()
         self._tell_others("orders")  # an agent may long-poll another manager
+        if self._all_read.is_set():
+            return
         try:
-            await asyncio.wait_for(self._all_read.wait(), ORDERS_READ_WAIT)
+            # asyncio.timeout, not wait_for: 3.11's wait_for can swallow a cancel (shutdown).
+            async with asyncio.timeout(ORDERS_READ_WAIT):
+                await self._all_read.wait()
         except TimeoutError:
             pass
 
     async def _bump_orders(self) -> None:
         async with self._orders:
             self.orders_version += 1
-            self._unread = self._polls
-            if self._unread:
-                self._all_read.clear()
+            self._unread += self._waiting
+            self._waiting = 0
+            self._settle()
             self._orders.notify_all()
 
-    async def wait_orders(self, seen_version: int, seconds: float) -> int | None:
-        """Wait for orders newer than `seen_version`; the version that woke it, or None when the
-        time ran out.  A poll woken says `orders_read` with that version once it has read."""
+    async def wait_orders(self, seen_version: int, seconds: float) -> bool:
+        """Wait for orders newer than `seen_version`, at most `seconds`.  True when a bump woke
+        it: the poll then reads and says `orders_read`.  False when the time ran out, or when the
+        orders had changed before it waited (no bump counted it: it reads anyway)."""
         async with self._orders:
-            self._polls += 1
+            entered = self.orders_version
+            if entered != seen_version:
+                return False
+            self._waiting += 1
             try:
-                await asyncio.wait_for(
-                    self._orders.wait_for(lambda: self.orders_version != seen_version), seconds
-                )
+                async with asyncio.timeout(seconds):
+                    await self._orders.wait_for(lambda: self.orders_version != seen_version)
             except TimeoutError:
-                return None
-            finally:
-                self._polls -= 1
-            return self.orders_version
+                pass
+            except BaseException:
+                # Cancelled (its request went away): it reads nothing, and no cycle waits for it.
+                self._left(entered)
+                raise
+            if self.orders_version != entered:
+                return True  # a bump counted it, even when its time ran out in the same turn
+            self._waiting -= 1
+            return False
 
-    def orders_read(self, version: int) -> None:
-        """A poll woken by `version` has read its orders (a later bump counts its own polls)."""
-        if version == self.orders_version and self._unread:
-            self._unread -= 1
-            if not self._unread:
-                self._all_read.set()
+    def _left(self, entered: int) -> None:
+        if self.orders_version != entered:
+            self.orders_read()
+        else:
+            self._waiting -= 1
+
+    def orders_read(self) -> None:
+        """A poll a bump woke has read its orders."""
+        self._unread = max(self._unread - 1, 0)
+        self._settle()
+
+    def _settle(self) -> None:
+        if self._unread:
+            self._all_read.clear()
+        else:
+            self._all_read.set()
 
 
 async def repeat(

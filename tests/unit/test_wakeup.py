@@ -1,4 +1,5 @@
-"""A cycle that hands orders lets the long polls it woke read them before it goes on."""
+"""A cycle that hands orders lets the long polls it woke read them before it goes on, and never
+waits for a poll that will not read (gone, timed out, or never woken)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,15 @@ import pytest
 from corral import wakeup as wakeup_module
 from corral.wakeup import Wakeup
 
+RELEASED = 1.0
+"""Seconds within which a cycle released by the polls' reads returns (the bound is set far above)."""
+
+
+@pytest.fixture(autouse=True)
+def _far_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only the polls can release a cycle within RELEASED: the time bound is a minute."""
+    monkeypatch.setattr(wakeup_module, "ORDERS_READ_WAIT", 60.0)
+
 
 async def _turns(n: int = 20) -> None:
     """Give every ready task `n` turns of the loop."""
@@ -18,11 +28,10 @@ async def _turns(n: int = 20) -> None:
 
 async def _poll(w: Wakeup, may_read: asyncio.Event, read: list[int]) -> None:
     """A long poll: waits for new orders, reads them once allowed, says so."""
-    woken = await w.wait_orders(w.orders_version, 30)
-    assert woken is not None
+    assert await w.wait_orders(w.orders_version, 30)
     await may_read.wait()
-    read.append(woken)
-    w.orders_read(woken)
+    read.append(w.orders_version)
+    w.orders_read()
 
 
 async def test_orders_changed_returns_once_every_woken_poll_has_read() -> None:
@@ -38,49 +47,75 @@ async def test_orders_changed_returns_once_every_woken_poll_has_read() -> None:
     await _turns()
     assert len(read) == 1 and not changed.done()
     gates[1].set()
-    await asyncio.wait_for(changed, 5)
-    assert read == [w.orders_version, w.orders_version]
+    await asyncio.wait_for(changed, RELEASED)
     await asyncio.gather(*polls)
 
 
 async def test_orders_changed_returns_at_once_when_no_poll_waits() -> None:
     w = Wakeup()
-    await asyncio.wait_for(w.orders_changed(), 0.5)
+    await asyncio.wait_for(w.orders_changed(), RELEASED)
     assert w.orders_version == 1
 
 
 async def test_a_poll_that_never_reads_holds_the_cycle_only_for_the_bound(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(wakeup_module, "ORDERS_READ_WAIT", 0.05)
+    monkeypatch.setattr(wakeup_module, "ORDERS_READ_WAIT", 0.2)
     w = Wakeup()
-    never = asyncio.Event()
-    poll = asyncio.create_task(_poll(w, never, []))
+    poll = asyncio.create_task(_poll(w, asyncio.Event(), []))
     await _turns()
     loop = asyncio.get_running_loop()
     started = loop.time()
     await asyncio.wait_for(w.orders_changed(), 5)
-    assert loop.time() - started >= 0.05
+    assert 0.2 <= loop.time() - started < 2
     poll.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await poll
 
 
-async def test_a_read_of_older_orders_does_not_release_a_newer_bump() -> None:
+async def test_a_later_bump_still_waits_for_a_poll_an_earlier_one_woke() -> None:
     w = Wakeup()
-    first_gate, second_gate = asyncio.Event(), asyncio.Event()
-    slow_read: list[int] = []
-    slow = asyncio.create_task(_poll(w, first_gate, slow_read))
+    gate = asyncio.Event()
+    slow = asyncio.create_task(_poll(w, gate, []))
     await _turns()
-    # Bump once: `slow` is woken by version 1 and is still reading when version 2 comes.
     first = asyncio.create_task(w.orders_changed())
     await _turns()
-    other = asyncio.create_task(_poll(w, second_gate, []))
+    second = asyncio.create_task(w.orders_changed())  # no poll waits now: `slow` is reading
     await _turns()
-    second = asyncio.create_task(w.orders_changed())
+    assert not first.done() and not second.done()
+    gate.set()
+    await asyncio.wait_for(asyncio.gather(first, second, slow), RELEASED)
+    await asyncio.wait_for(w.orders_changed(), RELEASED)  # nothing left unread
+
+
+async def test_a_poll_cancelled_after_its_wake_is_not_waited_for() -> None:
+    w = Wakeup()
+    poll = asyncio.create_task(w.wait_orders(w.orders_version, 30))
     await _turns()
-    first_gate.set()  # says it read version 1
+    await w.receive("orders")  # woken (another manager's bump: nothing waits here)...
+    poll.cancel()  # ...and gone before it could read
+    with pytest.raises(asyncio.CancelledError):
+        await poll
+    await asyncio.wait_for(w.orders_changed(), RELEASED)
+
+
+async def test_a_poll_that_timed_out_is_not_waited_for() -> None:
+    w = Wakeup()
+    assert not await w.wait_orders(w.orders_version, 0.01)
+    await asyncio.wait_for(w.orders_changed(), RELEASED)
+
+
+async def test_a_poll_whose_orders_changed_before_it_waited_is_not_counted() -> None:
+    w = Wakeup()
+    gate = asyncio.Event()
+    counted = asyncio.create_task(_poll(w, gate, []))
     await _turns()
-    assert slow_read == [1] and not second.done()  # version 2's poll has not read yet
-    second_gate.set()
-    await asyncio.wait_for(second, 5)
-    await asyncio.wait_for(first, 5)
-    await asyncio.gather(slow, other)
+    seen = w.orders_version
+    changed = asyncio.create_task(w.orders_changed())
+    await _turns()
+    # A poll that read before that bump: it returns at once, and saying nothing it releases no one.
+    assert not await w.wait_orders(seen, 30)
+    await _turns()
+    assert not changed.done()
+    gate.set()
+    await asyncio.wait_for(asyncio.gather(changed, counted), RELEASED)

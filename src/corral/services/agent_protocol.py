@@ -142,7 +142,7 @@ class AgentProtocol:
         recorded = await self._beat(agent_id, epoch)
         # Never hold a poll longer than the agent's heartbeat interval, whatever it asked for.
         deadline = time.monotonic() + min(wait, heartbeat_interval(self._cfg))
-        woken: int | None = None
+        woken = False
         while True:
             version = self._wakeup.orders_version
             try:
@@ -158,8 +158,9 @@ class AgentProtocol:
                         found = await _orders(conn, mine, self._checkpoint_root, started)
                         return fingerprint, found, recorded
             finally:
-                if woken is not None:
-                    self._wakeup.orders_read(woken)
+                if woken:
+                    self._wakeup.orders_read()
+                    woken = False
             # Another manager may run the loop: re-check at least every second.
             woken = await self._wakeup.wait_orders(version, min(remaining, 1.0))
 
