@@ -164,22 +164,34 @@ def main() -> int:
     return 0 if all_ok else 1
 
 
+def wait_ended(
+    http: httpx.Client, n: int, before: int, every: float, stuck: str, since: float | None = None
+) -> int:
+    """Until N sessions beyond the `before` already ended have ended, and none runs; how many have
+    ended then.  With `since` (a monotonic time), progress is printed as it goes.  A run in which
+    none ends for STALL seconds stops with `stuck` (a stuck run is a finding, not a figure: it is
+    not waited on for ever)."""
+    last, seen = time.monotonic(), -1
+    while True:
+        done, made = tally(http)
+        if done != seen:
+            if since is not None:
+                print(f"  {done - before}/{n} ended after {time.monotonic() - since:.1f}s", flush=True)
+            seen, last = done, time.monotonic()
+        if done - before >= n and done == made:
+            return done
+        if time.monotonic() - last > STALL:
+            raise SystemExit(f"no session ended for {STALL:.0f}s ({done - before}/{n} ended): {stuck}")
+        time.sleep(every)
+
+
 def warm(http: httpx.Client, n: int) -> int:
     """Run N sessions as one array and wait until nothing runs: the manager's pooled connections
     have prepared and planned their statements, the agents have started kernels, before the
     measure.  Returns how many sessions had ended then (the measure counts from there)."""
     first = time.monotonic()
     submit_array(http, n, WARMUP)
-    last, progressed = -1, time.monotonic()
-    while True:
-        done, made = tally(http)
-        if done >= n and done == made:
-            break
-        if done != last:
-            last, progressed = done, time.monotonic()
-        elif time.monotonic() - progressed > STALL:
-            raise SystemExit(f"no warm-up session ended for {STALL:.0f}s ({done}/{n} ended)")
-        time.sleep(0.1)
+    done = wait_ended(http, n, 0, 0.1, "the warm-up is stuck")
     print(f"warm-up: {n} sessions in {time.monotonic() - first:.1f}s", flush=True)
     return done
 
@@ -261,21 +273,8 @@ def run_corral(args: argparse.Namespace) -> tuple[float, int]:
         else:
             submit_seconds = asyncio.run(submit_all(url, key, args.n, args.concurrency))
         print(f"submitted in {submit_seconds:.2f}s ({args.n / submit_seconds:.0f} submits/s)", flush=True)
-        last, progressed = -1, time.monotonic()
-        while True:
-            done = tally(http)[0] - before
-            if done != last:
-                print(f"  {done}/{args.n} ended after {time.monotonic() - started:.1f}s", flush=True)
-                last, progressed = done, time.monotonic()
-            if done >= args.n:
-                break
-            if time.monotonic() - progressed > STALL:
-                # A stuck run is a finding, not a figure: stop instead of waiting for ever.
-                raise SystemExit(
-                    f"no session ended for {STALL:.0f}s ({done}/{args.n} ended): stuck; run again with"
-                    f" --keep to keep the logs ({work})"
-                )
-            time.sleep(0.5)
+        stuck = f"stuck; run again with --keep to keep the logs ({work})"
+        wait_ended(http, args.n, before, 0.5, stuck, since=started)
         span, ok = server_span(http)
         print(f"sessions ended successfully: {ok}/{args.n}")
         print(f"first submit -> last terminal status: {span:.2f}s")
