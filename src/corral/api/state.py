@@ -32,7 +32,9 @@ class AppState:
     protocol: AgentProtocol
 
 
-def app_state(request: Request) -> AppState:
+async def app_state(request: Request) -> AppState:
+    # A coroutine, not a plain function: FastAPI runs those in its thread pool, and every request
+    # asks for the state (a thread round trip each, and the GIL handed over while a cycle runs).
     state: AppState = request.app.state.corral
     return state
 
