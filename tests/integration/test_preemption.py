@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from corral.manager.handlers.schedule_new import ScheduleNewSessions
 from tests.conftest import BACKENDS
 from tests.support.cluster import TERMINAL, Cluster, poll, scratch
 
@@ -97,7 +98,7 @@ def test_a_preemptor_behind_a_full_page_of_the_queue_still_preempts(full: Cluste
     c = full
     assert c.corral("rg", "set", "default", "grace_period=0", "min_runtime=0").returncode == 0
     fill(c)
-    page = 64  # ScheduleNewSessions.queue_page: these fill more than the first page
+    page = ScheduleNewSessions.queue_page  # these fill more than the first page
     # Gangs of three 2-CPU kernels: no preemption on 2 agents of 2 CPUs makes room for one.
     head = c.submit(
         command=["true"],
