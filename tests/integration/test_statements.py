@@ -7,16 +7,19 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from sqlalchemy import bindparam, event, select, text, update
+from sqlalchemy import bindparam, event, insert, select, text, update
+from sqlalchemy.dialects.sqlite.aiosqlite import SQLiteDialect_aiosqlite as SQLiteDialect
 from sqlalchemy.exc import DBAPIError
 
-from corral.domain.spec import SessionSpec
+from corral.domain.resources import ResourceSlots
+from corral.domain.spec import Backoff, RetryPolicy, SessionSpec
 from corral.domain.status import KernelStatus, SessionStatus
-from corral.store import journal, sessions
+from corral.store import driver_rows, journal, sessions
 from corral.store.db import transaction
 from corral.store.records import Move, NewSession
 from corral.store.tables import kernels as kernel_table
@@ -212,3 +215,81 @@ async def test_a_read_of_several_statuses_reads_no_ended_session_before_any_stat
                 [plan] = explained.scalar()
                 assert _removed_from_sessions(plan["Plan"]) < 10, statement
         assert len(sent) == 2
+
+
+async def test_rows_handed_to_the_driver_are_stored_as_sqlalchemys_insert_stores_them(
+    fresh_database: Callable[[str], str],
+) -> None:
+    """SQLite's many-row INSERTs go to the driver without SQLAlchemy's executemany
+    (store/driver_rows.py): every column of a session, of its kernels and of its event is stored as
+    SQLAlchemy's own INSERT stores it, whatever its type (text, JSON, times, flags, numbers, NULL)."""
+    policy = RetryPolicy(max_retries=2, retry_delay=1.5, backoff=Backoff.EXPONENTIAL)
+    spec = SessionSpec(
+        command=("python3", "-c", "print('é \\u2603')"),
+        resources=ResourceSlots.parse({"cpu": "1.5", "mem": "64M"}),
+        env={"K": "vé", "EMPTY": ""},
+        cluster_size=2,
+        priority=3,
+        timeout=12,
+        retry_policy=policy,
+        retry_policies=("gpu-flaky",),
+        creation_id="c-1",
+        array_id=str(uuid.uuid4()),
+        array_index=7,
+    )
+    later = NOW + timedelta(microseconds=1)
+    new = NewSession(
+        id=str(uuid.uuid4()),
+        name="n[7]",
+        owner="t",
+        spec=spec,
+        rule_counts={"gpu-flaky": 1},
+        first_started_at=later,
+        retry_after=later,
+        spec_hash="h",
+    )
+    row = sessions._session_row(new, NOW)
+    kernel_rows = sessions._kernel_rows(new, row["resources"], NOW)
+    events = [(new.id, "session.created", None, "PENDING", {"k": ["é", None, 1.5]})]
+    stored = []
+    async with migrated(fresh_database("sqlite")) as engine:
+        for through_driver in (True, False):
+            async with transaction(engine) as conn:
+                if through_driver:
+                    for table, rows in ((session_table, [row]), (kernel_table, kernel_rows)):
+                        names = tuple(c.name for c in table.columns)
+                        values = [tuple(r[n] for n in names) for r in rows]
+                        await driver_rows.insert_rows(conn, table, names, values)
+                    await driver_rows.insert_rows(
+                        conn, session_events, journal.EVENT_COLUMNS, events, {"created_at": NOW}
+                    )
+                else:  # SQLAlchemy's executemany, with its own processing of every value
+                    await conn.execute(insert(session_table), [row])
+                    await conn.execute(insert(kernel_table), kernel_rows)
+                    event_rows = [dict(zip(journal.EVENT_COLUMNS, e, strict=True)) for e in events]
+                    await conn.execute(insert(session_events), [{**e, "created_at": NOW} for e in event_rows])
+            async with transaction(engine) as conn:
+                found = {}
+                for table in (session_table, kernel_table, session_events):
+                    result = await conn.exec_driver_sql(f"SELECT * FROM {table.name}")
+                    rows = [dict(zip(result.keys(), r, strict=True)) for r in result]
+                    for r in rows if table is session_events else []:
+                        del r["id"]  # numbered afresh
+                    found[table.name] = rows
+                for table in (session_events, kernel_table, session_table):  # kernels refer to sessions
+                    await conn.exec_driver_sql(f"DELETE FROM {table.name}")
+                stored.append(found)
+        assert stored[0] == stored[1]
+        assert len(stored[0]["kernels"]) == 2 and len(stored[0]["session_events"]) == 1
+        assert stored[0]["sessions"][0]["spec_hash"] == "h"  # the whole array's
+        async with transaction(engine) as conn:
+            [made] = await sessions.insert_sessions(conn, [new], NOW)  # and it reads back as written
+            assert await sessions.get(conn, new.id) == made
+        assert replace(made.spec, name=None) == spec and made.rule_counts == {"gpu-flaky": 1}
+        assert made.retry_after == later
+
+
+def test_rows_for_the_driver_must_give_what_sqlalchemy_would_default() -> None:
+    """A column with a Python-side default is not filled in by the driver: it must be given."""
+    with pytest.raises(ValueError, match="payload"):
+        driver_rows._statement(session_events, ("session_id", "kind"), ("created_at",), SQLiteDialect())

@@ -134,8 +134,8 @@ async def _create(
             )
             for i in indices
         ]
-        made = await sessions.insert_sessions(conn, news, now)
-    view = ArrayView(array_id, describe(tuple(indices)), tuple(s.id for s in made), {"PENDING": len(made)})
+        await sessions.insert_many(conn, news, now)
+    view = ArrayView(array_id, describe(tuple(indices)), tuple(s.id for s in news), {"PENDING": len(news)})
     return view, True
 
 

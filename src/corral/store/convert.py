@@ -91,8 +91,9 @@ _SPEC_COLUMNS = (
 )
 
 
-def spec_columns(spec: SessionSpec) -> dict[str, Any]:
-    """The one place a spec becomes columns (and `spec` below is the way back)."""
+def spec_columns(spec: SessionSpec, spec_hash: str | None = None) -> dict[str, Any]:
+    """The one place a spec becomes columns (and `spec` below is the way back); `spec_hash`, when
+    given, is stored instead of the spec's own digest (an array element: the whole request's)."""
     return {
         "command": list(spec.command),
         "resources": spec.resources.nonzero().to_json(),
@@ -109,7 +110,7 @@ def spec_columns(spec: SessionSpec) -> dict[str, Any]:
         "retry_policy": spec.retry_policy.to_json() if spec.retry_policy else None,
         "retry_policies": list(spec.retry_policies),
         "creation_id": spec.creation_id,
-        "spec_hash": spec.digest(),
+        "spec_hash": spec_hash if spec_hash is not None else spec.digest(),
         "array_id": spec.array_id,
         "array_index": spec.array_index,
     }

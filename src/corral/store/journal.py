@@ -4,15 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
-from functools import cache, lru_cache
+from functools import cache
 from typing import Any
 
 from sqlalchemy import ColumnElement, Insert, Table, and_, bindparam, insert, select, update
-from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.selectable import TableValuedAlias
 
-from corral.store import convert, unnest
+from corral.store import convert, driver_rows, unnest
 from corral.store.records import HistoryRecord
 from corral.store.tables import session_events, session_history
 
@@ -69,39 +68,13 @@ async def _insert(
     same: dict[str, Any],
 ) -> None:
     """Rows of `columns`, plus values every row shares: on PostgreSQL one statement whatever the
-    row count (store/unnest.py)."""
+    row count (store/unnest.py), on SQLite straight to the driver (store/driver_rows.py)."""
     if conn.dialect.name == "postgresql":
         await conn.execute(
             _unnest_insert(table, columns, tuple(same)), {**unnest_params(table, columns, "", rows), **same}
         )
         return
-    # SQLite: the rows as the driver takes them, each value through its column type's own bind
-    # processing, and the shared ones once.  Through SQLAlchemy's executemany every row was a dict
-    # built, merged and processed key by key (eight history and eight event rows per session: a
-    # twentieth of the manager's time in bench/throughput.py).
-    sql, processors = _driver_insert(table, columns, tuple(same), conn.dialect)
-    shared = tuple(_bound(processors[len(columns) + i], v) for i, v in enumerate(same.values()))
-    own = processors[: len(columns)]
-    await conn.exec_driver_sql(
-        sql, [(*(_bound(p, v) for p, v in zip(own, row, strict=True)), *shared) for row in rows]
-    )
-
-
-def _bound(processor: Callable[[Any], Any] | None, value: Any) -> Any:
-    return value if processor is None else processor(value)
-
-
-@lru_cache(maxsize=16)
-def _driver_insert(
-    table: Table, columns: tuple[str, ...], same: tuple[str, ...], dialect: Dialect
-) -> tuple[str, tuple[Callable[[Any], Any] | None, ...]]:
-    """The positional INSERT of `columns` then `same` as the dialect renders it, and each column's
-    bind processor (None: the value goes as it is)."""
-    names = (*columns, *same)
-    compiled = insert(table).values({c: bindparam(c) for c in names}).compile(dialect=dialect)
-    assert tuple(compiled.positiontup or ()) == names, "the driver's parameters follow the columns"
-    processors = tuple(table.c[c].type.dialect_impl(dialect).bind_processor(dialect) for c in names)
-    return compiled.string, processors
+    await driver_rows.insert_rows(conn, table, columns, rows, same)
 
 
 @cache

@@ -15,6 +15,7 @@ from sqlalchemy import (
     ColumnElement,
     Executable,
     Select,
+    Table,
     and_,
     bindparam,
     case,
@@ -43,7 +44,7 @@ from corral.domain.status import (
 )
 from corral.domain.transitions import kernel_move_allowed, kernel_sources, session_move_allowed
 from corral.store import agents as agent_store
-from corral.store import convert, journal
+from corral.store import convert, driver_rows, journal
 from corral.store.db import autocommitting
 from corral.store.records import KernelRecord, Move, NewSession, SessionRecord
 from corral.store.tables import agents, allocations, kernels, session_events, session_history, sessions
@@ -62,25 +63,43 @@ async def insert_sessions(
     conn: AsyncConnection, news: Sequence[NewSession], now: datetime
 ) -> list[SessionRecord]:
     """Insert PENDING sessions with their kernels and first events in three statements (an array of
-    a thousand costs what one session does, plus the rows)."""
+    a thousand costs what one session does, plus the rows); returns what was written."""
+    written = await _insert_new(conn, news, now)
+    return [convert.session(row, tuple(convert.kernel(k) for k in ks)) for row, ks in written]
+
+
+async def insert_many(conn: AsyncConnection, news: Sequence[NewSession], now: datetime) -> None:
+    """insert_sessions without the records back (a job array answers with its ids)."""
+    await _insert_new(conn, news, now)
+
+
+async def _insert_new(
+    conn: AsyncConnection, news: Sequence[NewSession], now: datetime
+) -> list[tuple[dict[str, Any], list[dict[str, Any]]]]:
+    """Each session's row and its kernels' rows, as inserted."""
     if not news:
         return []
     rows = [_session_row(new, now) for new in news]
     kernel_rows = [_kernel_rows(new, row["resources"], now) for new, row in zip(news, rows, strict=True)]
-    await conn.execute(insert(sessions), rows)  # bound parameters: the compiled statement is reused
-    await conn.execute(insert(kernels), [k for ks in kernel_rows for k in ks])
+    await _insert_all(conn, sessions, rows)
+    await _insert_all(conn, kernels, [k for ks in kernel_rows for k in ks])
     await journal.add_events(conn, [(new.id, "session.created", None, "PENDING", {}) for new in news], now)
-    return [
-        convert.session(row, tuple(convert.kernel(k) for k in ks))
-        for row, ks in zip(rows, kernel_rows, strict=True)
-    ]
+    return list(zip(rows, kernel_rows, strict=True))
+
+
+async def _insert_all(conn: AsyncConnection, table: Table, rows: Sequence[dict[str, Any]]) -> None:
+    """Rows giving every column: one multi-row INSERT on PostgreSQL (store/db.py), straight to the
+    driver on SQLite."""
+    if conn.dialect.name == "postgresql":
+        await conn.execute(insert(table), rows)  # bound parameters: the compiled statement is reused
+        return
+    names = tuple(c.name for c in table.columns)
+    await driver_rows.insert_rows(conn, table, names, [tuple(row[n] for n in names) for row in rows])
 
 
 def _session_row(new: NewSession, now: datetime) -> dict[str, Any]:
     row: dict[str, Any] = {c.name: None for c in sessions.columns}
-    row.update(convert.spec_columns(new.spec))
-    if new.spec_hash is not None:
-        row["spec_hash"] = new.spec_hash
+    row.update(convert.spec_columns(new.spec, new.spec_hash))
     row.update(
         id=new.id,
         name=new.name,
