@@ -256,10 +256,8 @@ async def test_rows_handed_to_the_driver_are_stored_as_sqlalchemys_insert_stores
         for through_driver in (True, False):
             async with transaction(engine) as conn:
                 if through_driver:
-                    for table, rows in ((session_table, [row]), (kernel_table, kernel_rows)):
-                        names = tuple(c.name for c in table.columns)
-                        values = [tuple(r[n] for n in names) for r in rows]
-                        await driver_rows.insert_rows(conn, table, names, values)
+                    await sessions._insert_all(conn, session_table, [row])
+                    await sessions._insert_all(conn, kernel_table, kernel_rows)
                     await driver_rows.insert_rows(
                         conn, session_events, journal.EVENT_COLUMNS, events, {"created_at": NOW}
                     )

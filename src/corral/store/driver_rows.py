@@ -5,7 +5,7 @@ SQLAlchemy's executemany builds, merges and processes a dict per row, key by key
 history and eight event rows of every session, and for a job array's sessions and kernels, that
 was most of what writing them cost (bench/throughput.py).  The statement is SQLAlchemy's, compiled
 once per shape; what SQLAlchemy would apply beyond the given values (Python-side column defaults)
-is not, so every column without a server-side default must be given."""
+is not, so every column with one must be given (a column left out is NULL, as with SQLAlchemy)."""
 
 from __future__ import annotations
 
