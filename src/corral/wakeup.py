@@ -105,8 +105,7 @@ class Wakeup:
         it: the poll then reads and says `orders_read`.  False when the time ran out, or when the
         orders had changed before it waited (no bump counted it: it reads anyway)."""
         async with self._orders:
-            entered = self.orders_version
-            if entered != seen_version:
+            if self.orders_version != seen_version:
                 return False
             self._waiting += 1
             try:
@@ -116,18 +115,15 @@ class Wakeup:
                 pass
             except BaseException:
                 # Cancelled (its request went away): it reads nothing, and no cycle waits for it.
-                self._left(entered)
+                if self.orders_version != seen_version:
+                    self.orders_read()  # a bump counted it
+                else:
+                    self._waiting -= 1
                 raise
-            if self.orders_version != entered:
+            if self.orders_version != seen_version:
                 return True  # a bump counted it, even when its time ran out in the same turn
             self._waiting -= 1
             return False
-
-    def _left(self, entered: int) -> None:
-        if self.orders_version != entered:
-            self.orders_read()
-        else:
-            self._waiting -= 1
 
     def orders_read(self) -> None:
         """A poll a bump woke has read its orders."""
