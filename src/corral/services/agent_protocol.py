@@ -19,7 +19,7 @@ from corral.services.errors import Conflict, Fenced, InvalidInput
 from corral.settings import SchedulerSettings
 from corral.store import agents, kernels, logs, sessions, users
 from corral.store.db import reading, statements, transaction
-from corral.store.records import KernelRecord, KernelReport, SessionRecord
+from corral.store.records import KernelRecord, KernelReport, OrderedKernel, SessionRecord
 from corral.wakeup import Wakeup
 
 # Orders carry the full spec only where the agent must act on it.
@@ -219,14 +219,14 @@ class AgentProtocol:
         return len(reports) - len(refused), refused, recorded
 
 
-def _fingerprint(mine: list[KernelRecord]) -> str:
+def _fingerprint(mine: list[OrderedKernel]) -> str:
     """What an agent's orders say, in short: it polls again with it and is answered when it changes."""
     said = [(k.id, k.generation, str(k.status), k.kill_requested, k.kill_forced) for k in mine]
     return hashlib.sha1(json.dumps(said).encode()).hexdigest()
 
 
 async def _orders(
-    conn: AsyncConnection, mine: list[KernelRecord], checkpoint_root: str, started: frozenset[str]
+    conn: AsyncConnection, mine: list[OrderedKernel], checkpoint_root: str, started: frozenset[str]
 ) -> list[dict[str, Any]]:
     """The orders for an agent's kernels `mine` (those it should hold a process or preparation for)."""
     if not mine:
@@ -239,12 +239,13 @@ async def _orders(
     hosts = {k.agent_id for s in by_session.values() for k in s.kernels if k.agent_id}
     addresses = await agents.addresses(conn, sorted(hosts)) if hosts else {}
     run_as = await users.run_as_of(conn, sorted({s.owner for s in by_session.values()}))
-    spec_of = {k.id for k in with_spec}
+    # A spec is built from the kernel's whole row, read with its session (in this same snapshot).
+    rows = {p.id: p for s in by_session.values() for p in s.kernels}
+    spec_of = {k.id: rows.get(k.id) for k in with_spec}
     out = []
     for k in mine:
-        spec = (
-            _spec(by_session[k.session_id], k, addresses, checkpoint_root, run_as) if k.id in spec_of else {}
-        )
+        own = spec_of.get(k.id)
+        spec = _spec(by_session[k.session_id], own, addresses, checkpoint_root, run_as) if own else {}
         out.append(
             {
                 "kernel_id": k.id,

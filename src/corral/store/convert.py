@@ -52,6 +52,10 @@ def session_status(value: str) -> SessionStatus:
     return _SESSION_STATUS[value]
 
 
+def kernel_status(value: str) -> KernelStatus:
+    return _KERNEL_STATUS[value]
+
+
 def _slots(raw: Mapping[str, Any]) -> ResourceSlots:
     """Slots from a decoded JSON column, one parse per distinct value (they are immutable)."""
     return _slots_of_items(tuple(raw.items()))

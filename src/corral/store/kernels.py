@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
+from dataclasses import fields
 from datetime import datetime
 from decimal import Decimal
 from functools import cache
@@ -40,7 +41,7 @@ from corral.domain.status import (
 )
 from corral.domain.transitions import kernel_sources
 from corral.store import convert, report_statement, unnest
-from corral.store.records import KernelRecord, KernelReport
+from corral.store.records import KernelRecord, KernelReport, OrderedKernel
 from corral.store.tables import agents, allocations, kernels, sessions
 
 log = structlog.get_logger("corral.store.kernels")
@@ -591,7 +592,7 @@ async def _suspend(conn: AsyncConnection, agent_id: str, report: KernelReport, n
 
 
 _ORDERS = (
-    select(agents.c.epoch.label("agent_epoch"), *kernels.c)
+    select(agents.c.epoch.label("agent_epoch"), *(kernels.c[f.name] for f in fields(OrderedKernel)))
     .select_from(
         agents.outerjoin(
             kernels,
@@ -601,17 +602,21 @@ _ORDERS = (
     .where(agents.c.id == bindparam("k_agent"))
     .order_by(kernels.c.session_id, kernels.c.rank)
 )
+_ORDER_STATUS = [f.name for f in fields(OrderedKernel)].index("status")
 
 
-async def orders_for(conn: AsyncConnection, agent_id: str, epoch: int) -> list[KernelRecord] | None:
+async def orders_for(conn: AsyncConnection, agent_id: str, epoch: int) -> list[OrderedKernel] | None:
     """The agent's kernels that it should hold a process (or preparation) for; None when `epoch`
     is not the agent's current one (fenced).  One query: every order poll asks."""
-    rows = convert.mappings(await conn.execute(_ORDERS, {"k_agent": agent_id}))
-    if not rows or rows[0]["agent_epoch"] != epoch:
+    rows = (await conn.execute(_ORDERS, {"k_agent": agent_id})).all()
+    if not rows or rows[0][0] != epoch:
         return None
-    for r in rows:
-        del r["agent_epoch"]
-    return [convert.kernel(r, owned=True) for r in rows if r["id"] is not None]
+    mine = []
+    for _, *values in rows:
+        if values[0] is not None:  # the agent's row, joined to no kernel
+            values[_ORDER_STATUS] = convert.kernel_status(values[_ORDER_STATUS])
+            mine.append(OrderedKernel(*values))
+    return mine
 
 
 async def get(conn: AsyncConnection, kernel_id: str) -> KernelRecord | None:

@@ -14,6 +14,24 @@ from corral.domain.status import FAILED_KERNEL, AgentStatus, KernelStatus, Sessi
 
 
 @dataclass(frozen=True)
+class OrderedKernel:
+    """What an agent's order poll reads of one of its kernels (store/kernels.py orders_for): every
+    poll reads them all, so not the whole row (four JSON columns, two dates) of KernelRecord."""
+
+    id: str
+    session_id: str
+    rank: int
+    generation: int
+    status: KernelStatus
+    kill_requested: bool
+    """The manager asked it to stop."""
+    kill_forced: bool
+    """...at once (SIGKILL), not after a grace."""
+    kill_grace: float | None
+    """The stop's grace, when the manager chose one."""
+
+
+@dataclass(frozen=True)
 class KernelRecord:
     """One kernel of a session."""
 
