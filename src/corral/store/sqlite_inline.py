@@ -5,11 +5,12 @@ execute, fetch, close), each a queue put, a thread wake-up and a loop wake-up.  
 SQLite's one write lock across them, so under load a transaction of a few statements held it for
 ~15 ms (bench/throughput.py --array: 3,700 statements of 0.5 ms each for work worth 0.1 ms).
 
-Here a statement runs where it is issued; a read then gives the loop one turn.  Inside a `BEGIN
-IMMEDIATE` transaction nothing waits on a lock (WAL: readers never block the writer), so the only
-waits are the BEGIN itself, when another process holds the write lock, and a read taking its
-snapshot in rare cases (recovery, a checkpoint restarting the log): those are retried with an
-asynchronous sleep, up to the busy timeout, instead of SQLite's busy handler blocking the thread.
+Here a statement runs where it is issued; a read transaction gives the loop one turn, at its start.
+Inside a `BEGIN IMMEDIATE` transaction nothing waits on a lock (WAL: readers never block the
+writer), so the only waits are the BEGIN itself, when another process holds the write lock, and a
+read taking its snapshot in rare cases (recovery, a checkpoint restarting the log): those are
+retried with an asynchronous sleep, up to the busy timeout, instead of SQLite's busy handler
+blocking the thread.
 """
 
 from __future__ import annotations
@@ -92,11 +93,13 @@ class Cursor:
         self._owner.fresh = _begins(sql)
         if self._owner.fresh:
             self._owner.writing = "IMMEDIATE" in sql.upper()
-        if not self._owner.writing:
-            # A turn for the rest of the loop after each read (what aiosqlite's thread round trips
-            # gave, without their cost).  Not while holding the write lock: turns there made the
-            # array bench ~14% faster, but stretched the lock so that a second manager on the same
-            # file (test_retry_faults: two managers) could not get in between.
+        if not self._owner.writing and (self._owner.fresh or not self._owner._conn.in_transaction):
+            # A turn for the rest of the loop when a read transaction begins, not after each read:
+            # every turn inside one let a cycle's write transaction run first, so an agent's order
+            # poll (five reads) waited behind five of them (45 ms p50 from the placement's commit
+            # to its answer under bench/throughput.py --array, 17 ms with one turn).  Never while
+            # holding the write lock: a second manager on the same file must get in between
+            # (test_retry_faults: two managers).
             await asyncio.sleep(0)
         return self
 
