@@ -17,6 +17,10 @@ V1_ROOT = Path("/sys/fs/cgroup/memory")
 V1_CPU = Path("/sys/fs/cgroup/cpu")
 V1_ACCT = Path("/sys/fs/cgroup/cpuacct")
 CPU_PERIOD_US = 100_000
+KEEP_CHARGE = 4 << 20
+"""Bytes an emptied kernel cgroup may still have charged and be kept for the next kernel, which is
+charged for them (a short kernel leaves 0.4-1.2 MB: kernel memory, page cache it read, whatever it
+left in tmpfs); above, it is removed."""
 
 
 @dataclass(frozen=True)
@@ -124,6 +128,8 @@ class KernelCgroup:
         self.acct_path = Path(mode.acct_parent) / kernel_id if mode.acct_parent else cpu
         # Every directory it joins; the first is where its processes are listed.
         self.dirs = list(dict.fromkeys(p for p in (self.path, cpu, self.acct_path) if p is not None))
+        self.limits: tuple[int | None, float | None] | None = None
+        """(memory, cpus) as last written, once all of it was."""
 
     @classmethod
     def of(cls, mode: CgroupMode, kernel_id: str) -> KernelCgroup | None:
@@ -132,31 +138,60 @@ class KernelCgroup:
     def create(self, mem_limit: int | None, cpus: float | None = None) -> None:
         for d in self.dirs:
             d.mkdir(exist_ok=True)
-        if mem_limit and self.path is not None:
+        self.limit(mem_limit, cpus, lift=False)
+
+    def limit(self, mem_limit: int | None, cpus: float | None, lift: bool = True) -> None:
+        """Both limits for the kernel about to run here; `lift`: a limit it does not ask for is
+        lifted (a reused cgroup still holds its previous kernel's; a fresh one has none)."""
+        if (mem_limit, cpus) == self.limits:
+            return  # a kept cgroup whose last kernel asked for the same
+        self.limits = None  # unknown until every write is done
+        if self.path is not None and (mem_limit or lift):
             self._limit_memory(self.path, mem_limit)
-        if cpus and self.cpu_path is not None:
-            quota = max(1000, int(cpus * CPU_PERIOD_US))
+        if self.cpu_path is not None and (cpus or lift):
+            quota = max(1000, int(cpus * CPU_PERIOD_US)) if cpus else None
             if self.mode.cpu == "cgroup2":
-                (self.cpu_path / "cpu.max").write_text(f"{quota} {CPU_PERIOD_US}")
+                (self.cpu_path / "cpu.max").write_text(f"{quota or 'max'} {CPU_PERIOD_US}")
+            elif quota is None:
+                (self.cpu_path / "cpu.cfs_quota_us").write_text("-1")
             else:
                 (self.cpu_path / "cpu.cfs_period_us").write_text(str(CPU_PERIOD_US))
                 (self.cpu_path / "cpu.cfs_quota_us").write_text(str(quota))
+        self.limits = (mem_limit, cpus)
 
-    def _limit_memory(self, path: Path, mem_limit: int) -> None:
+    def _limit_memory(self, path: Path, mem_limit: int | None) -> None:
         if self.mode.kind == "cgroup2":
-            (path / "memory.max").write_text(str(mem_limit))
+            (path / "memory.max").write_text(str(mem_limit or "max"))
             swap = path / "memory.swap.max"
             if swap.exists():
-                swap.write_text("0")
-        else:
-            (path / "memory.limit_in_bytes").write_text(str(mem_limit))
-            memsw = path / "memory.memsw.limit_in_bytes"
-            if memsw.exists():
-                # With swap accounting, cap memory+swap too, or the kernel swaps instead of OOMing.
-                try:
-                    memsw.write_text(str(mem_limit))
-                except OSError:
-                    pass
+                swap.write_text("0" if mem_limit else "max")
+            return
+        memsw = path / "memory.memsw.limit_in_bytes"
+        swapped = memsw.exists()
+        if swapped:
+            # memory+swap may never be below memory: lifted first, so either may change next.
+            memsw.write_text("-1")
+        (path / "memory.limit_in_bytes").write_text(str(mem_limit or -1))
+        if swapped and mem_limit:
+            # With swap accounting, cap memory+swap too, or the kernel swaps instead of OOMing.
+            try:
+                memsw.write_text(str(mem_limit))
+            except OSError:
+                pass
+
+    def charge(self) -> int:
+        """Bytes charged to its memory cgroup (0 without one)."""
+        if self.path is None:
+            return 0
+        name = "memory.current" if self.mode.kind == "cgroup2" else "memory.usage_in_bytes"
+        return int((self.path / name).read_text())
+
+    def reusable(self) -> bool:
+        """Empty, and holding at most KEEP_CHARGE: what another kernel may start in as it is."""
+        try:
+            return not self.pids() and self.charge() <= KEEP_CHARGE
+        except (OSError, ValueError):
+            return False
 
     def procs_files(self) -> list[str]:
         """The files a kernel's first process writes its pid to, before it becomes the command."""

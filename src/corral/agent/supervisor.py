@@ -45,6 +45,11 @@ PR_SET_CHILD_SUBREAPER = 36
 TICK = 0.1
 FLUSH_EVERY = 0.002
 """Within a batch of commands, events are written at least this often (seconds)."""
+KEEP_CGROUPS = 64
+"""Emptied kernel cgroups kept at most, for the next kernels to start in (_cgroup)."""
+SHARE_OF_LIMIT = 16
+"""A kept cgroup is given to a kernel with a memory limit only if what is still charged to it is at
+most this fraction of the limit (1/16)."""
 
 
 _DEFAULT_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGPIPE, signal.SIGXFSZ, signal.SIGHUP)
@@ -61,6 +66,8 @@ class Kernel:
     mem_limit: int
     grace: float
     started: float = 0.0
+    cpu_before: int = 0
+    """Its cgroup's CPU counter when it started (a kept cgroup's counts its earlier kernels too)."""
     members: set[int] = field(default_factory=set)
     term_deadline: float | None = None
     by_us: bool = False
@@ -125,6 +132,8 @@ class Supervisor:
         self._flushed = time.monotonic()
         # Needed to join cgroups or change account; an unprivileged supervisor without cgroups does neither.
         self.helper = spawn.helper() if os.geteuid() == 0 or mode.kind != "watchdog" else None
+        self._idle: list[KernelCgroup] = []
+        """Emptied kernel cgroups kept for the next kernels (_cgroup)."""
 
     def emit(self, event: dict[str, Any]) -> None:
         """Queued: `flush` writes a turn's events at once (a write to the pipe per event was a fifth
@@ -146,17 +155,16 @@ class Supervisor:
     def start(self, cmd: dict[str, Any]) -> None:
         key = cmd["key"]
         mem = int(cmd.get("mem_limit") or 0)
-        cgroup = KernelCgroup.of(self.mode, key)
         user = (int(cmd["user"]["uid"]), int(cmd["user"]["gid"])) if cmd.get("user") else None
         # All read before the cgroup is made: a malformed start leaves nothing behind.
         command, env, cwd = list(cmd["command"]), dict(cmd["env"]), str(cmd["cwd"])
         out, err = cmd["stdout"], cmd["stderr"]
         grace = float(cmd.get("grace", 10.0))  # before the start: nothing may fail after it
-        before = 0
+        cgroup = self._cgroup(key, mem or None, float(cmd.get("cpus") or 0) or None)
+        before = cpu_before = 0
         if cgroup is not None:
             try:
-                cgroup.create(mem or None, float(cmd.get("cpus") or 0) or None)
-                before = cgroup.oom_kills()
+                before, cpu_before = cgroup.oom_kills(), cgroup.cpu_usage_ns() or 0
             except BaseException:
                 cgroup.remove()
                 raise
@@ -199,8 +207,40 @@ class Supervisor:
             os.chdir("/")
             if env_fd is not None:
                 os.close(env_fd)
-        self.kernels[pid] = Kernel(key, pid, cgroup, before, mem, grace, started=time.monotonic())
+        self.kernels[pid] = Kernel(
+            key, pid, cgroup, before, mem, grace, started=time.monotonic(), cpu_before=cpu_before
+        )
         self.emit({"ev": "started", "key": key, "pid": pid})
+
+    def _cgroup(self, key: str, mem: int | None, cpus: float | None) -> KernelCgroup | None:
+        """A kernel's cgroups with its limits: an emptied one kept from an earlier kernel, else new.
+        Making and removing them was half of what starting a short kernel cost the machine (cgroup
+        v1: a memory, a cpu and a cpuacct directory, each made and torn down by the OS)."""
+        while self._idle:
+            kept = self._idle.pop()
+            try:
+                # What is still charged to it counts against this kernel's limit: a sixteenth at most.
+                if not mem or kept.charge() * SHARE_OF_LIMIT <= mem:
+                    kept.limit(mem, cpus)
+                    return kept
+            except (OSError, ValueError):
+                pass
+            kept.remove()
+        cgroup = KernelCgroup.of(self.mode, key)
+        if cgroup is not None:
+            try:
+                cgroup.create(mem, cpus)
+            except BaseException:
+                cgroup.remove()
+                raise
+        return cgroup
+
+    def _done_with(self, cgroup: KernelCgroup) -> None:
+        """Kept for the next kernel when nothing runs in it and little is charged to it."""
+        if len(self._idle) < KEEP_CGROUPS and cgroup.reusable():
+            self._idle.append(cgroup)
+        else:
+            cgroup.remove()
 
     def _spawn_failed(self, cmd: dict[str, Any], cgroup: KernelCgroup | None, code: int, why: str) -> None:
         try:
@@ -280,8 +320,10 @@ class Supervisor:
             time.sleep(0.005)
         after = k.cgroup.oom_kills() if k.cgroup else 0
         usage = k.cgroup.cpu_usage_ns() if k.cgroup else None
+        if usage is not None:
+            usage -= k.cpu_before  # a kept cgroup's counter started with its earlier kernels'
         if k.cgroup is not None:
-            k.cgroup.remove()
+            self._done_with(k.cgroup)
         self.emit(
             {
                 "ev": "exited",
@@ -337,6 +379,9 @@ class Supervisor:
         while self.kernels and time.monotonic() < deadline:
             self._reap()
             time.sleep(0.01)
+        for cgroup in self._idle:
+            cgroup.remove()  # so that the agent can remove its own (release)
+        self._idle.clear()
 
     # --- loop ------------------------------------------------------------------------------
     def run(self) -> int:
