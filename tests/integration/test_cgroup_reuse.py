@@ -11,7 +11,8 @@ from tests.support.cluster import Cluster
 
 # 300 MB held in memory by `tail`: killed under a 64M limit, fine without one.
 HOG = "head -c 300000000 /dev/zero | tail -c 300000000 > /dev/null"
-BUSY = "timeout 1 sh -c 'while :; do :; done'; true"
+# 0.6 s of CPU whatever the machine's load (a second of wall time may get less on a busy machine).
+BUSY = "python3 -c 'import time\nend = time.process_time() + 0.6\nwhile time.process_time() < end: pass'"
 
 
 def kernel_of(c: Cluster, group: str, command: str, **resources: Any) -> dict[str, Any]:
@@ -37,7 +38,7 @@ def test_a_kept_cgroup_holds_only_its_own_kernels_limits_and_counts(cluster: Clu
     assert (free["status"], free["oom_killed"], free["exit_code"]) == ("TERMINATED", False, 0), free
 
     if capped["detail"]["cpu_mode"] != "none":
-        # Its CPU time counts from its own start: a second of busy loop, then a second of sleep.
+        # Its CPU time counts from its own start: 0.6 s of busy loop, then a second of sleep.
         busy = kernel_of(cluster, group, BUSY)
         idle = kernel_of(cluster, group, "sleep 1")
         assert idle["detail"]["cgroup"] == busy["detail"]["cgroup"] == capped["detail"]["cgroup"]

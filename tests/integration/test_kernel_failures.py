@@ -15,7 +15,14 @@ from typing import Any
 import psutil
 import pytest
 
-from tests.support.cluster import Cluster, poll
+from corral.agent.cgroup import parent_name
+from tests.support.cluster import CGROUP_ROOTS, Cluster, poll
+
+
+def kernel_cgroup_dirs(c: Cluster, agent_id: str) -> list[Path]:
+    """The kernel cgroups under the agent's parent cgroups (none without cgroups)."""
+    parents = [root / parent_name(agent_id, c.workdir / agent_id) for root in CGROUP_ROOTS]
+    return [d for p in parents if p.is_dir() for d in p.iterdir() if d.is_dir()]
 
 
 def supervisor_of(c: Cluster, agent_id: str) -> psutil.Process:
@@ -170,6 +177,9 @@ def test_a_killed_supervisor_ends_its_kernels_and_is_replaced(
 ) -> None:
     c = own_cluster(env={"CORRAL_AGENT_LEASE": "5", "CORRAL_FENCE_TIMEOUT": "10"})
     c.start_agent("solo", cpu=3)
+    # Kernels before them: the sleepers start in cgroups the supervisor kept, named after these.
+    for s in [c.submit(command=["true"]) for _ in range(3)]:
+        assert c.wait(s["id"])["result"] == "success"
     pids = [tmp_path / f"k{i}.pid" for i in range(3)]
     ids = [c.submit(command=["sh", "-c", f"echo $$ > {p}; exec sleep 300"])["id"] for p in pids]
     for i in ids:
@@ -183,6 +193,8 @@ def test_a_killed_supervisor_ends_its_kernels_and_is_replaced(
     assert time.monotonic() - killed < 5, "not within a lease (5 s here)"
     assert {(f["status"], f["cause"]) for f in finals} == {("ERROR", "agent_transient")}
     assert all(gone(k) for k in kernels)
+    # Every kernel cgroup was the dead supervisor's, kept ones too: none is left behind.
+    assert not kernel_cgroup_dirs(c, "solo")
     assert supervisor_of(c, "solo").pid != old.pid
     after = c.wait(c.submit(command=["sh", "-c", "echo next"])["id"])
     assert after["result"] == "success"

@@ -22,7 +22,7 @@ import structlog
 
 from corral.agent import spawn
 from corral.agent.capacity import capacity
-from corral.agent.cgroup import CgroupMode, detect, detect_cpu, parent_name, release
+from corral.agent.cgroup import CgroupMode, detect, detect_cpu, kernel_cgroups, parent_name, release
 from corral.agent.client import Fenced, ManagerUnreachable, ProtocolClient, Refused, Rejected
 from corral.agent.identity import IdentityError, KernelIdentity, publish_worker_lib, unreachable_from
 from corral.agent.kernel import WORKER_LIB, KernelRunner, Report
@@ -108,6 +108,8 @@ class Agent:
         self.mode, why = detect(name, self.cfg.memory_mode)
         log.info("memory limits", mode=self.mode.kind, why=why, cgroup=self.mode.parent or None)
         self.mode, self._cpu_why = detect_cpu(self.mode, name)
+        for left in kernel_cgroups(self.mode):
+            left.remove()  # emptied ones an earlier run of ours kept (a cgroup in use stays)
         log.info("cpu limits", mode=self.mode.cpu, why=self._cpu_why, cgroup=self.mode.cpu_parent or None)
         self._why = why
         if self.cfg.spawn_helper and (os.geteuid() == 0 or self.mode.kind != "watchdog"):
@@ -169,9 +171,26 @@ class Agent:
             returncode=returncode,
             kernels=len(orphans),
         )
-        await asyncio.gather(*(k.supervisor_lost() for k in orphans))
+        survivors = await self._empty_kernel_cgroups()
+        await asyncio.gather(*(k.supervisor_lost(survivors) for k in orphans))
         if not self._stopped.is_set():
             await self._start_supervisor()
+
+    async def _empty_kernel_cgroups(self) -> list[int]:
+        """Kill everything in every kernel cgroup and remove them: all were the dead supervisor's,
+        whichever kernel runs in which (it reuses emptied ones).  The processes left after 10 s."""
+        deadline = time.monotonic() + 10
+        while True:
+            cgroups = kernel_cgroups(self.mode)
+            left = [pid for cgroup in cgroups for pid in cgroup.pids()]
+            for cgroup in cgroups:
+                cgroup.kill_all()
+            if not left or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.02)
+        for cgroup in cgroups:
+            cgroup.remove()
+        return left
 
     def request_stop(self) -> None:
         """Safe from a signal handler: `run()` returns, and `shutdown()` (or `async with`) cleans up."""

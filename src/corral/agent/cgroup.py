@@ -108,6 +108,18 @@ def detect_cpu(mode: CgroupMode, name: str) -> tuple[CgroupMode, str]:
     return mode, "no writable cpu cgroup: CPU is counted by the scheduler but not enforced"
 
 
+def kernel_cgroups(mode: CgroupMode) -> list[KernelCgroup]:
+    """Every kernel cgroup under the agent's parents: its kernels', and those its supervisor keeps
+    emptied for the next ones (named after whichever kernel made them)."""
+    names: set[str] = set()
+    for parent in {mode.parent, mode.cpu_parent, mode.acct_parent} - {""}:
+        try:
+            names |= {e.name for e in os.scandir(parent) if e.is_dir(follow_symlinks=False)}
+        except OSError:
+            pass
+    return [KernelCgroup(mode, name) for name in sorted(names)]
+
+
 def release(mode: CgroupMode) -> None:
     """Remove the agent's (empty) parent cgroups when it stops; a busy one is left as it is."""
     for parent in {mode.parent, mode.cpu_parent, mode.acct_parent} - {""}:
@@ -180,11 +192,16 @@ class KernelCgroup:
                 pass
 
     def charge(self) -> int:
-        """Bytes charged to its memory cgroup (0 without one)."""
+        """Bytes charged to its memory cgroup, swap included (0 without one)."""
         if self.path is None:
             return 0
-        name = "memory.current" if self.mode.kind == "cgroup2" else "memory.usage_in_bytes"
-        return int((self.path / name).read_text())
+        if self.mode.kind == "cgroup2":
+            swap = self.path / "memory.swap.current"
+            return int((self.path / "memory.current").read_text()) + (
+                int(swap.read_text()) if swap.exists() else 0
+            )
+        memsw = self.path / "memory.memsw.usage_in_bytes"  # memory and swap, with swap accounting
+        return int((memsw if memsw.exists() else self.path / "memory.usage_in_bytes").read_text())
 
     def reusable(self) -> bool:
         """Empty, and holding at most KEEP_CHARGE: what another kernel may start in as it is."""

@@ -16,7 +16,6 @@ from typing import Any
 
 import structlog
 
-from corral.agent.cgroup import KernelCgroup
 from corral.agent.identity import Account, KernelIdentity, give, reachable, unreachable_from
 from corral.agent.link import SupervisorLink
 from corral.agent.shipper import STREAMS, KernelLogs
@@ -430,29 +429,24 @@ class KernelRunner:
             self.ended = True  # nothing ran; the manager learns of it through the fence, not from us
             self._done.set()
 
-    async def supervisor_lost(self) -> None:
-        """Our supervisor died: kill what is left of the kernel ourselves, confirm it is gone, end it."""
+    async def supervisor_lost(self, survivors: list[int]) -> None:
+        """Our supervisor died: end the kernel, once what is left of it is killed and confirmed gone.
+        With cgroups the agent has done that for every kernel cgroup (`survivors`: the processes
+        still there after its deadline); without, it is done here for the kernel's process group."""
         if self.ended:
             return
-        mode = self.link.mode
-        cgroup = KernelCgroup.of(mode, self.key)
-        deadline = time.monotonic() + 10
-        while True:
-            left: list[int] = []
-            if cgroup is not None:
-                left = cgroup.pids()
-                cgroup.kill_all()
-            elif self.pid is not None:
+        left = survivors
+        if not self.link.mode.any:
+            deadline = time.monotonic() + 10
+            while self.pid is not None:
                 try:
                     os.killpg(self.pid, signal.SIGKILL)  # started with setsid: its group is its tree
-                    left = [self.pid]
                 except (ProcessLookupError, PermissionError):
-                    left = []
-            if not left or time.monotonic() > deadline:
-                break
-            await asyncio.sleep(0.02)
-        if cgroup is not None:
-            cgroup.remove()
+                    break
+                if time.monotonic() > deadline:
+                    left = [self.pid]
+                    break
+                await asyncio.sleep(0.02)
         if left:
             log.error("kernel processes survived their supervisor", kernel=self.kernel_id, pids=left)
         self._end(

@@ -134,6 +134,7 @@ class Supervisor:
         self.helper = spawn.helper() if os.geteuid() == 0 or mode.kind != "watchdog" else None
         self._idle: list[KernelCgroup] = []
         """Emptied kernel cgroups kept for the next kernels (_cgroup)."""
+        self._keeps = os.geteuid() == 0
 
     def emit(self, event: dict[str, Any]) -> None:
         """Queued: `flush` writes a turn's events at once (a write to the pipe per event was a fifth
@@ -216,16 +217,19 @@ class Supervisor:
         """A kernel's cgroups with its limits: an emptied one kept from an earlier kernel, else new.
         Making and removing them was half of what starting a short kernel cost the machine (cgroup
         v1: a memory, a cpu and a cpuacct directory, each made and torn down by the OS)."""
-        while self._idle:
-            kept = self._idle.pop()
+        for kept in reversed(self._idle):
             try:
                 # What is still charged to it counts against this kernel's limit: a sixteenth at most.
-                if not mem or kept.charge() * SHARE_OF_LIMIT <= mem:
-                    kept.limit(mem, cpus)
-                    return kept
+                if mem and kept.charge() * SHARE_OF_LIMIT > mem:
+                    continue  # kept for a kernel with a larger limit, or none
+                self._idle.remove(kept)
+                kept.limit(mem, cpus)
+                return kept
             except (OSError, ValueError):
-                pass
-            kept.remove()
+                if kept in self._idle:
+                    self._idle.remove(kept)
+                kept.remove()
+                break  # a new one, then
         cgroup = KernelCgroup.of(self.mode, key)
         if cgroup is not None:
             try:
@@ -236,8 +240,11 @@ class Supervisor:
         return cgroup
 
     def _done_with(self, cgroup: KernelCgroup) -> None:
-        """Kept for the next kernel when nothing runs in it and little is charged to it."""
-        if len(self._idle) < KEEP_CGROUPS and cgroup.reusable():
+        """Kept for the next kernel when nothing runs in it and little is charged to it.  Only by a
+        root supervisor: its cgroups' files are root's, out of the kernels' reach (unprivileged,
+        the agent's delegated tree is its kernels' account's too, who could raise a limit there
+        that the next kernel would inherit)."""
+        if self._keeps and len(self._idle) < KEEP_CGROUPS and cgroup.reusable():
             self._idle.append(cgroup)
         else:
             cgroup.remove()
