@@ -171,26 +171,27 @@ class Agent:
             returncode=returncode,
             kernels=len(orphans),
         )
-        survivors = await self._empty_kernel_cgroups()
-        await asyncio.gather(*(k.supervisor_lost(survivors) for k in orphans))
-        if not self._stopped.is_set():
-            await self._start_supervisor()
+        try:
+            survivors = await self._empty_kernel_cgroups()
+            await asyncio.gather(*(k.supervisor_lost(survivors) for k in orphans))
+        finally:
+            if not self._stopped.is_set():
+                await self._start_supervisor()
 
     async def _empty_kernel_cgroups(self) -> list[int]:
         """Kill everything in every kernel cgroup and remove them: all were the dead supervisor's,
-        whichever kernel runs in which (it reuses emptied ones).  The processes left after 10 s."""
+        whichever kernel runs in which (it reuses emptied ones).  Until none is left, since a start
+        in flight may join one between a kill and its removal.  The processes left after 10 s."""
         deadline = time.monotonic() + 10
         while True:
-            cgroups = kernel_cgroups(self.mode)
-            left = [pid for cgroup in cgroups for pid in cgroup.pids()]
-            for cgroup in cgroups:
+            left = []
+            for cgroup in kernel_cgroups(self.mode):
+                left += cgroup.pids()
                 cgroup.kill_all()
-            if not left or time.monotonic() > deadline:
-                break
+                cgroup.remove()  # refused while a process is in it: tried again next turn
+            if not kernel_cgroups(self.mode) or time.monotonic() > deadline:
+                return left
             await asyncio.sleep(0.02)
-        for cgroup in cgroups:
-            cgroup.remove()
-        return left
 
     def request_stop(self) -> None:
         """Safe from a signal handler: `run()` returns, and `shutdown()` (or `async with`) cleans up."""

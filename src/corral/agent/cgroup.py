@@ -256,7 +256,7 @@ class KernelCgroup:
         for pid in self.pids():
             try:
                 os.kill(pid, sig)
-            except ProcessLookupError:
+            except (ProcessLookupError, PermissionError):  # gone, or not ours to kill (an unprivileged agent)
                 pass
 
     def remove(self) -> None:

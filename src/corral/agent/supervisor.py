@@ -47,6 +47,8 @@ FLUSH_EVERY = 0.002
 """Within a batch of commands, events are written at least this often (seconds)."""
 KEEP_CGROUPS = 64
 """Emptied kernel cgroups kept at most, for the next kernels to start in (_cgroup)."""
+LOOK_AT = 4
+"""Kept cgroups a start looks at, the last kept first (each costs a read of its charge)."""
 SHARE_OF_LIMIT = 16
 """A kept cgroup is given to a kernel with a memory limit only if what is still charged to it is at
 most this fraction of the limit (1/16)."""
@@ -217,19 +219,19 @@ class Supervisor:
         """A kernel's cgroups with its limits: an emptied one kept from an earlier kernel, else new.
         Making and removing them was half of what starting a short kernel cost the machine (cgroup
         v1: a memory, a cpu and a cpuacct directory, each made and torn down by the OS)."""
-        for kept in reversed(self._idle):
+        for kept in self._idle[-LOOK_AT:][::-1]:
+            self._idle.remove(kept)
             try:
                 # What is still charged to it counts against this kernel's limit: a sixteenth at most.
-                if mem and kept.charge() * SHARE_OF_LIMIT > mem:
-                    continue  # kept for a kernel with a larger limit, or none
-                self._idle.remove(kept)
-                kept.limit(mem, cpus)
-                return kept
+                if not mem or kept.charge() * SHARE_OF_LIMIT <= mem:
+                    kept.limit(mem, cpus)
+                    return kept
+                if len(self._idle) + 1 < KEEP_CGROUPS:
+                    self._idle.insert(0, kept)  # for a kernel with a larger limit, or none
+                    continue
             except (OSError, ValueError):
-                if kept in self._idle:
-                    self._idle.remove(kept)
-                kept.remove()
-                break  # a new one, then
+                pass
+            kept.remove()  # unusable, or making room for the new one
         cgroup = KernelCgroup.of(self.mode, key)
         if cgroup is not None:
             try:
