@@ -172,16 +172,16 @@ class Agent:
             kernels=len(orphans),
         )
         try:
-            survivors = await self._empty_kernel_cgroups()
-            await asyncio.gather(*(k.supervisor_lost(survivors) for k in orphans))
+            await self._empty_kernel_cgroups()
+            await asyncio.gather(*(k.supervisor_lost() for k in orphans))
         finally:
             if not self._stopped.is_set():
                 await self._start_supervisor()
 
-    async def _empty_kernel_cgroups(self) -> list[int]:
+    async def _empty_kernel_cgroups(self) -> None:
         """Kill everything in every kernel cgroup and remove them: all were the dead supervisor's,
         whichever kernel runs in which (it reuses emptied ones).  Until none is left, since a start
-        in flight may join one between a kill and its removal.  The processes left after 10 s."""
+        in flight may join one between a kill and its removal; what is left after 10 s is said."""
         deadline = time.monotonic() + 10
         while True:
             left = []
@@ -189,8 +189,11 @@ class Agent:
                 left += cgroup.pids()
                 cgroup.kill_all()
                 cgroup.remove()  # refused while a process is in it: tried again next turn
-            if not kernel_cgroups(self.mode) or time.monotonic() > deadline:
-                return left
+            if not kernel_cgroups(self.mode):
+                return
+            if time.monotonic() > deadline:
+                log.error("kernel processes survived their supervisor", pids=left)
+                return
             await asyncio.sleep(0.02)
 
     def request_stop(self) -> None:

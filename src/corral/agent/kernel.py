@@ -429,26 +429,22 @@ class KernelRunner:
             self.ended = True  # nothing ran; the manager learns of it through the fence, not from us
             self._done.set()
 
-    async def supervisor_lost(self, survivors: list[int]) -> None:
+    async def supervisor_lost(self) -> None:
         """Our supervisor died: end the kernel, once what is left of it is killed and confirmed gone.
-        With cgroups the agent has done that for every kernel cgroup (`survivors`: the processes
-        still there after its deadline); without, it is done here for the kernel's process group."""
+        With cgroups the agent has done that for every kernel cgroup (_empty_kernel_cgroups);
+        without, it is done here for the kernel's process group."""
         if self.ended:
             return
-        left = survivors
-        if not self.link.mode.any:
-            deadline = time.monotonic() + 10
-            while self.pid is not None:
-                try:
-                    os.killpg(self.pid, signal.SIGKILL)  # started with setsid: its group is its tree
-                except (ProcessLookupError, PermissionError):
-                    break
-                if time.monotonic() > deadline:
-                    left = [self.pid]
-                    break
-                await asyncio.sleep(0.02)
-        if left:
-            log.error("kernel processes survived their supervisor", kernel=self.kernel_id, pids=left)
+        deadline = time.monotonic() + 10
+        while self.pid is not None and not self.link.mode.any:
+            try:
+                os.killpg(self.pid, signal.SIGKILL)  # started with setsid: its group is its tree
+            except (ProcessLookupError, PermissionError):
+                break
+            if time.monotonic() > deadline:
+                log.error("kernel processes survived their supervisor", kernel=self.kernel_id, pid=self.pid)
+                break
+            await asyncio.sleep(0.02)
         self._end(
             KernelStatus.ERROR,
             agent_lost=True,
