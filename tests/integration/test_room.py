@@ -7,18 +7,21 @@ import uuid
 from collections.abc import Callable
 
 import pytest
+from sqlalchemy import select
 
 from corral.domain.judge import PhaseLimits
 from corral.domain.resources import ResourceSlots
 from corral.domain.spec import SessionSpec
+from corral.domain.status import SessionStatus
 from corral.manager.coordinator import Coordinator
 from corral.manager.handlers.cancel_pending import CancelPendingSessions
 from corral.manager.handlers.schedule_new import ScheduleNewSessions
 from corral.manager.loop import SchedulerLoop
 from corral.settings import SchedulerSettings
-from corral.store import agents, journal, sessions
+from corral.store import agents, journal, kernels, sessions
 from corral.store.db import transaction
 from corral.store.records import NewSession
+from corral.store.tables import kernels as kernel_table
 from corral.wakeup import Wakeup
 from tests.conftest import BACKENDS
 from tests.integration.test_bounds import NOW, _insert
@@ -64,12 +67,14 @@ async def test_a_full_window_that_placed_leaves_room_for_the_next_cycle(
         async with transaction(engine) as conn:
             await agents.ensure_resource_group(conn, "default", NOW)
             await register_agent(conn, "big", {"cpu": 10_000, "mem": "10000G"}, hostname="h", now=NOW)
-        await _insert(engine, window + 88, 10, NOW)
+        await _insert(engine, 2 * window + 88, 10, NOW)
         coordinator = Coordinator(
             engine, "default", [ScheduleNewSessions()], PhaseLimits(timeouts={}), lambda: NOW
         )
-        assert await coordinator.run_cycle(timed=False, room=True) == window
-        assert coordinator.room_left  # more may fit behind the window it read
+        # A full window that placed leaves room: placement runs once more at the cycle's end, and
+        # when that window was full too, the next cycle places again.
+        assert await coordinator.run_cycle(timed=False, room=True) == 2 * window
+        assert coordinator.room_left  # more may fit behind the windows it read
         assert await coordinator.run_cycle(timed=False, room=coordinator.room_left) == 88
         assert not coordinator.room_left
 
@@ -169,3 +174,44 @@ async def test_placement_stops_reading_once_nothing_more_fits(
         assert not coordinator.room_left  # nothing more fits: the next cycle waits for room
         assert await _skips(engine, queued[page - 1]) == 1  # on the first page: told why it waits
         assert await _skips(engine, queued[page]) == 0  # past it: not read at all
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("signalled", [True, False])
+async def test_room_made_while_a_cycle_runs_is_placed_at_its_end(
+    backend: str, signalled: bool, fresh_database: Callable[[str], str]
+) -> None:
+    """A CPU freed while the cycle's later handlers run (a kernel's end reported meanwhile) is used
+    by the same cycle: placement runs once more at its end when room was signalled since it ran,
+    and only then."""
+    async with migrated(fresh_database(backend)) as engine:
+        await _one_agent(engine, cpu=1)
+        first, second = sorted(await _insert_sized(engine, 2, priority=5, cpu=1))  # queue order: by id
+        version = [1]
+
+        async def kernel_ends_meanwhile() -> None:
+            """Placement handed its orders: the placed kernel ends at once, as a report would say."""
+            async with transaction(engine) as conn:
+                [kernel] = (
+                    await conn.execute(select(kernel_table.c.id).where(kernel_table.c.session_id == first))
+                ).scalars()
+                await kernels.release(conn, [kernel], NOW)
+            if signalled:
+                version[0] += 1  # the report's wake-up: room
+
+        coordinator = Coordinator(
+            engine,
+            "default",
+            [ScheduleNewSessions()],
+            PhaseLimits(timeouts={}),
+            lambda: NOW,
+            on_change=kernel_ends_meanwhile,
+            room_version=lambda: version[0],
+        )
+        assert await coordinator.run_cycle(timed=False, room=True) == (2 if signalled else 1)
+        async with engine.connect() as conn:
+            placed = await sessions.get(conn, second)
+        assert placed is not None
+        assert (placed.status is SessionStatus.PREPARING) is signalled
+        if not signalled:
+            assert not coordinator.room_left  # nothing said room was made: the next cycle waits too

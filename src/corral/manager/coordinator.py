@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -123,6 +123,20 @@ def _rows(handler: SessionPromotionHandler, m: Move, name: str, message: str) ->
     return [*passed, (m.session_id, name, SchedulingResult.SUCCESS, (m.src, *m.via)[-1], m.dst, message)]
 
 
+@dataclass
+class _Cycle:
+    """What one cycle knows as its handlers run."""
+
+    present: set[tuple[SessionStatus, bool]]
+    """(status, termination requested) of the group's live sessions, as moves change them."""
+    room: bool
+    """Whether placement may do more than when it last ran."""
+    placed: bool = False
+    """Placement ran this cycle."""
+    moved: int = 0
+    """Sessions moved so far."""
+
+
 class Coordinator:
     """Applies handlers' declared transitions for one resource group."""
 
@@ -135,6 +149,7 @@ class Coordinator:
         clock: Callable[[], datetime],
         on_change: Callable[[], Awaitable[None]] | None = None,
         on_ended: Callable[[], None] | None = None,
+        room_version: Callable[[], int] = lambda: 0,
     ) -> None:
         self._engine = engine
         self._rg = resource_group
@@ -145,6 +160,9 @@ class Coordinator:
         self._clock = clock
         self._on_change = on_change
         self._on_ended = on_ended
+        self._room_version = room_version
+        self.placed_at = -1
+        """The room version (`room_version`) when placement last ran: room signalled since is new."""
         self.room_left = True
         """Room was made after placement ran in the last cycle: the next one places again."""
         self.left_out = False
@@ -156,52 +174,65 @@ class Coordinator:
         """Every handler once; returns how many sessions changed status.  Without `timed`, the
         handlers that only bound a status's time are left for a cycle that has it (they judge in
         seconds; a cycle woken by an agent's report has no need of them).  Without `room` (nothing
-        since placement last ran freed capacity or changed the queue), placement runs only if a
-        handler before it makes room; `room_left` says whether room was made after it."""
+        since placement last ran freed capacity or changed the queue), placement runs only if room
+        is made before it.  Placement runs once more after the last handler if room was made since
+        it ran: by a later handler, or signalled meanwhile (`room_version`: agents' reports free
+        capacity while a cycle runs).  `room_left` says whether room was made after it."""
         async with reading(self._engine) as conn:
             present = await sessions.live_statuses(conn, self._rg)
             await self._read_group(conn)
         self._requested = 0
-        moved = 0
+        cycle = _Cycle(present, room)
         self.left_out = False
         for handler in self._handlers:
-            if not _may_have_targets(handler, present) or (handler.expiry_only and not timed):
-                continue  # a handler with nothing to look at costs no transaction
-            if handler.waits_for_room and not room and not timed:
-                self.left_out = True  # placed all it could last time, and nothing has changed since
-                continue
-            requested = self._requested
-            won: list[Move] = []
-            acted, read = False, 0
-            if not await self._nothing_to_do(handler, timed):
-                won, acted, read = await self._run(handler, timed)
-            if read:
-                self._found_none.discard(handler.name)
-            else:
-                self._found_none.add(handler.name)
-            if handler.waits_for_room:
-                # Room is left when its window was full and it placed some (more may fit behind
-                # them), or when it asked victims to stop (the next preemptor is chosen next cycle).
-                full = handler.queue_window is not None and read >= handler.queue_window
-                room = (full and bool(won)) or self._requested > requested
-            elif _made_room(handler, won, acted):
-                room = True
-            # Where each moved session is now (a promotion's `through` steps are passed, not stayed in).
-            now_at = {m.session_id: m.dst for m in won}
-            present |= {(dst, requested) for dst in set(now_at.values()) for requested in (True, False)}
-            if acted and handler.hands_orders and self._on_change is not None:
-                # Agents pull orders: wake their long polls now, not at the end of the cycle.
-                await self._on_change()
-            moved += len(now_at)
-            if self._on_ended is not None and any(m.dst in TERMINAL_SESSION for m in won):
-                self._on_ended()  # the retry engine decides ended attempts at once, not on its poll
-            # Between handlers the loop serves requests (agents' long polls above all): on SQLite
-            # a handler's write transaction runs on this thread without giving the loop a turn.
-            await asyncio.sleep(0)
-        self.room_left = room
+            await self._step(handler, cycle, timed)
+        placement = next((h for h in self._handlers if h.waits_for_room), None)
+        if placement is not None and cycle.placed and (cycle.room or self._room_version() != self.placed_at):
+            cycle.room = True
+            await self._step(placement, cycle, timed)
+        self.room_left = cycle.room
         # Requests written this cycle (a preemptor's victims) count as work: the loop runs the next
         # cycle at once instead of waiting its interval to stop them.
-        return moved + self._requested
+        return cycle.moved + self._requested
+
+    async def _step(self, handler: Handler, cycle: _Cycle, timed: bool) -> None:
+        """One handler's turn in a cycle."""
+        if not _may_have_targets(handler, cycle.present) or (handler.expiry_only and not timed):
+            return  # a handler with nothing to look at costs no transaction
+        if handler.waits_for_room and not cycle.room and not timed:
+            self.left_out = True  # placed all it could last time, and nothing has changed since
+            return
+        requested = self._requested
+        version = self._room_version()
+        won: list[Move] = []
+        acted, read = False, 0
+        if not await self._nothing_to_do(handler, timed):
+            won, acted, read = await self._run(handler, timed)
+        if read:
+            self._found_none.discard(handler.name)
+        else:
+            self._found_none.add(handler.name)
+        if handler.waits_for_room:
+            self.placed_at = version
+            cycle.placed = True
+            # Room is left when its window was full and it placed some (more may fit behind
+            # them), or when it asked victims to stop (the next preemptor is chosen next cycle).
+            full = handler.queue_window is not None and read >= handler.queue_window
+            cycle.room = (full and bool(won)) or self._requested > requested
+        elif _made_room(handler, won, acted):
+            cycle.room = True
+        # Where each moved session is now (a promotion's `through` steps are passed, not stayed in).
+        now_at = {m.session_id: m.dst for m in won}
+        cycle.present |= {(dst, asked) for dst in set(now_at.values()) for asked in (True, False)}
+        if acted and handler.hands_orders and self._on_change is not None:
+            # Agents pull orders: wake their long polls now, not at the end of the cycle.
+            await self._on_change()
+        cycle.moved += len(now_at)
+        if self._on_ended is not None and any(m.dst in TERMINAL_SESSION for m in won):
+            self._on_ended()  # the retry engine decides ended attempts at once, not on its poll
+        # Between handlers the loop serves requests (agents' long polls above all): on SQLite
+        # a handler's write transaction runs on this thread without giving the loop a turn.
+        await asyncio.sleep(0)
 
     async def _read_group(self, conn: AsyncConnection) -> None:
         """The group's queue and preemption settings, as they are now: a change takes effect from

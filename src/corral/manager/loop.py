@@ -39,7 +39,6 @@ class SchedulerLoop:
         self._wakeup = wakeup
         self._holder = holder
         self._last_sweep: datetime | None = None
-        self._room_seen = 0
         self._renewed: datetime | None = None
         self.coordinator = Coordinator(
             engine,
@@ -49,6 +48,7 @@ class SchedulerLoop:
             utcnow,
             on_change=wakeup.orders_changed,
             on_ended=wakeup.retries,
+            room_version=lambda: wakeup.room_version,
         )
 
     async def run_once(self) -> int:
@@ -71,10 +71,11 @@ class SchedulerLoop:
             # sweep only ever fences later, never earlier.
             changed = await sweep(self._engine, self._rg, self._cfg, now)
             self._last_sweep = now
-        version = self._wakeup.room_version
-        room = version != self._room_seen or bool(changed) or self.coordinator.room_left
+        # A signal placement has not seen is room (the coordinator records what it saw only when
+        # placement ran: a failed cycle leaves it unseen).
+        signalled = self._wakeup.room_version != self.coordinator.placed_at
+        room = signalled or bool(changed) or self.coordinator.room_left
         moved = await self.coordinator.run_cycle(timed, room)
-        self._room_seen = version  # only once a cycle has used it: a failed cycle leaves it unseen
         if changed:
             await self._wakeup.orders_changed()  # fenced kernels leave their agents' orders
         if moved >= BATCH_MOVES and self._cfg.batch_pause:

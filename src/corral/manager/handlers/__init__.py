@@ -22,12 +22,16 @@ from corral.manager.handlers.terminate import TerminateSessions
 
 
 def cycle_handlers() -> list[LifecycleHandler | SessionPromotionHandler]:
-    # Reports first (promotions), then stops, then capacity freed by them is reused in the same cycle.
+    # Placement first, after the stops users asked for: under load nearly all capacity is freed by
+    # agents' reports (kernels ending), which wake the cycle, and a freed CPU stood idle while the
+    # promotions ran before placement.  Room made after it (by a later handler, or by reports
+    # while the cycle ran) is placed once more at the cycle's end (Coordinator.run_cycle).
     # Start orders last: a gang with a failed kernel is stopped (DetectTermination) before any of
     # its prepared ranks could be started.
     return [
         CancelPendingSessions(),
         ApplyTerminationRequests(),
+        ScheduleNewSessions(),
         PromoteToPulling(),
         PromoteStartedAlone(),
         PromoteToPrepared(),
@@ -39,7 +43,6 @@ def cycle_handlers() -> list[LifecycleHandler | SessionPromotionHandler]:
         TerminateSessions(),
         PromoteToTerminated(),
         SuspendSessions(),
-        ScheduleNewSessions(),
         PrepareSessions(),
         StartSessions(),
     ]
