@@ -58,6 +58,10 @@ def healthy(url: str) -> bool:
         return False
 
 
+class PortTaken(Exception):
+    """Another process bound the port picked for this cluster's manager."""
+
+
 class Cluster:
     def __init__(self, database_url: str, workdir: Path, env: dict[str, str] | None = None) -> None:
         self.database_url = database_url
@@ -73,6 +77,8 @@ class Cluster:
         self.token = "agent-token-" + os.urandom(8).hex()
         self.env = {**os.environ, **FAST_LIVENESS, **(env or {})}
         self.manager: subprocess.Popen[bytes] | None = None
+        self.started = False
+        """The manager has answered once (agents may know its URL: a restart keeps the port)."""
         self.agents: dict[str, subprocess.Popen[bytes]] = {}
         self.http = httpx.Client(
             base_url=self.url, headers={"Authorization": f"Bearer {self.key}"}, timeout=30
@@ -80,6 +86,21 @@ class Cluster:
 
     # --- processes -------------------------------------------------------------------------
     def start_manager(self) -> None:
+        for attempt in range(3):
+            try:
+                self._start_manager()
+                return
+            except PortTaken:
+                # Another test's manager took our port between its pick and our bind: a first start
+                # moves to another (agents started later use the new URL); a restart cannot.
+                self.kill_manager()
+                if self.started or attempt == 2:
+                    raise
+                self.port = free_port()
+                self.url = f"http://127.0.0.1:{self.port}"
+                self.http.base_url = httpx.URL(self.url)
+
+    def _start_manager(self) -> None:
         env = {
             **self.env,
             "CORRAL_DATABASE_URL": self.database_url,
@@ -93,7 +114,23 @@ class Cluster:
             self.manager = subprocess.Popen(
                 [sys.executable, "-m", "corral", "manager"], env=env, stdout=log, stderr=subprocess.STDOUT
             )
-        poll(lambda: healthy(self.url), 30, "the manager to answer /healthz")
+        poll(self._answering, 30, "the manager to answer /healthz")
+        self.started = True
+
+    def _answering(self) -> bool:
+        """Our manager answers.  A free port is free only when picked: another test's manager may
+        bind it first, and then answer /healthz in ours' place (and refuse our key)."""
+        assert self.manager is not None
+        if self.manager.poll() is not None:
+            log = (self.workdir / "manager.log").read_text(errors="replace")[-2000:]
+            if "address already in use" in log.lower():
+                raise PortTaken(self.port)
+            raise AssertionError(f"the manager exited ({self.manager.returncode}) before answering:\n{log}")
+        if not healthy(self.url):
+            return False
+        if self.http.get("/api/v1/cluster-config").status_code == 401:
+            raise PortTaken(self.port)
+        return True
 
     def kill_manager(self) -> None:
         assert self.manager is not None

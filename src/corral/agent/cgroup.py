@@ -142,6 +142,13 @@ class KernelCgroup:
         self.dirs = list(dict.fromkeys(p for p in (self.path, cpu, self.acct_path) if p is not None))
         self.limits: tuple[int | None, float | None] | None = None
         """(memory, cpus) as last written, once all of it was."""
+        self.counted: tuple[int, int | None] | None = None
+        """(oom_kills, cpu_usage_ns) read once it was empty, where they stay until a process joins:
+        the next kernel's baseline without reading them again (`baseline`)."""
+        self._charged = _charge_file(mode, self.path)
+        v2 = mode.kind == "cgroup2" and self.path is not None
+        self._swap = os.path.join(self.path, "memory.swap.current") if v2 and self.path else ""
+        self._procs = os.path.join(self.dirs[0], "cgroup.procs") if self.dirs else ""
 
     @classmethod
     def of(cls, mode: CgroupMode, kernel_id: str) -> KernelCgroup | None:
@@ -193,20 +200,21 @@ class KernelCgroup:
 
     def charge(self) -> int:
         """Bytes charged to its memory cgroup, swap included (0 without one)."""
-        if self.path is None:
+        if not self._charged:
             return 0
-        if self.mode.kind == "cgroup2":
-            swap = self.path / "memory.swap.current"
-            return int((self.path / "memory.current").read_text()) + (
-                int(swap.read_text()) if swap.exists() else 0
-            )
-        memsw = self.path / "memory.memsw.usage_in_bytes"  # memory and swap, with swap accounting
-        return int((memsw if memsw.exists() else self.path / "memory.usage_in_bytes").read_text())
+        charged = int(_read(self._charged))
+        if self._swap:
+            try:
+                charged += int(_read(self._swap))
+            except FileNotFoundError:
+                self._swap = ""  # no swap accounting here: not looked for again
+        return charged
 
-    def reusable(self) -> bool:
-        """Empty, and holding at most KEEP_CHARGE: what another kernel may start in as it is."""
+    def reusable(self, empty: bool = False) -> bool:
+        """Empty (`empty`: seen so by the caller, once nothing could join it), and holding at most
+        KEEP_CHARGE: what another kernel may start in as it is."""
         try:
-            return not self.pids() and self.charge() <= KEEP_CHARGE
+            return (empty or not self.pids()) and self.charge() <= KEEP_CHARGE
         except (OSError, ValueError):
             return False
 
@@ -218,37 +226,39 @@ class KernelCgroup:
         for f in self.procs_files():
             Path(f).write_text(str(pid))
 
+    def baseline(self) -> tuple[int, int]:
+        """(oom_kills, cpu_usage_ns or 0) before a kernel starts here: as counted when its last
+        kernel's ended (nothing ran since), else read now."""
+        counted, self.counted = self.counted, None
+        if counted is not None:
+            return counted[0], counted[1] or 0
+        return self.oom_kills(), self.cpu_usage_ns() or 0
+
     def oom_kills(self) -> int:
         """The cgroup's oom_kill counter (v2 memory.events, v1 memory.oom_control)."""
         if self.path is None:
             return 0
         name = "memory.events" if self.mode.kind == "cgroup2" else "memory.oom_control"
         try:
-            for line in (self.path / name).read_text().splitlines():
-                key, _, value = line.partition(" ")
-                if key == "oom_kill":
-                    return int(value)
+            return _field(_read(os.path.join(self.path, name)), b"oom_kill") or 0
         except OSError:
-            pass
-        return 0
+            return 0
 
     def cpu_usage_ns(self) -> int | None:
         """CPU time its processes used (v2 cpu.stat usage_usec, v1 cpuacct.usage); None if unknown."""
         try:
             if self.mode.cpu == "cgroup2" and self.cpu_path is not None:
-                for line in (self.cpu_path / "cpu.stat").read_text().splitlines():
-                    key, _, value = line.partition(" ")
-                    if key == "usage_usec":
-                        return int(value) * 1000
-            elif self.mode.cpu == "cgroup1" and self.acct_path is not None:
-                return int((self.acct_path / "cpuacct.usage").read_text())
+                usec = _field(_read(os.path.join(self.cpu_path, "cpu.stat")), b"usage_usec")
+                return None if usec is None else usec * 1000
+            if self.mode.cpu == "cgroup1" and self.acct_path is not None:
+                return int(_read(os.path.join(self.acct_path, "cpuacct.usage")))
         except (OSError, ValueError):
             pass
         return None
 
     def pids(self) -> list[int]:
         try:
-            return [int(p) for p in (self.dirs[0] / "cgroup.procs").read_text().split()]
+            return [int(p) for p in _read(self._procs).split()]
         except OSError:
             return []
 
@@ -265,3 +275,33 @@ class KernelCgroup:
                 d.rmdir()
             except OSError:
                 pass
+
+
+def _read(path: str) -> bytes:
+    """A small kernel file, whole: several per kernel start on the supervisor's path, where a text
+    file object's layers cost more than the read (a quarter of its CPU was Path.read_text)."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        return os.read(fd, 65536)
+    finally:
+        os.close(fd)
+
+
+def _field(text: bytes, key: bytes) -> int | None:
+    """The value of `key` in a flat-keyed cgroup file ("key value" lines)."""
+    for line in text.splitlines():
+        name, _, value = line.partition(b" ")
+        if name == key:
+            return int(value)
+    return None
+
+
+def _charge_file(mode: CgroupMode, path: Path | None) -> str:
+    """Where a memory cgroup's charge is read: memory and swap together where v1 counts them (swap
+    accounting), else memory (v2's swap is read apart); '' without a memory cgroup."""
+    if path is None:
+        return ""
+    if mode.kind == "cgroup2":
+        return os.path.join(path, "memory.current")
+    swapped = os.path.exists(os.path.join(mode.parent, "memory.memsw.usage_in_bytes"))
+    return os.path.join(path, "memory.memsw.usage_in_bytes" if swapped else "memory.usage_in_bytes")

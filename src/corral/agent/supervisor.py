@@ -167,7 +167,7 @@ class Supervisor:
         before = cpu_before = 0
         if cgroup is not None:
             try:
-                before, cpu_before = cgroup.oom_kills(), cgroup.cpu_usage_ns() or 0
+                before, cpu_before = cgroup.baseline()
             except BaseException:
                 cgroup.remove()
                 raise
@@ -241,12 +241,12 @@ class Supervisor:
                 raise
         return cgroup
 
-    def _done_with(self, cgroup: KernelCgroup) -> None:
+    def _done_with(self, cgroup: KernelCgroup, empty: bool = False) -> None:
         """Kept for the next kernel when nothing runs in it and little is charged to it.  Only by a
         root supervisor: its cgroups' files are root's, out of the kernels' reach (unprivileged,
         the agent's delegated tree is its kernels' account's too, who could raise a limit there
         that the next kernel would inherit)."""
-        if self._keeps and len(self._idle) < KEEP_CGROUPS and cgroup.reusable():
+        if self._keeps and len(self._idle) < KEEP_CGROUPS and cgroup.reusable(empty):
             self._idle.append(cgroup)
         else:
             cgroup.remove()
@@ -327,12 +327,15 @@ class Supervisor:
             self._reap()
             self.flush()  # what is known goes out before this waits
             time.sleep(0.005)
+        # Read once its cgroup is empty: final for this kernel, and where the counters stay until
+        # the next kernel kept there joins (its baseline, KernelCgroup.counted).
         after = k.cgroup.oom_kills() if k.cgroup else 0
         usage = k.cgroup.cpu_usage_ns() if k.cgroup else None
+        if k.cgroup is not None:
+            k.cgroup.counted = (after, usage) if not rest else None
+            self._done_with(k.cgroup, empty=not rest)
         if usage is not None:
             usage -= k.cpu_before  # a kept cgroup's counter started with its earlier kernels'
-        if k.cgroup is not None:
-            self._done_with(k.cgroup)
         self.emit(
             {
                 "ev": "exited",
