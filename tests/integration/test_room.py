@@ -4,7 +4,7 @@ timed cycle or a cycle after room was made never does (coordinator on a real dat
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import pytest
 from sqlalchemy import select
@@ -14,13 +14,14 @@ from corral.domain.resources import ResourceSlots
 from corral.domain.spec import SessionSpec
 from corral.domain.status import SessionStatus
 from corral.manager.coordinator import Coordinator
+from corral.manager.handlers.base import HandlerContext, LifecycleResult
 from corral.manager.handlers.cancel_pending import CancelPendingSessions
 from corral.manager.handlers.schedule_new import ScheduleNewSessions
 from corral.manager.loop import SchedulerLoop
 from corral.settings import SchedulerSettings
 from corral.store import agents, journal, kernels, sessions
 from corral.store.db import transaction
-from corral.store.records import NewSession
+from corral.store.records import NewSession, SessionRecord
 from corral.store.tables import kernels as kernel_table
 from corral.wakeup import Wakeup
 from tests.conftest import BACKENDS
@@ -215,3 +216,39 @@ async def test_room_made_while_a_cycle_runs_is_placed_at_its_end(
         assert (placed.status is SessionStatus.PREPARING) is signalled
         if not signalled:
             assert not coordinator.room_left  # nothing said room was made: the next cycle waits too
+
+
+class _BrokenPlacement(ScheduleNewSessions):
+    """Placement that fails on whatever it reads (as a session that breaks it would make it)."""
+
+    async def execute(self, ctx: HandlerContext, targets: Sequence[SessionRecord]) -> LifecycleResult:
+        raise RuntimeError("placement broke")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_a_failing_placement_does_not_stop_the_rest_of_the_cycle(
+    backend: str, fresh_database: Callable[[str], str]
+) -> None:
+    """Placement runs before the promotions and stops: when it fails the cycle goes on (a user's
+    cancel is still applied), and it is tried again by the next cycle."""
+    async with migrated(fresh_database(backend)) as engine:
+        await _one_agent(engine, cpu=1)
+        [cancelled] = await _insert_sized(engine, 1, priority=5, cpu=1)
+        async with transaction(engine) as conn:
+            await sessions.request_termination(conn, cancelled, "user_cancelled", "", NOW)
+        [waiting] = await _insert_sized(engine, 1, priority=5, cpu=1)
+        coordinator = Coordinator(
+            engine,
+            "default",
+            [_BrokenPlacement(), CancelPendingSessions()],
+            PhaseLimits(timeouts={}),
+            lambda: NOW,
+        )
+        assert await coordinator.run_cycle(timed=False, room=True) == 1
+        async with engine.connect() as conn:
+            ended = await sessions.get(conn, cancelled)
+            queued = await sessions.get(conn, waiting)
+        assert ended is not None and ended.status is SessionStatus.CANCELLED
+        assert queued is not None and queued.status is SessionStatus.PENDING
+        # Its room signal was not used: the loop's next cycle places (with a placement that works).
+        assert coordinator.placed_at == -1

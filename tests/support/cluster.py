@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psutil
 
 from corral.agent.cgroup import V1_ACCT, V1_CPU, V1_ROOT, V2_ROOT, parent_name
 from tests.support.postgres import free_port
@@ -111,26 +112,36 @@ class Cluster:
             "CORRAL_CHECKPOINT_ROOT": str(self.checkpoints),
         }
         with open(self.workdir / "manager.log", "ab") as log:  # the child keeps its own descriptor
+            since = log.tell()
             self.manager = subprocess.Popen(
                 [sys.executable, "-m", "corral", "manager"], env=env, stdout=log, stderr=subprocess.STDOUT
             )
-        poll(self._answering, 30, "the manager to answer /healthz")
+        poll(lambda: self._answering(since), 30, "the manager to answer /healthz")
         self.started = True
 
-    def _answering(self) -> bool:
-        """Our manager answers.  A free port is free only when picked: another test's manager may
-        bind it first, and then answer /healthz in ours' place (and refuse our key)."""
+    def _answering(self, since: int) -> bool:
+        """Our manager answers: it listens on our port and /healthz answers there.  A free port is
+        free only when picked: another test's manager may bind it first (ours then exits saying so,
+        and until it does, the other answers in its place).  `since`: where this start's log begins."""
         assert self.manager is not None
         if self.manager.poll() is not None:
-            log = (self.workdir / "manager.log").read_text(errors="replace")[-2000:]
+            with open(self.workdir / "manager.log", "rb") as f:
+                f.seek(since)
+                log = f.read().decode(errors="replace")
             if "address already in use" in log.lower():
                 raise PortTaken(self.port)
-            raise AssertionError(f"the manager exited ({self.manager.returncode}) before answering:\n{log}")
-        if not healthy(self.url):
+            raise AssertionError(
+                f"the manager exited ({self.manager.returncode}) before answering:\n{log[-2000:]}"
+            )
+        return self._listening() and healthy(self.url)
+
+    def _listening(self) -> bool:
+        assert self.manager is not None
+        try:
+            sockets = psutil.Process(self.manager.pid).net_connections("tcp")
+        except psutil.NoSuchProcess:
             return False
-        if self.http.get("/api/v1/cluster-config").status_code == 401:
-            raise PortTaken(self.port)
-        return True
+        return any(c.status == psutil.CONN_LISTEN and c.laddr.port == self.port for c in sockets)
 
     def kill_manager(self) -> None:
         assert self.manager is not None

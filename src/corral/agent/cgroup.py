@@ -234,26 +234,39 @@ class KernelCgroup:
             return counted[0], counted[1] or 0
         return self.oom_kills(), self.cpu_usage_ns() or 0
 
+    def counters(self) -> tuple[int, int | None]:
+        """(oom_kills, cpu_usage_ns) as they are now; raises OSError or ValueError when one cannot
+        be read (cpu_usage_ns is None only where CPU is not accounted)."""
+        return self._oom_kills(), self._cpu_usage_ns()
+
     def oom_kills(self) -> int:
         """The cgroup's oom_kill counter (v2 memory.events, v1 memory.oom_control)."""
+        try:
+            return self._oom_kills()
+        except OSError:
+            return 0
+
+    def _oom_kills(self) -> int:
         if self.path is None:
             return 0
         name = "memory.events" if self.mode.kind == "cgroup2" else "memory.oom_control"
-        try:
-            return _field(_read(os.path.join(self.path, name)), b"oom_kill") or 0
-        except OSError:
-            return 0
+        return _field(_read(os.path.join(self.path, name)), b"oom_kill") or 0
 
     def cpu_usage_ns(self) -> int | None:
         """CPU time its processes used (v2 cpu.stat usage_usec, v1 cpuacct.usage); None if unknown."""
         try:
-            if self.mode.cpu == "cgroup2" and self.cpu_path is not None:
-                usec = _field(_read(os.path.join(self.cpu_path, "cpu.stat")), b"usage_usec")
-                return None if usec is None else usec * 1000
-            if self.mode.cpu == "cgroup1" and self.acct_path is not None:
-                return int(_read(os.path.join(self.acct_path, "cpuacct.usage")))
+            return self._cpu_usage_ns()
         except (OSError, ValueError):
-            pass
+            return None
+
+    def _cpu_usage_ns(self) -> int | None:
+        if self.mode.cpu == "cgroup2" and self.cpu_path is not None:
+            usec = _field(_read(os.path.join(self.cpu_path, "cpu.stat")), b"usage_usec")
+            if usec is None:
+                raise ValueError("cpu.stat has no usage_usec")
+            return usec * 1000
+        if self.mode.cpu == "cgroup1" and self.acct_path is not None:
+            return int(_read(os.path.join(self.acct_path, "cpuacct.usage")))
         return None
 
     def pids(self) -> list[int]:
@@ -278,11 +291,15 @@ class KernelCgroup:
 
 
 def _read(path: str) -> bytes:
-    """A small kernel file, whole: several per kernel start on the supervisor's path, where a text
-    file object's layers cost more than the read (a quarter of its CPU was Path.read_text)."""
+    """A kernel file, whole: several per kernel start on the supervisor's path, where a text file
+    object's layers cost more than the reads (a quarter of its CPU was Path.read_text).  Read to
+    its end: a read of these files returns a page at most (cgroup.procs of a large tree is longer)."""
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
-        return os.read(fd, 65536)
+        chunks = [os.read(fd, 65536)]
+        while chunks[-1]:
+            chunks.append(os.read(fd, 65536))
+        return b"".join(chunks)
     finally:
         os.close(fd)
 

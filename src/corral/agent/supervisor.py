@@ -320,20 +320,27 @@ class Supervisor:
         exited_at = time.time_ns()
         # Batch semantics: the kernel ends with its main process; whatever it left behind goes too.
         for _ in range(100):
-            rest = self._tree(k) - {k.pid}
+            tree = self._tree(k)
+            rest = tree - {k.pid}
             if not rest:
                 break
             _signal(rest, signal.SIGKILL)
             self._reap()
             self.flush()  # what is known goes out before this waits
             time.sleep(0.005)
-        # Read once its cgroup is empty: final for this kernel, and where the counters stay until
-        # the next kernel kept there joins (its baseline, KernelCgroup.counted).
-        after = k.cgroup.oom_kills() if k.cgroup else 0
-        usage = k.cgroup.cpu_usage_ns() if k.cgroup else None
+        after, usage = 0, None
         if k.cgroup is not None:
-            k.cgroup.counted = (after, usage) if not rest else None
-            self._done_with(k.cgroup, empty=not rest)
+            # Read once its cgroup is empty (nothing listed, not even a process given the reaped
+            # pid again): final for this kernel, and where they stay until the next kernel kept
+            # there joins (its baseline).  One that cannot be read is not kept as a baseline.
+            empty = not tree
+            try:
+                after, usage = k.cgroup.counters()
+                k.cgroup.counted = (after, usage) if empty else None
+            except (OSError, ValueError):
+                after, usage = k.cgroup.oom_kills(), k.cgroup.cpu_usage_ns()
+                k.cgroup.counted = None
+            self._done_with(k.cgroup, empty)
         if usage is not None:
             usage -= k.cpu_before  # a kept cgroup's counter started with its earlier kernels'
         self.emit(

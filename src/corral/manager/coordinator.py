@@ -184,24 +184,42 @@ class Coordinator:
         self._requested = 0
         cycle = _Cycle(present, room)
         self.left_out = False
+        placement: Handler | None = None
         for handler in self._handlers:
-            await self._step(handler, cycle, timed)
-        placement = next((h for h in self._handlers if h.waits_for_room), None)
-        if placement is not None and cycle.placed and (cycle.room or self._room_version() != self.placed_at):
+            if handler.waits_for_room:
+                placement = handler
+                await self._place(handler, cycle, timed)
+            else:
+                await self._step(handler, cycle, timed)
+        signalled = cycle.placed and self._room_version() != self.placed_at
+        if placement is not None and (cycle.room or signalled):
             cycle.room = True
-            await self._step(placement, cycle, timed)
+            await self._place(placement, cycle, timed)
         self.room_left = cycle.room
         # Requests written this cycle (a preemptor's victims) count as work: the loop runs the next
         # cycle at once instead of waiting its interval to stop them.
         return cycle.moved + self._requested
 
+    async def _place(self, handler: Handler, cycle: _Cycle, timed: bool) -> None:
+        """Placement's turn: one that fails is logged and the cycle goes on without it (what it
+        wrote is rolled back, its room signal stays unseen).  It runs before the promotions and
+        stops, and a session in the queue that breaks it must not stop every running one from
+        ending."""
+        try:
+            await self._step(handler, cycle, timed)
+        except Exception:
+            log.exception("placement failed; the cycle goes on", resource_group=self._rg)
+            cycle.room = False  # tried again at the cycle's end only if a later handler makes room
+
     async def _step(self, handler: Handler, cycle: _Cycle, timed: bool) -> None:
         """One handler's turn in a cycle."""
         if not _may_have_targets(handler, cycle.present) or (handler.expiry_only and not timed):
             return  # a handler with nothing to look at costs no transaction
-        if handler.waits_for_room and not cycle.room and not timed:
-            self.left_out = True  # placed all it could last time, and nothing has changed since
-            return
+        if handler.waits_for_room:
+            # Left out: placed all it could last time, and nothing has changed since.
+            self.left_out = not cycle.room and not timed
+            if self.left_out:
+                return
         requested = self._requested
         version = self._room_version()
         won: list[Move] = []

@@ -201,8 +201,8 @@ async def _preempt(
 ) -> dict[str, str]:
     """For the first waiting session (in queue order) that running work of lower priority can make
     room for: ask a minimal set of victims to stop and hold the agents they free.  One preemptor per
-    cycle; a preemptor whose victims are still stopping waits (no second round).  Returns why each
-    preempting session waits."""
+    placement run (at most two a cycle); a preemptor whose victims are still stopping waits (no
+    second round).  Returns why each preempting session waits."""
     waiting: dict[str, str] = {}
     for s in unplaced:
         hold = reserved.get(s.id)
