@@ -68,14 +68,14 @@ async def test_a_full_window_that_placed_leaves_room_for_the_next_cycle(
         async with transaction(engine) as conn:
             await agents.ensure_resource_group(conn, "default", NOW)
             await register_agent(conn, "big", {"cpu": 10_000, "mem": "10000G"}, hostname="h", now=NOW)
-        await _insert(engine, 2 * window + 88, 10, NOW)
+        await _insert(engine, window + 88, 10, NOW)
         coordinator = Coordinator(
             engine, "default", [ScheduleNewSessions()], PhaseLimits(timeouts={}), lambda: NOW
         )
-        # A full window that placed leaves room: placement runs once more at the cycle's end, and
-        # when that window was full too, the next cycle places again.
-        assert await coordinator.run_cycle(timed=False, room=True) == 2 * window
-        assert coordinator.room_left  # more may fit behind the windows it read
+        # A cycle reads one window: the room a full one leaves is the next cycle's (placement does
+        # not run again at this cycle's end for it).
+        assert await coordinator.run_cycle(timed=False, room=True) == window
+        assert coordinator.room_left  # more may fit behind the window it read
         assert await coordinator.run_cycle(timed=False, room=coordinator.room_left) == 88
         assert not coordinator.room_left
 

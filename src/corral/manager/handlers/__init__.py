@@ -22,16 +22,13 @@ from corral.manager.handlers.terminate import TerminateSessions
 
 
 def cycle_handlers() -> list[LifecycleHandler | SessionPromotionHandler]:
-    # Placement first, after the stops users asked for: under load nearly all capacity is freed by
-    # agents' reports (kernels ending), which wake the cycle, and a freed CPU stood idle while the
-    # promotions ran before placement.  Room made after it (by a later handler, or by reports
-    # while the cycle ran) is placed once more at the cycle's end (Coordinator.run_cycle).
+    # Reports first (promotions), then stops, then capacity freed by them is reused in the same cycle
+    # (room agents' reports signalled is placed before all of these: Coordinator.run_cycle).
     # Start orders last: a gang with a failed kernel is stopped (DetectTermination) before any of
     # its prepared ranks could be started.
     return [
         CancelPendingSessions(),
         ApplyTerminationRequests(),
-        ScheduleNewSessions(),
         PromoteToPulling(),
         PromoteStartedAlone(),
         PromoteToPrepared(),
@@ -43,6 +40,7 @@ def cycle_handlers() -> list[LifecycleHandler | SessionPromotionHandler]:
         TerminateSessions(),
         PromoteToTerminated(),
         SuspendSessions(),
+        ScheduleNewSessions(),
         PrepareSessions(),
         StartSessions(),
     ]
