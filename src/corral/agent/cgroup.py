@@ -145,9 +145,7 @@ class KernelCgroup:
         self.counted: tuple[int, int | None] | None = None
         """(oom_kills, cpu_usage_ns) read once it was empty, where they stay until a process joins:
         the next kernel's baseline without reading them again (`baseline`)."""
-        self._charged = _charge_file(mode, self.path)
-        v2 = mode.kind == "cgroup2" and self.path is not None
-        self._swap = os.path.join(self.path, "memory.swap.current") if v2 and self.path else ""
+        self._swapped = _swap_accounted(mode)
         self._procs = os.path.join(self.dirs[0], "cgroup.procs") if self.dirs else ""
 
     @classmethod
@@ -181,17 +179,15 @@ class KernelCgroup:
     def _limit_memory(self, path: Path, mem_limit: int | None) -> None:
         if self.mode.kind == "cgroup2":
             (path / "memory.max").write_text(str(mem_limit or "max"))
-            swap = path / "memory.swap.max"
-            if swap.exists():
-                swap.write_text("0" if mem_limit else "max")
+            if self._swapped:
+                (path / "memory.swap.max").write_text("0" if mem_limit else "max")
             return
         memsw = path / "memory.memsw.limit_in_bytes"
-        swapped = memsw.exists()
-        if swapped:
+        if self._swapped:
             # memory+swap may never be below memory: lifted first, so either may change next.
             memsw.write_text("-1")
         (path / "memory.limit_in_bytes").write_text(str(mem_limit or -1))
-        if swapped and mem_limit:
+        if self._swapped and mem_limit:
             # With swap accounting, cap memory+swap too, or the kernel swaps instead of OOMing.
             try:
                 memsw.write_text(str(mem_limit))
@@ -200,15 +196,14 @@ class KernelCgroup:
 
     def charge(self) -> int:
         """Bytes charged to its memory cgroup, swap included (0 without one)."""
-        if not self._charged:
+        if self.path is None:
             return 0
-        charged = int(_read(self._charged))
-        if self._swap:
-            try:
-                charged += int(_read(self._swap))
-            except FileNotFoundError:
-                self._swap = ""  # no swap accounting here: not looked for again
-        return charged
+        if self.mode.kind == "cgroup2":
+            swap = int(_read(os.path.join(self.path, "memory.swap.current"))) if self._swapped else 0
+            return int(_read(os.path.join(self.path, "memory.current"))) + swap
+        # cgroup v1 counts memory and swap together where it accounts swap.
+        name = "memory.memsw.usage_in_bytes" if self._swapped else "memory.usage_in_bytes"
+        return int(_read(os.path.join(self.path, name)))
 
     def reusable(self, empty: bool = False) -> bool:
         """Empty (`empty`: seen so by the caller, once nothing could join it), and holding at most
@@ -313,12 +308,10 @@ def _field(text: bytes, key: bytes) -> int | None:
     return None
 
 
-def _charge_file(mode: CgroupMode, path: Path | None) -> str:
-    """Where a memory cgroup's charge is read: memory and swap together where v1 counts them (swap
-    accounting), else memory (v2's swap is read apart); '' without a memory cgroup."""
-    if path is None:
-        return ""
-    if mode.kind == "cgroup2":
-        return os.path.join(path, "memory.current")
-    swapped = os.path.exists(os.path.join(mode.parent, "memory.memsw.usage_in_bytes"))
-    return os.path.join(path, "memory.memsw.usage_in_bytes" if swapped else "memory.usage_in_bytes")
+def _swap_accounted(mode: CgroupMode) -> bool:
+    """Whether the kernel accounts swap in memory cgroups (v2 memory.swap.*, v1 memory.memsw.*):
+    the host's setting, so the agent's parent has the files when every kernel cgroup does."""
+    if mode.kind not in ("cgroup2", "cgroup1") or not mode.parent:
+        return False
+    name = "memory.swap.current" if mode.kind == "cgroup2" else "memory.memsw.usage_in_bytes"
+    return os.path.exists(os.path.join(mode.parent, name))
