@@ -19,7 +19,7 @@ from sqlalchemy.exc import DBAPIError
 from corral.domain.resources import ResourceSlots
 from corral.domain.spec import Backoff, RetryPolicy, SessionSpec
 from corral.domain.status import KernelStatus, SessionStatus
-from corral.store import driver_rows, journal, sessions
+from corral.store import bulk, driver_rows, journal, sessions
 from corral.store.db import transaction
 from corral.store.records import Move, NewSession
 from corral.store.tables import kernels as kernel_table
@@ -217,12 +217,14 @@ async def test_a_read_of_several_statuses_reads_no_ended_session_before_any_stat
         assert len(sent) == 2
 
 
-async def test_rows_handed_to_the_driver_are_stored_as_sqlalchemys_insert_stores_them(
-    fresh_database: Callable[[str], str],
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_rows_written_in_bulk_are_stored_as_sqlalchemys_insert_stores_them(
+    backend: str, fresh_database: Callable[[str], str]
 ) -> None:
-    """SQLite's many-row INSERTs go to the driver without SQLAlchemy's executemany
-    (store/driver_rows.py): every column of a session, of its kernels and of its event is stored as
-    SQLAlchemy's own INSERT stores it, whatever its type (text, JSON, times, flags, numbers, NULL)."""
+    """Many-row INSERTs skip SQLAlchemy's executemany (store/bulk.py: to SQLite's driver, or as
+    PostgreSQL arrays): every column of a session, of its kernels and of its event is stored as
+    SQLAlchemy's own INSERT stores it, whatever its type (text, JSON, JSON null and SQL NULL, times,
+    flags, numbers)."""
     policy = RetryPolicy(max_retries=2, retry_delay=1.5, backoff=Backoff.EXPONENTIAL)
     spec = SessionSpec(
         command=("python3", "-c", "print('é \\u2603')"),
@@ -252,13 +254,13 @@ async def test_rows_handed_to_the_driver_are_stored_as_sqlalchemys_insert_stores
     kernel_rows = sessions._kernel_rows(new, row["resources"], NOW)
     events = [(new.id, "session.created", None, "PENDING", {"k": ["é", None, 1.5]})]
     stored = []
-    async with migrated(fresh_database("sqlite")) as engine:
-        for through_driver in (True, False):
+    async with migrated(fresh_database(backend)) as engine:
+        for in_bulk in (True, False):
             async with transaction(engine) as conn:
-                if through_driver:
+                if in_bulk:
                     await sessions._insert_all(conn, session_table, [row])
                     await sessions._insert_all(conn, kernel_table, kernel_rows)
-                    await driver_rows.insert_rows(
+                    await bulk.insert_rows(
                         conn, session_events, journal.EVENT_COLUMNS, events, {"created_at": NOW}
                     )
                 else:  # SQLAlchemy's executemany, with its own processing of every value
@@ -274,12 +276,19 @@ async def test_rows_handed_to_the_driver_are_stored_as_sqlalchemys_insert_stores
                     for r in rows if table is session_events else []:
                         del r["id"]  # numbered afresh
                     found[table.name] = rows
+                # A JSON column's None is JSON null or SQL NULL by its type (read back, both are None).
+                nulls = "SELECT reservation IS NULL, retry_after IS NULL FROM sessions"
+                found["nulls"] = [tuple(r) for r in await conn.exec_driver_sql(nulls)]
+                nulls = "SELECT devices IS NULL, error_record IS NULL FROM kernels"
+                found["nulls"] += [tuple(r) for r in await conn.exec_driver_sql(nulls)]
                 for table in (session_events, kernel_table, session_table):  # kernels refer to sessions
                     await conn.exec_driver_sql(f"DELETE FROM {table.name}")
                 stored.append(found)
         assert stored[0] == stored[1]
         assert len(stored[0]["kernels"]) == 2 and len(stored[0]["session_events"]) == 1
         assert stored[0]["sessions"][0]["spec_hash"] == "h"  # the whole array's
+        # No hold is SQL NULL, not JSON null: the index of holds (ix_sessions_held) leaves it out.
+        assert stored[0]["nulls"][0] == (True, False)
         async with transaction(engine) as conn:
             [made] = await sessions.insert_sessions(conn, [new], NOW)  # and it reads back as written
             assert await sessions.get(conn, new.id) == made

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from datetime import datetime
-from functools import cache
 from typing import Any
 
-from sqlalchemy import ColumnElement, Insert, Table, and_, bindparam, insert, select, update
+from sqlalchemy import and_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
-from sqlalchemy.sql.selectable import TableValuedAlias
 
-from corral.store import convert, driver_rows, unnest
+from corral.store import bulk, convert
 from corral.store.records import HistoryRecord
 from corral.store.tables import session_events, session_history
 
@@ -25,67 +23,12 @@ HISTORY_COLUMNS = ("session_id", "handler", "result", "from_status", "to_status"
 
 
 async def add_events(conn: AsyncConnection, rows: Sequence[EventRow], now: datetime) -> None:
-    if rows:
-        await _insert(conn, session_events, EVENT_COLUMNS, rows, {"created_at": now})
+    await bulk.insert_rows(conn, session_events, EVENT_COLUMNS, rows, {"created_at": now})
 
 
 async def add_history(conn: AsyncConnection, rows: Sequence[HistoryRow], now: datetime) -> None:
-    if rows:
-        same = {"count": 1, "created_at": now, "last_at": now}
-        await _insert(conn, session_history, HISTORY_COLUMNS, rows, same)
-
-
-def unnest_insert(
-    table: Table,
-    columns: tuple[str, ...],
-    prefix: str,
-    same: Mapping[str, ColumnElement[Any]],
-    kept: Callable[[TableValuedAlias], ColumnElement[bool]] | None = None,
-) -> Insert:
-    """PostgreSQL's INSERT ... SELECT FROM unnest(one array per column, each bound as prefix +
-    column), plus the values every row shares (`same`), of the rows `kept` keeps (all without it)."""
-    fields = _fields(table, columns, prefix)
-    unnested = unnest.rows(fields)
-    picked = [unnest.picked(unnested, name, type_) for name, type_ in fields]
-    query = select(*picked, *same.values())
-    if kept is not None:
-        query = query.where(kept(unnested))
-    return insert(table).from_select([*columns, *same], query)
-
-
-def unnest_params(
-    table: Table, columns: tuple[str, ...], prefix: str, rows: Sequence[tuple[Any, ...]]
-) -> dict[str, list[Any]]:
-    """unnest_insert's arrays for these rows."""
-    return unnest.arrays(_fields(table, columns, prefix), rows)
-
-
-async def _insert(
-    conn: AsyncConnection,
-    table: Table,
-    columns: tuple[str, ...],
-    rows: Sequence[tuple[Any, ...]],
-    same: dict[str, Any],
-) -> None:
-    """Rows of `columns`, plus values every row shares: on PostgreSQL one statement whatever the
-    row count (store/unnest.py), on SQLite straight to the driver (store/driver_rows.py)."""
-    if conn.dialect.name == "postgresql":
-        await conn.execute(
-            _unnest_insert(table, columns, tuple(same)), {**unnest_params(table, columns, "", rows), **same}
-        )
-        return
-    await driver_rows.insert_rows(conn, table, columns, rows, same)
-
-
-@cache
-def _fields(table: Table, columns: tuple[str, ...], prefix: str) -> tuple[tuple[str, Any], ...]:
-    return tuple((prefix + c, table.c[c].type) for c in columns)
-
-
-@cache
-def _unnest_insert(table: Table, columns: tuple[str, ...], same: tuple[str, ...]) -> Insert:
-    """unnest_insert of every row, the shared values bound as their columns' names."""
-    return unnest_insert(table, columns, "", {c: bindparam(c, type_=table.c[c].type) for c in same})
+    same = {"count": 1, "created_at": now, "last_at": now}
+    await bulk.insert_rows(conn, session_history, HISTORY_COLUMNS, rows, same)
 
 
 async def add_skips(

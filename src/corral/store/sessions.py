@@ -22,7 +22,6 @@ from sqlalchemy import (
     exists,
     false,
     func,
-    insert,
     literal,
     or_,
     select,
@@ -44,7 +43,7 @@ from corral.domain.status import (
 )
 from corral.domain.transitions import kernel_move_allowed, kernel_sources, session_move_allowed
 from corral.store import agents as agent_store
-from corral.store import convert, driver_rows, journal
+from corral.store import bulk, convert, journal
 from corral.store.db import autocommitting
 from corral.store.records import KernelRecord, Move, NewSession, SessionRecord
 from corral.store.tables import agents, allocations, kernels, session_events, session_history, sessions
@@ -88,13 +87,9 @@ async def _insert_new(
 
 
 async def _insert_all(conn: AsyncConnection, table: Table, rows: Sequence[dict[str, Any]]) -> None:
-    """Rows giving every column: one multi-row INSERT on PostgreSQL (store/db.py), straight to the
-    driver on SQLite."""
-    if conn.dialect.name == "postgresql":
-        await conn.execute(insert(table), rows)  # bound parameters: the compiled statement is reused
-        return
+    """Rows giving every column, in one statement on PostgreSQL whatever their count."""
     names = tuple(c.name for c in table.columns)
-    await driver_rows.insert_rows(conn, table, names, [tuple(row[n] for n in names) for row in rows])
+    await bulk.insert_rows(conn, table, names, [tuple(row[n] for n in names) for row in rows])
 
 
 def _session_row(new: NewSession, now: datetime) -> dict[str, Any]:
@@ -636,8 +631,8 @@ def _journal_params(group: Sequence[Move], rows_of: dict[str, list[journal.Histo
     events = [event for m in group for event in _events(m)]
     history = [row for m in group for row in rows_of.get(m.session_id, ())]
     return {
-        **journal.unnest_params(session_events, journal.EVENT_COLUMNS, "e_", events),
-        **journal.unnest_params(session_history, journal.HISTORY_COLUMNS, "h_", history),
+        **bulk.unnest_params(session_events, journal.EVENT_COLUMNS, "e_", events),
+        **bulk.unnest_params(session_history, journal.HISTORY_COLUMNS, "h_", history),
     }
 
 
@@ -662,7 +657,7 @@ def _move_journaled(
         )
         then.append(kernel_move.values(status=str(kernel_dst), status_changed_at=now).cte("kernels_moved"))
     then.append(
-        journal.unnest_insert(
+        bulk.unnest_insert(
             session_events,
             journal.EVENT_COLUMNS,
             "e_",
@@ -673,7 +668,7 @@ def _move_journaled(
     one = literal(1, type_=session_history.c.count.type)
     same = {"count": one, "created_at": now, "last_at": now}
     then.append(
-        journal.unnest_insert(
+        bulk.unnest_insert(
             session_history, journal.HISTORY_COLUMNS, "h_", same, lambda h: h.c.h_session_id.in_(won)
         ).cte("history")
     )

@@ -37,9 +37,17 @@ def arrays(
     """The parameters of `rows(fields)` for these rows (each a tuple in the fields' order)."""
     by_field = zip(*values, strict=True) if values else ((),) * len(fields)
     return {
-        name: [json.dumps(v) for v in column_values] if isinstance(type_, JSON) else list(column_values)
+        name: _json(type_, column_values) if isinstance(type_, JSON) else list(column_values)
         for (name, type_), column_values in zip(fields, by_field, strict=True)
     }
+
+
+def _json(type_: JSON, values: Sequence[Any]) -> list[str | None]:
+    """JSON values as text; None as SQL NULL where the column says so (as SQLAlchemy binds it),
+    JSON null elsewhere."""
+    if type_.none_as_null:
+        return [None if v is None else json.dumps(v) for v in values]
+    return [json.dumps(v) for v in values]
 
 
 def _element(type_: TypeEngine[Any]) -> TypeEngine[Any]:

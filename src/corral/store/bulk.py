@@ -1,0 +1,68 @@
+"""Many rows in one INSERT on either backend: on PostgreSQL one statement whatever the row count
+(one array per column, store/unnest.py), on SQLite straight to the driver (store/driver_rows.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from functools import cache
+from typing import Any
+
+from sqlalchemy import ColumnElement, Insert, Table, bindparam, insert, select
+from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.sql.selectable import TableValuedAlias
+
+from corral.store import driver_rows, unnest
+
+
+async def insert_rows(
+    conn: AsyncConnection,
+    table: Table,
+    columns: tuple[str, ...],
+    rows: Sequence[tuple[Any, ...]],
+    same: Mapping[str, Any] | None = None,
+) -> None:
+    """Rows of `columns` (in that order), plus the values every row shares (`same`)."""
+    if not rows:
+        return
+    same = same or {}
+    if conn.dialect.name == "postgresql":
+        params = {**unnest_params(table, columns, "", rows), **same}
+        await conn.execute(_unnest_insert(table, columns, tuple(same)), params)
+        return
+    await driver_rows.insert_rows(conn, table, columns, rows, same)
+
+
+def unnest_insert(
+    table: Table,
+    columns: tuple[str, ...],
+    prefix: str,
+    same: Mapping[str, ColumnElement[Any]],
+    kept: Callable[[TableValuedAlias], ColumnElement[bool]] | None = None,
+) -> Insert:
+    """PostgreSQL's INSERT ... SELECT FROM unnest(one array per column, each bound as prefix +
+    column), plus the values every row shares (`same`), of the rows `kept` keeps (all without it)."""
+    fields = _fields(table, columns, prefix)
+    unnested = unnest.rows(fields)
+    picked = [unnest.picked(unnested, name, type_) for name, type_ in fields]
+    query = select(*picked, *same.values())
+    if kept is not None:
+        query = query.where(kept(unnested))
+    return insert(table).from_select([*columns, *same], query)
+
+
+def unnest_params(
+    table: Table, columns: tuple[str, ...], prefix: str, rows: Sequence[tuple[Any, ...]]
+) -> dict[str, list[Any]]:
+    """unnest_insert's arrays for these rows."""
+    return unnest.arrays(_fields(table, columns, prefix), rows)
+
+
+@cache
+def _fields(table: Table, columns: tuple[str, ...], prefix: str) -> tuple[tuple[str, Any], ...]:
+    return tuple((prefix + c, table.c[c].type) for c in columns)
+
+
+@cache
+def _unnest_insert(table: Table, columns: tuple[str, ...], same: tuple[str, ...]) -> Insert:
+    """unnest_insert of every row, the shared values bound as their columns' names."""
+    return unnest_insert(table, columns, "", {c: bindparam(c, type_=table.c[c].type) for c in same})
