@@ -5,6 +5,7 @@ matches a row it merely begins with."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Callable
 from dataclasses import replace
@@ -16,14 +17,15 @@ from sqlalchemy import bindparam, event, insert, select, text, update
 from sqlalchemy.dialects.sqlite.aiosqlite import SQLiteDialect_aiosqlite as SQLiteDialect
 from sqlalchemy.exc import DBAPIError
 
+from corral.domain.placement import Placement
 from corral.domain.resources import ResourceSlots
 from corral.domain.spec import Backoff, RetryPolicy, SessionSpec
 from corral.domain.status import KernelStatus, SessionStatus
-from corral.store import bulk, driver_rows, journal, sessions
+from corral.store import bulk, driver_rows, journal, kernels, sessions
 from corral.store.db import transaction
 from corral.store.records import Move, NewSession
+from corral.store.tables import allocations, session_events, session_history
 from corral.store.tables import kernels as kernel_table
-from corral.store.tables import session_events, session_history
 from corral.store.tables import sessions as session_table
 from tests.conftest import BACKENDS
 from tests.support.db import migrated
@@ -300,3 +302,46 @@ def test_rows_for_the_driver_must_give_what_sqlalchemy_would_default() -> None:
     """A column with a Python-side default is not filled in by the driver: it must be given."""
     with pytest.raises(ValueError, match="payload"):
         driver_rows._statement(session_events, ("session_id", "kind"), ("created_at",), SQLiteDialect())
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_placements_write_every_kernels_allocation_and_agent(
+    backend: str, fresh_database: Callable[[str], str]
+) -> None:
+    """Each placed kernel gets its allocation (its resources, on the agent chosen for its rank) and
+    that agent; on PostgreSQL in one statement whatever the number placed (store/kernels.py)."""
+    news = [
+        NewSession(
+            id=str(uuid.uuid4()), name=f"s{n}", owner="t", spec=SessionSpec(command=("true",), cluster_size=n)
+        )
+        for n in (1, 2, 3)
+    ]
+    chosen = {
+        news[0].id: Placement(("a1",)),
+        news[1].id: Placement(("a2", "a2")),
+        news[2].id: Placement(("a1", "a1", "a1")),
+    }
+    async with migrated(fresh_database(backend)) as engine:
+        async with transaction(engine) as conn:
+            made = await sessions.insert_sessions(conn, news, NOW)
+        sent: list[str] = []
+        event.listen(engine.sync_engine, "before_cursor_execute", lambda *a: sent.append(a[2]))
+        for part in ([news[0].id], [news[1].id, news[2].id]):
+            async with transaction(engine) as conn:
+                await kernels.write_placements(conn, {sid: chosen[sid] for sid in part}, NOW)
+        placing = list(sent)
+        async with engine.connect() as conn:
+            got = {
+                (r.kernel_id, r.session_id, r.agent_id, json.dumps(r.slots), r.created_at, r.released_at)
+                for r in await conn.execute(select(allocations))
+            }
+            agent_of = dict((await conn.execute(select(kernel_table.c.id, kernel_table.c.agent_id))).all())
+    want = {
+        (k.id, s.id, chosen[s.id].agent_ids[k.rank], json.dumps(k.resources.to_json()), NOW, None)
+        for s in made
+        for k in s.kernels
+    }
+    assert got == want
+    assert agent_of == {k.id: chosen[s.id].agent_ids[k.rank] for s in made for k in s.kernels}
+    if backend == "postgres":
+        assert len(placing) == 2 and placing[0] == placing[1]

@@ -26,6 +26,7 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.sql import Select
 from sqlalchemy.sql.dml import ReturningUpdate
 
 from corral.domain.cause import TerminationReason
@@ -64,6 +65,54 @@ async def write_placements(conn: AsyncConnection, placed: dict[str, Placement], 
     """Allocation rows and agent assignment for sessions that just moved to SCHEDULED."""
     if not placed:
         return
+    if conn.dialect.name == "postgresql":
+        rows = await _place_in_one(conn, placed, now)
+    else:
+        rows = await _place_by_agent(conn, placed, now)
+    await _assign_gpus(conn, [r for r in rows if int(Decimal(str(r["slots"].get("gpu", 0)))) > 0])
+    await _assign_rendezvous(conn, placed)
+
+
+_PLACED = (
+    ("p_session", kernels.c.session_id.type),
+    ("p_rank", kernels.c.rank.type),
+    ("p_agent", kernels.c.agent_id.type),
+)
+
+
+async def _place_in_one(
+    conn: AsyncConnection, placed: dict[str, Placement], now: datetime
+) -> list[dict[str, Any]]:
+    """PostgreSQL: the allocations and the kernels' agents in one statement (four round trips
+    before, and an INSERT text of its own for every number of kernels placed)."""
+    ranks = [(sid, rank, agent) for sid, p in placed.items() for rank, agent in enumerate(p.agent_ids)]
+    params = {**unnest.arrays(_PLACED, ranks), "p_now": now}
+    return [dict(r._mapping) for r in await conn.execute(_placements_statement(), params)]
+
+
+@cache
+def _placements_statement() -> Select[Any]:
+    """INSERT the allocations of the kernels at (session, rank) on their agents, returning them;
+    and UPDATE those kernels' agent."""
+    placed = select(*unnest.rows(_PLACED).c).cte("placed")
+    at = and_(kernels.c.session_id == placed.c.p_session, kernels.c.rank == placed.c.p_rank)
+    now = bindparam("p_now", type_=allocations.c.created_at.type)
+    chosen = select(kernels.c.id, kernels.c.session_id, placed.c.p_agent, kernels.c.resources, now).where(at)
+    columns = ["kernel_id", "session_id", "agent_id", "slots", "created_at"]
+    returned = (
+        allocations.c.kernel_id,
+        allocations.c.session_id,
+        allocations.c.agent_id,
+        allocations.c.slots,
+    )
+    added = insert(allocations).from_select(columns, chosen).returning(*returned).cte("added")
+    assigned = update(kernels).where(at).values(agent_id=placed.c.p_agent, devices=None).cte("assigned")
+    return select(*added.c).add_cte(assigned)
+
+
+async def _place_by_agent(
+    conn: AsyncConnection, placed: dict[str, Placement], now: datetime
+) -> list[dict[str, Any]]:
     rows = []
     ids = list(placed)
     for chunk in range(0, len(ids), 500):
@@ -93,8 +142,7 @@ async def write_placements(conn: AsyncConnection, placed: dict[str, Placement], 
                 .where(kernels.c.id.in_(kernel_ids[chunk : chunk + 500]))
                 .values(agent_id=agent_id, devices=None)
             )
-    await _assign_gpus(conn, [r for r in rows if int(Decimal(str(r["slots"].get("gpu", 0)))) > 0])
-    await _assign_rendezvous(conn, placed)
+    return rows
 
 
 async def _assign_rendezvous(conn: AsyncConnection, placed: dict[str, Placement]) -> None:
