@@ -178,6 +178,32 @@ async def test_placement_stops_reading_once_nothing_more_fits(
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+async def test_placement_reads_pages_as_large_as_its_last_batch(
+    backend: str, fresh_database: Callable[[str], str]
+) -> None:
+    """Under load placement places more than a page a cycle: it then reads that many at a time
+    (one round trip, not two), and reads no further than the room it has."""
+    page = ScheduleNewSessions.queue_page
+    assert page is not None
+    batch = page + page // 4
+    async with migrated(fresh_database(backend)) as engine:
+        await _one_agent(engine, cpu=batch)
+        queued = sorted(await _insert_sized(engine, 4 * page, priority=5, cpu=1))
+        coordinator = Coordinator(
+            engine, "default", [ScheduleNewSessions()], PhaseLimits(timeouts={}), lambda: NOW
+        )
+        assert await coordinator.run_cycle(timed=True) == batch  # two pages read: one and a bit placed
+        assert await _skips(engine, queued[2 * page - 1]) == 1
+        async with transaction(engine) as conn:
+            await register_agent(conn, "more", {"cpu": batch, "mem": "64G"}, hostname="h2", now=NOW)
+        assert await coordinator.run_cycle(timed=True) == batch
+        # One page of `batch` read and placed: none left waiting in this cycle.  Pages of `page`
+        # would have read two, and noted that the rest of the second wait.
+        assert await _skips(engine, queued[2 * batch - 1]) == 0  # placed
+        assert await _skips(engine, queued[2 * batch]) == 0  # not read
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("signalled", [True, False])
 async def test_room_made_while_a_cycle_runs_is_placed_at_its_end(
     backend: str, signalled: bool, fresh_database: Callable[[str], str]
