@@ -178,29 +178,34 @@ async def test_placement_stops_reading_once_nothing_more_fits(
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-async def test_placement_reads_pages_as_large_as_its_last_batch(
+async def test_placement_reads_on_as_many_as_could_still_fit(
     backend: str, fresh_database: Callable[[str], str]
 ) -> None:
-    """Under load placement places more than a page a cycle: it then reads that many at a time
-    (one round trip, not two), and reads no further than the room it has."""
+    """Past its first page, placement reads as many sessions as the CPU left could take (were they
+    all as small as the smallest read so far) in one page: with room for 80, no session past the
+    80th is read and told it waits (pages of 32 read 96).  The window still bounds what is read."""
     page = ScheduleNewSessions.queue_page
-    assert page is not None
-    batch = page + page // 4
+    window = ScheduleNewSessions.queue_window
+    assert page is not None and window is not None
+    room = 2 * page + page // 2
     async with migrated(fresh_database(backend)) as engine:
-        await _one_agent(engine, cpu=batch)
-        queued = sorted(await _insert_sized(engine, 4 * page, priority=5, cpu=1))
+        await _one_agent(engine, cpu=room)
+        queued = sorted(await _insert_sized(engine, 4 * page, priority=5, cpu=1))  # queue order: by id
         coordinator = Coordinator(
             engine, "default", [ScheduleNewSessions()], PhaseLimits(timeouts={}), lambda: NOW
         )
-        assert await coordinator.run_cycle(timed=True) == batch  # two pages read: one and a bit placed
-        assert await _skips(engine, queued[2 * page - 1]) == 1
+        assert await coordinator.run_cycle(timed=True) == room
+        assert await _skips(engine, queued[room - 1]) == 0  # placed
+        assert await _skips(engine, queued[room]) == 0  # not read
+        # Room for more than the window: the window is read and placed, and no more.
+        queued = sorted(queued[room:] + await _insert_sized(engine, window, priority=5, cpu=1))
         async with transaction(engine) as conn:
-            await register_agent(conn, "more", {"cpu": batch, "mem": "64G"}, hostname="h2", now=NOW)
-        assert await coordinator.run_cycle(timed=True) == batch
-        # One page of `batch` read and placed: none left waiting in this cycle.  Pages of `page`
-        # would have read two, and noted that the rest of the second wait.
-        assert await _skips(engine, queued[2 * batch - 1]) == 0  # placed
-        assert await _skips(engine, queued[2 * batch]) == 0  # not read
+            await register_agent(conn, "big", {"cpu": 2 * window, "mem": "64G"}, hostname="h2", now=NOW)
+        assert await coordinator.run_cycle(timed=True) == window
+        async with transaction(engine) as conn:
+            after = {s.id: s.status for s in await sessions.get_many(conn, queued[window - 1 : window + 1])}
+        assert [after[sid] for sid in queued[window - 1 : window + 1]] == ["PREPARING", "PENDING"]
+        assert await _skips(engine, queued[window]) == 0
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -43,6 +43,8 @@ def test_same_choices_as_place_gang_over_a_cycle(
             free.take(gang, got)
             reference = apply_placement(reference, gang, got)
         assert free.snapshot() == sorted(reference, key=lambda a: a.agent_id)
+        # What placement reads the queue by: the CPU free, an overcommitted agent counting none.
+        assert free.cpu_free() == sum((max(a.free["cpu"], Decimal(0)) for a in reference), Decimal(0))
 
 
 def test_place_takes_nothing_until_told() -> None:

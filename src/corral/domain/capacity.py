@@ -31,6 +31,10 @@ class FreeCapacity:
         """Some agent has CPU free: every kernel needs some, so without it nothing more fits."""
         return bool(self._emptiest) and self._emptiest[0][0] < 0
 
+    def cpu_free(self) -> Decimal:
+        """The free CPU of every agent, summed."""
+        return -sum((c for c, _ in self._emptiest if c < 0), Decimal(0))
+
     def snapshot(self) -> list[AgentSnapshot]:
         """Every agent with what is free on it now, in id order."""
         return [AgentSnapshot(aid, self._free[aid]) for aid in sorted(self._free)]

@@ -165,8 +165,6 @@ class Coordinator:
         self._room_version = room_version
         self.placed_at = -1
         """The room version (`room_version`) when placement last ran: room signalled since is new."""
-        self.placed_last = 0
-        """How many sessions placement moved when it last ran."""
         self.room_left = True
         """Room was made after placement ran in the last cycle: the next one places again."""
         self.left_out = False
@@ -246,7 +244,6 @@ class Coordinator:
             self._found_none.add(handler.name)
         if handler.waits_for_room:
             self.placed_at = version
-            self.placed_last = len(won)
             cycle.placed = True
             # Room is left when its window was full and it placed some (more may fit behind
             # them), or when it asked victims to stop (the next preemptor is chosen next cycle).
@@ -294,10 +291,6 @@ class Coordinator:
                 return [], False, 0
             changed_before = now - limit
         window, page = handler.queue_window, handler.queue_page or handler.queue_window
-        if handler.waits_for_room and window is not None and page is not None:
-            # Pages as large as placement's last batch (within the window): under load it places
-            # dozens a cycle, and every page is a round trip (four a cycle on PostgreSQL, 8 ms).
-            page = min(max(page, self.placed_last), window)
         if isinstance(handler, SessionPromotionHandler) and handler.decided_by_kernel_statuses:
             return await self._promote_by_status(handler, now)
         # A promotion reads and then moves, each move one statement guarded by its session's status
@@ -320,14 +313,16 @@ class Coordinator:
                 )
 
             targets = await read(page)
-            pages = [targets]
+            pages, asked = [targets], [page or 0]
 
-            async def more() -> list[SessionRecord]:
-                """The window's next page, or nothing once the window (or the queue) is read."""
+            async def more(wanted: int = 0) -> list[SessionRecord]:
+                """The window's next page (`wanted` sessions if more than a page), or nothing once
+                the window (or the queue) is read."""
                 read_so_far = sum(map(len, pages))
-                if window is None or page is None or len(pages[-1]) < page or read_so_far >= window:
+                if window is None or page is None or len(pages[-1]) < asked[-1] or read_so_far >= window:
                     return []
-                pages.append(await read(min(page, window - read_so_far), sessions.queue_key(pages[-1][-1])))
+                asked.append(min(max(page, wanted), window - read_so_far))
+                pages.append(await read(asked[-1], sessions.queue_key(pages[-1][-1])))
                 return pages[-1]
 
             overdue = await self._overdue(conn, handler, targets, now, timed)

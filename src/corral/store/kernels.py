@@ -87,7 +87,10 @@ async def _place_in_one(
     before, and an INSERT text of its own for every number of kernels placed)."""
     ranks = [(sid, rank, agent) for sid, p in placed.items() for rank, agent in enumerate(p.agent_ids)]
     params = {**unnest.arrays(_PLACED, ranks), "p_now": now}
-    return [dict(r._mapping) for r in await conn.execute(_placements_statement(), params)]
+    rows = [dict(r._mapping) for r in await conn.execute(_placements_statement(), params)]
+    if len(rows) != len(ranks):  # a rank without a kernel or a kernel without a rank: never placed
+        raise RuntimeError(f"placement of {len(ranks)} kernels found {len(rows)}")
+    return rows
 
 
 @cache

@@ -31,8 +31,9 @@ class HandlerContext:
     """The group this loop schedules."""
     limits: PhaseLimits
     """Per-status limits (for handlers that need them)."""
-    more: Callable[[], Awaitable[list[SessionRecord]]] | None = None
-    """The next page of a paged queue window (`queue_page`); empty once the window is read."""
+    more: Callable[[int], Awaitable[list[SessionRecord]]] | None = None
+    """The next page of a paged queue window (`queue_page`, or the number asked for if more, within
+    the window); empty once the window is read."""
     preemption: Mapping[str, Any] = field(default_factory=dict)
     """The group's stored preemption settings, as the cycle read them at its start."""
 

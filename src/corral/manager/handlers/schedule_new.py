@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime, timedelta
+from decimal import Decimal
 from typing import Any
 
 from corral.domain.backfill import Hold, Occupant, head_hold, may_use_held
@@ -20,7 +21,7 @@ from corral.domain.preemption import (
     group_settings,
 )
 from corral.domain.queue import QueueEntry, queue_order
-from corral.domain.resources import ResourceSlots
+from corral.domain.resources import CPU, ResourceSlots
 from corral.domain.scheduling import Skip, StatusTransitions, TransitionStatus
 from corral.domain.status import AgentStatus, KernelStatus, SessionStatus
 from corral.manager.handlers.base import HandlerContext, LifecycleHandler, LifecycleResult, Step
@@ -78,7 +79,11 @@ class ScheduleNewSessions(LifecycleHandler):
         hold: Hold | None = None
         running: list[RunningRecord] | None = None  # read once, when something does not fit
         page = list(targets)
+        smallest: Decimal | None = None  # the least CPU a session read so far asks for in all
         while page:
+            for s in page:
+                cpu = s.resources[CPU] * s.cluster_size
+                smallest = cpu if smallest is None else min(smallest, cpu)
             for s in _ready(page, result, ctx.now):
                 if s.status is SessionStatus.SUSPENDED and s.termination_reason:
                     continue  # cancelled while suspended: ApplyTerminationRequests ends it
@@ -118,7 +123,9 @@ class ScheduleNewSessions(LifecycleHandler):
                     running = await preemption.running_in(ctx.conn, ctx.resource_group)
                 if not await _victims_below(ctx, running, page[-1].priority):
                     break
-            page = await ctx.more()
+            # As many as could still fit, were they all as small as the smallest read so far: under
+            # load placement places dozens a cycle, and every page is a round trip.
+            page = await ctx.more(int(free.cpu_free() // smallest) if smallest else 0)
         placed = set(result.placements)
         await preemption.release(ctx.conn, [sid for sid in reserved if sid in placed])
         preempting = await _preempt(ctx, unplaced, free.snapshot(), reserved, held_by, result, running)
