@@ -7,7 +7,7 @@ import uuid
 from collections.abc import Callable, Sequence
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import event, select
 
 from corral.domain.judge import PhaseLimits
 from corral.domain.resources import ResourceSlots
@@ -183,7 +183,8 @@ async def test_placement_reads_on_as_many_as_could_still_fit(
 ) -> None:
     """Past its first page, placement reads as many sessions as the CPU left could take (were they
     all as small as the smallest read so far) in one page: with room for 80, no session past the
-    80th is read and told it waits (pages of 32 read 96).  The window still bounds what is read."""
+    80th is read and told it waits (pages of 32 read 96).  The window still bounds what is read.
+    Only statuses the group's sessions are in are read (each is a seek of its own)."""
     page = ScheduleNewSessions.queue_page
     window = ScheduleNewSessions.queue_window
     assert page is not None and window is not None
@@ -194,7 +195,11 @@ async def test_placement_reads_on_as_many_as_could_still_fit(
         coordinator = Coordinator(
             engine, "default", [ScheduleNewSessions()], PhaseLimits(timeouts={}), lambda: NOW
         )
+        sent: list[str] = []
+        event.listen(engine.sync_engine, "before_cursor_execute", lambda *a: sent.append(a[2]))
         assert await coordinator.run_cycle(timed=True) == room
+        # Two pages, each one read: no session is SUSPENDED, so that status is not sought.
+        assert len([q for q in sent if q.startswith("SELECT sessions.id, sessions.name")]) == 2
         assert await _skips(engine, queued[room - 1]) == 0  # placed
         assert await _skips(engine, queued[room]) == 0  # not read
         # Room for more than the window: the window is read and placed, and no more.

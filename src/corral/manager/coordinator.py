@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
@@ -237,7 +237,7 @@ class Coordinator:
         won: list[Move] = []
         acted, read = False, 0
         if not await self._nothing_to_do(handler, timed):
-            won, acted, read = await self._run(handler, timed)
+            won, acted, read = await self._run(handler, timed, {status for status, _ in cycle.present})
         if read:
             self._found_none.discard(handler.name)
         else:
@@ -279,9 +279,14 @@ class Coordinator:
         won, _, _ = await self._run(handler)
         return len({m.session_id for m in won})
 
-    async def _run(self, handler: Handler, timed: bool = True) -> tuple[list[Move], bool, int]:
+    async def _run(
+        self, handler: Handler, timed: bool = True, present: Collection[SessionStatus] | None = None
+    ) -> tuple[list[Move], bool, int]:
         """The moves that won, whether anything changed (moves, or orders without moves), and how
-        many targets it read."""
+        many targets it read.  Its targets are read only in the statuses `present` (the cycle's
+        live statuses): a queue read seeks each status by index, a round trip each."""
+        wanted = handler.target_session_statuses
+        statuses = wanted if present is None else (wanted & frozenset(present)) or wanted
         now = self._clock()
         changed_before = None
         if handler.expiry_only:
@@ -303,7 +308,7 @@ class Coordinator:
                 return await sessions.for_handler(
                     conn,
                     self._rg,
-                    handler.target_session_statuses,
+                    statuses,
                     **_filters(handler),
                     queue_window=size,
                     ready_at=now if window is not None else None,
