@@ -4,17 +4,19 @@ timed cycle or a cycle after room was made never does (coordinator on a real dat
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 import pytest
-from sqlalchemy import event, select
+from sqlalchemy import event, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.domain.judge import PhaseLimits
 from corral.domain.resources import ResourceSlots
+from corral.domain.scheduling import StatusTransitions
 from corral.domain.spec import SessionSpec
 from corral.domain.status import SessionStatus
 from corral.manager.coordinator import Coordinator
-from corral.manager.handlers.base import HandlerContext, LifecycleResult
+from corral.manager.handlers.base import HandlerContext, LifecycleHandler, LifecycleResult
 from corral.manager.handlers.cancel_pending import CancelPendingSessions
 from corral.manager.handlers.schedule_new import ScheduleNewSessions
 from corral.manager.loop import SchedulerLoop
@@ -23,6 +25,7 @@ from corral.store import agents, journal, kernels, sessions
 from corral.store.db import transaction
 from corral.store.records import NewSession, SessionRecord
 from corral.store.tables import kernels as kernel_table
+from corral.store.tables import sessions as session_table
 from corral.wakeup import Wakeup
 from tests.conftest import BACKENDS
 from tests.integration.test_bounds import NOW, _insert
@@ -252,6 +255,65 @@ async def test_room_made_while_a_cycle_runs_is_placed_at_its_end(
         assert (placed.status is SessionStatus.PREPARING) is signalled
         if not signalled:
             assert not coordinator.room_left  # nothing said room was made: the next cycle waits too
+
+
+class _SubmittedMeanwhile(LifecycleHandler):
+    """Looks at SUSPENDED sessions; while it runs, a session is submitted (as through the API)."""
+
+    name = "SubmittedMeanwhile"
+    target_session_statuses = frozenset({SessionStatus.SUSPENDED})
+
+    def __init__(self, submit: Callable[[AsyncConnection], Awaitable[None]]) -> None:
+        self._submit = submit
+
+    @classmethod
+    def status_transitions(cls) -> StatusTransitions:
+        return StatusTransitions(success=None)
+
+    async def execute(self, ctx: HandlerContext, targets: Sequence[SessionRecord]) -> LifecycleResult:
+        await self._submit(ctx.conn)  # in its transaction (SQLite has one connection)
+        return LifecycleResult()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_a_session_submitted_while_a_cycle_runs_is_placed_by_it(
+    backend: str, fresh_database: Callable[[str], str]
+) -> None:
+    """Placement reads PENDING even when no session was PENDING as the cycle began (only a
+    SUSPENDED one that does not fit): a session submitted meanwhile, whose submission signalled
+    room, is placed by the same cycle, not left for the next timed one."""
+    async with migrated(fresh_database(backend)) as engine:
+        await _one_agent(engine, cpu=1)
+        [big] = await _insert_sized(engine, 1, priority=5, cpu=2)
+        async with transaction(engine) as conn:
+            await conn.execute(
+                update(session_table).where(session_table.c.id == big).values(status="SUSPENDED")
+            )
+            await conn.execute(
+                update(kernel_table).where(kernel_table.c.session_id == big).values(status="SUSPENDED")
+            )
+        version, submitted = [1], []
+
+        async def submit(conn: AsyncConnection) -> None:
+            spec = SessionSpec(command=("true",), resources=ResourceSlots.parse({"cpu": 1}))
+            submitted.append(str(uuid.uuid4()))
+            await sessions.insert_session(
+                conn, NewSession(id=submitted[0], name="n", owner="t", spec=spec), NOW
+            )
+            version[0] += 1  # a submission's wake-up: room
+
+        coordinator = Coordinator(
+            engine,
+            "default",
+            [_SubmittedMeanwhile(submit), ScheduleNewSessions()],
+            PhaseLimits(timeouts={}),
+            lambda: NOW,
+            room_version=lambda: version[0],
+        )
+        await coordinator.run_cycle(timed=False, room=True)
+        async with engine.connect() as conn:
+            found = await sessions.get(conn, submitted[0])
+        assert found is not None and found.status is SessionStatus.PREPARING
 
 
 class _BrokenPlacement(ScheduleNewSessions):

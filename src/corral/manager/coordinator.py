@@ -237,7 +237,9 @@ class Coordinator:
         won: list[Move] = []
         acted, read = False, 0
         if not await self._nothing_to_do(handler, timed):
-            won, acted, read = await self._run(handler, timed, {status for status, _ in cycle.present})
+            # PENDING is never left out: submissions and retries enter it while the cycle runs.
+            present = {status for status, _ in cycle.present} | {SessionStatus.PENDING}
+            won, acted, read = await self._run(handler, timed, present)
         if read:
             self._found_none.discard(handler.name)
         else:
@@ -284,7 +286,7 @@ class Coordinator:
     ) -> tuple[list[Move], bool, int]:
         """The moves that won, whether anything changed (moves, or orders without moves), and how
         many targets it read.  Its targets are read only in the statuses `present` (the cycle's
-        live statuses): a queue read seeks each status by index, a round trip each."""
+        live statuses, and PENDING): a queue read seeks each status by index, a round trip each."""
         wanted = handler.target_session_statuses
         statuses = wanted if present is None else (wanted & frozenset(present)) or wanted
         now = self._clock()
