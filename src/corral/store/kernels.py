@@ -102,12 +102,7 @@ def _placements_statement() -> Select[Any]:
     now = bindparam("p_now", type_=allocations.c.created_at.type)
     chosen = select(kernels.c.id, kernels.c.session_id, placed.c.p_agent, kernels.c.resources, now).where(at)
     columns = ["kernel_id", "session_id", "agent_id", "slots", "created_at"]
-    returned = (
-        allocations.c.kernel_id,
-        allocations.c.session_id,
-        allocations.c.agent_id,
-        allocations.c.slots,
-    )
+    returned = [allocations.c[c] for c in columns[:-1]]
     added = insert(allocations).from_select(columns, chosen).returning(*returned).cte("added")
     assigned = update(kernels).where(at).values(agent_id=placed.c.p_agent, devices=None).cte("assigned")
     return select(*added.c).add_cte(assigned)

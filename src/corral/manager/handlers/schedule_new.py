@@ -79,11 +79,9 @@ class ScheduleNewSessions(LifecycleHandler):
         hold: Hold | None = None
         running: list[RunningRecord] | None = None  # read once, when something does not fit
         page = list(targets)
-        smallest: Decimal | None = None  # the least CPU a session read so far asks for in all
+        smallest = Decimal("Infinity")  # the least CPU a session read so far asks for in all
         while page:
-            for s in page:
-                cpu = s.resources[CPU] * s.cluster_size
-                smallest = cpu if smallest is None else min(smallest, cpu)
+            smallest = min(smallest, *(s.resources[CPU] * s.cluster_size for s in page))
             for s in _ready(page, result, ctx.now):
                 if s.status is SessionStatus.SUSPENDED and s.termination_reason:
                     continue  # cancelled while suspended: ApplyTerminationRequests ends it
@@ -125,7 +123,7 @@ class ScheduleNewSessions(LifecycleHandler):
                     break
             # As many as could still fit, were they all as small as the smallest read so far: under
             # load placement places dozens a cycle, and every page is a round trip.
-            page = await ctx.more(int(free.cpu_free() // smallest) if smallest else 0)
+            page = await ctx.more(int(free.cpu_free() // smallest) if smallest > 0 else 0)
         placed = set(result.placements)
         await preemption.release(ctx.conn, [sid for sid in reserved if sid in placed])
         preempting = await _preempt(ctx, unplaced, free.snapshot(), reserved, held_by, result, running)
