@@ -11,7 +11,11 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from datetime import datetime
+from itertools import pairwise
 from pathlib import Path
+
+import psutil
+from sqlalchemy.engine import make_url
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -91,6 +95,20 @@ def database(args: argparse.Namespace, work: Path) -> Iterator[str]:
         yield server.dsn("corral_bench")
     finally:
         server.stop()
+
+
+def server_pid(url: str) -> int | None:
+    """The pid of the PostgreSQL server of `url` when it runs on this machine and was started with
+    its port on the command line (the throwaway cluster of --postgres is); None otherwise."""
+    parsed = make_url(url)
+    if not parsed.drivername.startswith("postgresql") or parsed.host not in ("127.0.0.1", "localhost"):
+        return None
+    port = str(parsed.port or 5432)
+    for proc in psutil.process_iter(["pid", "ppid", "name", "cmdline"]):
+        argv = proc.info["cmdline"] or []
+        if proc.info["name"] == "postgres" and any(a == "-p" and b == port for a, b in pairwise(argv)):
+            return int(proc.info["pid"])
+    return None
 
 
 def machine(url: str) -> str:

@@ -26,18 +26,12 @@ from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
 
-import psutil
-
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.common import pct, scratch  # noqa: E402
+from bench.cpu import busy_seconds  # noqa: E402
 from corral.agent.cgroup import CgroupMode, detect, detect_cpu, release  # noqa: E402
-
-
-def busy_seconds() -> float:
-    t = psutil.cpu_times()
-    return float(t.user + t.nice + t.system + t.irq + t.softirq)
 
 
 def measure(n: int, one: Callable[[int], None]) -> tuple[float, float, float]:

@@ -9,7 +9,11 @@ slurmd started on a private config, one node with the same 64 CPUs, tuned for th
 --slurm-untuned; serial sbatch from the same number of submitters, or one --array job) and both
 figures are printed with their ratio. With --rounds N the whole run (and Slurm's) is made N times,
 alternating, on a fresh installation each time: every round is printed, then the medians (this
-machine's speed drifts by 10-20% from one minute to the next, Slurm's far less).
+machine's speed drifts by 10-20% from one minute to the next, Slurm's far less). With
+--compare-postgres each round runs on SQLite and then on a throwaway PostgreSQL cluster, and
+prints the ratio of the two. Every run also prints the CPU it cost per session: the machine's, the
+manager's, the agents' with everything they start, and a local PostgreSQL server's (steadier than
+sessions/s on a shared machine).
 """
 
 from __future__ import annotations
@@ -31,7 +35,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench import slurm  # noqa: E402
-from bench.common import add_database_options, database, machine, scratch  # noqa: E402
+from bench.common import add_database_options, database, machine, scratch, server_pid  # noqa: E402
+from bench.cpu import Meter, per_session  # noqa: E402
 from tests.support.postgres import free_port  # noqa: E402
 
 TERMINAL = ("TERMINATED", "CANCELLED", "ERROR")
@@ -112,6 +117,11 @@ def main() -> int:
     )
     parser.add_argument("--slurm-untuned", action="store_true", help="Slurm's default settings")
     parser.add_argument(
+        "--compare-postgres",
+        action="store_true",
+        help="run each round on SQLite, then on a throwaway PostgreSQL cluster, and print the ratio",
+    )
+    parser.add_argument(
         "--warmup",
         type=int,
         default=128,
@@ -135,8 +145,11 @@ def main() -> int:
         raise SystemExit("--rounds must be 1 or more")
     if args.warmup < 0:
         raise SystemExit("--warmup must be 0 or more")
+    if args.compare_postgres and (args.postgres or args.database_url):
+        raise SystemExit("--compare-postgres runs on SQLite and on its own PostgreSQL: give no database")
     ours: list[float] = []
     ratios: list[float] = []
+    on_postgres: list[float] = []
     all_ok = True
     for r in range(args.rounds):
         if args.rounds > 1:
@@ -144,6 +157,11 @@ def main() -> int:
         span, ok = run_corral(args)
         all_ok = all_ok and ok == args.n
         ours.append(args.n / span)
+        if args.compare_postgres:
+            pg_span, pg_ok = run_corral(argparse.Namespace(**{**vars(args), "postgres": True}))
+            all_ok = all_ok and pg_ok == args.n
+            on_postgres.append(span / pg_span)
+            print(f"postgresql / sqlite: {span / pg_span:.0%}", flush=True)
         if args.compare_slurm:
             # After Corral has stopped: the two never share the machine's cores.
             with slurm.LocalSlurm(2 * args.cpus, tuned=not args.slurm_untuned) as local:
@@ -161,6 +179,12 @@ def main() -> int:
         if ratios:
             print(f"rounds: {', '.join(f'{x:.2f}x' for x in ratios)}")
             print(f"median corral / slurm: {statistics.median(ratios):.2f}x")
+        if on_postgres:
+            print(f"rounds: {', '.join(f'{x:.0%}' for x in on_postgres)} (postgresql / sqlite)")
+            print(
+                f"median postgresql / sqlite: {statistics.median(on_postgres):.0%}"
+                f" (mean {statistics.mean(on_postgres):.0%})"
+            )
     return 0 if all_ok else 1
 
 
@@ -267,6 +291,14 @@ def run_corral(args: argparse.Namespace) -> tuple[float, int]:
             f"{'one array' if args.array else 'N submits'}",
             flush=True,
         )
+        meter = Meter(
+            {
+                "manager": [procs[0].pid],
+                "agents and their kernels": [p.pid for p in procs[1:]],
+                **({"postgresql": [pid]} if (pid := server_pid(database_url)) else {}),
+            }
+        )
+        used = meter.read()
         started = time.monotonic()
         if args.array:
             submit_seconds = submit_array(http, args.n)
@@ -275,10 +307,12 @@ def run_corral(args: argparse.Namespace) -> tuple[float, int]:
         print(f"submitted in {submit_seconds:.2f}s ({args.n / submit_seconds:.0f} submits/s)", flush=True)
         stuck = f"stuck; run again with --keep to keep the logs ({work})"
         wait_ended(http, args.n, before, 0.5, stuck, since=started)
+        used = meter.since(used)
         span, ok = server_span(http)
         print(f"sessions ended successfully: {ok}/{args.n}")
         print(f"first submit -> last terminal status: {span:.2f}s")
         print(f"throughput: {args.n / span:.1f} sessions/s")
+        print(per_session(used, args.n), flush=True)
     finally:
         for p in reversed(procs):
             p.terminate()

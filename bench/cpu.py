@@ -1,0 +1,70 @@
+"""CPU time a bench run costs, by part: the machine's, and that of process trees the bench started
+(the manager, the agents with everything they start, a PostgreSQL server running here).
+
+CPU time is steadier than wall time on a shared machine: a run slowed by a neighbour waits longer
+but does about the same work, so a change in cost shows here when sessions/s only wobbles."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+import psutil
+
+
+def busy_seconds() -> float:
+    """CPU seconds the whole machine has spent busy (every core, every process, the kernel)."""
+    t = psutil.cpu_times()
+    return float(t.user + t.nice + t.system + t.irq + t.softirq)
+
+
+def tree_seconds(pid: int) -> float:
+    """CPU seconds of a process and every process under it: their own, and that of descendants
+    already reaped (the OS adds a reaped child's time to its parent's).  0 if it is gone."""
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return 0.0
+    total = 0.0
+    for p in procs:
+        try:
+            t = p.cpu_times()
+        except psutil.NoSuchProcess:
+            continue  # ended between the listing and now: its time went to its parent
+        total += t.user + t.system + t.children_user + t.children_system
+    return total
+
+
+@dataclass(frozen=True)
+class Reading:
+    """CPU seconds, as of one moment."""
+
+    machine: float
+    """The machine's busy seconds."""
+    parts: Mapping[str, float]
+    """Each part's seconds (the sum over its process trees)."""
+
+
+class Meter:
+    """Reads the machine and named groups of process trees; `since` gives the difference."""
+
+    def __init__(self, parts: Mapping[str, Iterable[int]]) -> None:
+        self._parts = {name: tuple(pids) for name, pids in parts.items()}
+
+    def read(self) -> Reading:
+        parts = {name: sum(tree_seconds(pid) for pid in pids) for name, pids in self._parts.items()}
+        return Reading(busy_seconds(), parts)
+
+    def since(self, start: Reading) -> Reading:
+        now = self.read()
+        return Reading(
+            now.machine - start.machine,
+            {name: now.parts[name] - start.parts.get(name, 0.0) for name in now.parts},
+        )
+
+
+def per_session(used: Reading, n: int) -> str:
+    """The line a bench prints: milliseconds of CPU per session, the machine's then each part's."""
+    parts = ", ".join(f"{name} {1000 * s / n:.2f}" for name, s in used.parts.items())
+    return f"cpu per session: {1000 * used.machine / n:.2f} ms on the machine ({parts})"
