@@ -1,8 +1,8 @@
 """CPU time a bench run costs, by part: the machine's, and that of process trees the bench started
 (the manager, the agents with everything they start, a PostgreSQL server running here).
 
-CPU time is steadier than wall time on a shared machine: a run slowed by a neighbour waits longer
-but does about the same work, so a change in cost shows here when sessions/s only wobbles."""
+On a machine a run keeps busy, throughput is the CPU it has divided by what a session costs: the
+parts say where that cost is, and which part a change moved."""
 
 from __future__ import annotations
 
