@@ -98,13 +98,14 @@ def database(args: argparse.Namespace, work: Path) -> Iterator[str]:
 
 
 def server_pid(url: str) -> int | None:
-    """The pid of the PostgreSQL server of `url` when it runs on this machine and was started with
-    its port on the command line (the throwaway cluster of --postgres is); None otherwise."""
+    """The pid of the PostgreSQL server of `url` when it runs on this machine, reached over TCP on
+    127.0.0.1 or localhost, and was started with its port on the command line (the throwaway
+    cluster of --postgres is); None otherwise (the bench then prints no PostgreSQL part)."""
     parsed = make_url(url)
     if not parsed.drivername.startswith("postgresql") or parsed.host not in ("127.0.0.1", "localhost"):
         return None
     port = str(parsed.port or 5432)
-    for proc in psutil.process_iter(["pid", "ppid", "name", "cmdline"]):
+    for proc in psutil.process_iter(["pid", "name", "cmdline"]):
         argv = proc.info["cmdline"] or []
         if proc.info["name"] == "postgres" and any(a == "-p" and b == port for a, b in pairwise(argv)):
             return int(proc.info["pid"])

@@ -149,6 +149,7 @@ def main() -> int:
         raise SystemExit("--compare-postgres runs on SQLite and on its own PostgreSQL: give no database")
     ours: list[float] = []
     ratios: list[float] = []
+    theirs_pg: list[float] = []
     on_postgres: list[float] = []
     all_ok = True
     for r in range(args.rounds):
@@ -160,6 +161,7 @@ def main() -> int:
         if args.compare_postgres:
             pg_span, pg_ok = run_corral(argparse.Namespace(**{**vars(args), "postgres": True}))
             all_ok = all_ok and pg_ok == args.n
+            theirs_pg.append(args.n / pg_span)
             on_postgres.append(span / pg_span)
             print(f"postgresql / sqlite: {span / pg_span:.0%}", flush=True)
         if args.compare_slurm:
@@ -174,12 +176,15 @@ def main() -> int:
             print(f"corral / slurm: {args.n / span / theirs:.2f}x", flush=True)
             ratios.append(args.n / span / theirs)
     if args.rounds > 1:
-        print(f"rounds: {', '.join(f'{x:.1f}' for x in ours)} sessions/s")
-        print(f"median throughput: {statistics.median(ours):.1f} sessions/s")
+        backend = " on sqlite" if args.compare_postgres else ""
+        print(f"rounds: {', '.join(f'{x:.1f}' for x in ours)} sessions/s{backend}")
+        print(f"median throughput{backend}: {statistics.median(ours):.1f} sessions/s")
         if ratios:
             print(f"rounds: {', '.join(f'{x:.2f}x' for x in ratios)}")
             print(f"median corral / slurm: {statistics.median(ratios):.2f}x")
         if on_postgres:
+            print(f"rounds: {', '.join(f'{x:.1f}' for x in theirs_pg)} sessions/s on postgresql")
+            print(f"median throughput on postgresql: {statistics.median(theirs_pg):.1f} sessions/s")
             print(f"rounds: {', '.join(f'{x:.0%}' for x in on_postgres)} (postgresql / sqlite)")
             print(
                 f"median postgresql / sqlite: {statistics.median(on_postgres):.0%}"
@@ -312,7 +317,8 @@ def run_corral(args: argparse.Namespace) -> tuple[float, int]:
         print(f"sessions ended successfully: {ok}/{args.n}")
         print(f"first submit -> last terminal status: {span:.2f}s")
         print(f"throughput: {args.n / span:.1f} sessions/s")
-        print(per_session(used, args.n), flush=True)
+        busy = used.machine / (span * (os.cpu_count() or 1))
+        print(f"{per_session(used, args.n)}; the cores {busy:.0%} busy over the span", flush=True)
     finally:
         for p in reversed(procs):
             p.terminate()
