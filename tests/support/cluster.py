@@ -212,7 +212,8 @@ class Cluster:
                 except subprocess.TimeoutExpired:
                     # Said, so that a slow stop shows in the run's output; then reaped (an unreaped
                     # child fails whichever test runs when it is collected).
-                    print(f"cluster: {proc.args[3:5]} ignored SIGTERM for 10 s", file=sys.stderr)
+                    what = list(proc.args)[3:5] if isinstance(proc.args, list) else proc.args
+                    print(f"cluster: {what!r} ignored SIGTERM for 10 s", file=sys.stderr)
                     proc.kill()
                     proc.wait(timeout=10)
         self._release_cgroups()
