@@ -11,9 +11,9 @@ figures are printed with their ratio. With --rounds N the whole run (and Slurm's
 alternating, on a fresh installation each time: every round is printed, then the medians (this
 machine's speed drifts by 10-20% from one minute to the next, Slurm's far less). With
 --compare-postgres each round runs on SQLite and then on a throwaway PostgreSQL cluster, and
-prints the ratio of the two. Every run also prints the CPU it cost per session: the machine's, the
-manager's, the agents' with everything they start, and a local PostgreSQL server's (steadier than
-sessions/s on a shared machine).
+prints the ratio of the two. Every run also prints the CPU it cost per session (the machine's, the
+manager's, the agents' with everything they start, a local PostgreSQL server's) and how busy the
+cores were: on a machine a run keeps busy, sessions/s is that CPU divided by a session's cost.
 """
 
 from __future__ import annotations
@@ -149,7 +149,7 @@ def main() -> int:
         raise SystemExit("--compare-postgres runs on SQLite and on its own PostgreSQL: give no database")
     ours: list[float] = []
     ratios: list[float] = []
-    theirs_pg: list[float] = []
+    pg_rates: list[float] = []
     on_postgres: list[float] = []
     all_ok = True
     for r in range(args.rounds):
@@ -161,7 +161,7 @@ def main() -> int:
         if args.compare_postgres:
             pg_span, pg_ok = run_corral(argparse.Namespace(**{**vars(args), "postgres": True}))
             all_ok = all_ok and pg_ok == args.n
-            theirs_pg.append(args.n / pg_span)
+            pg_rates.append(args.n / pg_span)
             on_postgres.append(span / pg_span)
             print(f"postgresql / sqlite: {span / pg_span:.0%}", flush=True)
         if args.compare_slurm:
@@ -183,8 +183,8 @@ def main() -> int:
             print(f"rounds: {', '.join(f'{x:.2f}x' for x in ratios)}")
             print(f"median corral / slurm: {statistics.median(ratios):.2f}x")
         if on_postgres:
-            print(f"rounds: {', '.join(f'{x:.1f}' for x in theirs_pg)} sessions/s on postgresql")
-            print(f"median throughput on postgresql: {statistics.median(theirs_pg):.1f} sessions/s")
+            print(f"rounds: {', '.join(f'{x:.1f}' for x in pg_rates)} sessions/s on postgresql")
+            print(f"median throughput on postgresql: {statistics.median(pg_rates):.1f} sessions/s")
             print(f"rounds: {', '.join(f'{x:.0%}' for x in on_postgres)} (postgresql / sqlite)")
             print(
                 f"median postgresql / sqlite: {statistics.median(on_postgres):.0%}"
