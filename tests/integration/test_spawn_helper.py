@@ -4,6 +4,7 @@ cached build is replaced, never run for every kernel."""
 from __future__ import annotations
 
 import os
+import platform
 import pwd
 import shutil
 import subprocess
@@ -123,3 +124,97 @@ def test_a_relative_cache_home_is_ignored(monkeypatch: pytest.MonkeyPatch, tmp_p
     monkeypatch.setenv("HOME", str(tmp_path))
     target = spawn.cache_file(SOURCE)
     assert target is not None and target.is_absolute() and target.parent == tmp_path / ".cache" / "corral"
+
+
+def built(flags: tuple[str, ...], tmp_path: Path) -> str:
+    """spawn.c built with `flags`, loaded (and tried) as the supervisor loads the helper."""
+    out = tmp_path / ("corral-spawn-" + str(len(flags)))
+    compiled(SOURCE.decode(), out, "-O2", *flags)
+    helper = spawn._loaded(out.read_bytes())
+    assert helper is not None, "the build behaves"
+    return helper
+
+
+def outcome(helper: str, *argv: str, env: dict[str, str]) -> tuple[int, str]:
+    """Exit code and what the first process wrote to stderr and stdout, as the supervisor starts it."""
+    fd = spawn.env_file(env)
+    read, write = os.pipe()
+    actions = [(os.POSIX_SPAWN_DUP2, fd, spawn.ENV_FD), (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0)]
+    actions += [(os.POSIX_SPAWN_DUP2, write, 1), (os.POSIX_SPAWN_DUP2, write, 2)]
+    try:
+        pid = os.posix_spawn(helper, [helper, *argv], {}, file_actions=actions)
+    finally:
+        os.close(fd)
+        os.close(write)
+    with os.fdopen(read, "rb") as out:
+        said = out.read().decode(errors="replace").strip()
+    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]), said
+
+
+BUILDS = {"without-libc": spawn._BARE, "static-libc": ("-static",)}
+PATH = {"PATH": "/usr/bin:/bin"}
+
+
+@pytest.mark.skipif(platform.machine() not in ("x86_64", "aarch64"), reason="no bare build elsewhere")
+@pytest.mark.parametrize("build", BUILDS)
+def test_both_builds_start_a_command_as_execvp_would_and_fail_as_a_shell_does(
+    build: str, tmp_path: Path
+) -> None:
+    """The build without a C library searches PATH, runs a script without a #! line, and says why
+    it cannot run a command exactly as the C library's build (execvp, strerror) does."""
+    helper = built(BUILDS[build], tmp_path)
+    script = tmp_path / "no-hash-bang"
+    script.write_text("echo ran $1 $X\n")
+    script.chmod(0o755)
+    denied = tmp_path / "denied"
+    denied.mkdir()
+    (denied / "tool").write_text("echo never\n")  # not executable: found, but refused
+
+    def cannot(command: str, reason: str, code: int = 126) -> tuple[int, str]:
+        return code, f"corral: cannot execute {command}: {reason}"
+
+    missing, refused, big = "No such file or directory", "Permission denied", "Argument list too long"
+    cases = [
+        (("sh", "-c", "echo $X; exit 7"), {**PATH, "X": "1"}, (7, "1")),
+        ((str(script), "a"), {**PATH, "X": "2"}, (0, "ran a 2")),
+        (("true",), {}, (0, "")),  # no PATH: execvp's default
+        (("/nonexistent/program",), PATH, cannot("/nonexistent/program", missing, 127)),
+        (("no-such-program-x",), PATH, cannot("no-such-program-x", missing, 127)),
+        (("/etc/passwd",), PATH, cannot("/etc/passwd", refused)),
+        (("tool",), {"PATH": f"{denied}:/nonexistent"}, cannot("tool", refused)),  # said though later missing
+        (("true",), {"PATH": ""}, cannot("true", missing, 127)),
+        (("sh", "-c", "echo ${#BIG}"), {**PATH, "BIG": "y" * 200_000}, cannot("sh", big)),
+    ]
+    for command, env, expected in cases:
+        assert outcome(helper, "0", "-", "-", *command, env=env) == expected, command
+    # Its own arguments: a count, files to join, then the account or "-" "-".
+    cgroup = str(tmp_path / "gone" / "cgroup.procs")
+    assert outcome(helper, "1", cgroup, "-", "-", "true", env=PATH) == (
+        126,
+        f"corral: cannot join cgroup {cgroup}: No such file or directory",
+    )
+    for bad in (["9", "-", "-", "true"], ["0", "x", "1", "true"], ["0", "4294967295", "0", "true"]):
+        assert outcome(helper, *bad, env=PATH) == (126, "corral: corral-spawn: bad arguments"), bad
+    if os.geteuid() == 0:
+        nobody = pwd.getpwnam("nobody")
+        ids = (str(nobody.pw_uid), str(nobody.pw_gid))
+        got = outcome(helper, "0", *ids, "sh", "-c", "id -u; id -g; id -G", env=PATH)
+        assert got == (0, f"{nobody.pw_uid}\n{nobody.pw_gid}\n{nobody.pw_gid}"), "no supplementary group kept"
+
+
+def test_a_build_without_libc_that_misbehaves_gives_way_to_the_c_librarys(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    tried: list[bytes] = []
+
+    def refused(binary: bytes) -> bool:
+        tried.append(binary)
+        return False
+
+    monkeypatch.setattr(spawn, "_behaves", refused)
+    out = tmp_path / "corral-spawn"
+    spawn._compile(SOURCE, out)
+    helper = spawn._loaded(out.read_bytes())
+    assert helper is not None and run(helper, "sh", "-c", "exit 7") == 7
+    if platform.machine() in ("x86_64", "aarch64"):
+        assert len(tried) == 1 and tried[0] != out.read_bytes(), "the bare build was tried, then replaced"

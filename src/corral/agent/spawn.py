@@ -5,11 +5,12 @@ dropped privileges it runs as root with an empty environment: the kernel's own (
 like) takes effect only once it runs as the kernel's account.  It reads that environment from fd 3
 (a sealed in-memory file), never from its command line, which every account on the host can read.
 
-It is a small C helper (`spawn.c`), compiled once per source and machine with the machine's C
-compiler into a cache, loaded from there into a sealed in-memory file, tried once, and executed from
-that file alone: the root supervisor never executes a path anyone else could replace.  Without a
-compiler, with an unsafe cache, a helper that does not behave, or CORRAL_AGENT_SPAWN_HELPER=false, it is
-`python -I -S` running FALLBACK: the same steps and exit codes, at 13 ms of CPU per kernel against 1.
+It is a small C helper (`spawn.c`, with no C library at all on x86-64 and arm64), compiled once per
+source and machine with the machine's C compiler into a cache, loaded from there into a sealed
+in-memory file, tried once, and executed from that file alone: the root supervisor never executes a
+path anyone else could replace.  Without a compiler, with an unsafe cache, a helper that does not
+behave, or CORRAL_AGENT_SPAWN_HELPER=false, it is `python -I -S` running FALLBACK: the same steps and
+exit codes, at 13 ms of CPU per kernel against 1.
 """
 
 from __future__ import annotations
@@ -81,21 +82,28 @@ def _safe_dir(path: Path) -> bool:
     return True
 
 
+# spawn.c without any C library (x86-64 and arm64): no start-up before the exec but the exec itself.
+_BARE = ("-static", "-nostdlib", "-ffreestanding", "-fno-builtin", "-fno-stack-protector", "-DCORRAL_BARE")
+
+
 def _compile(source: bytes, out: Path, static: bool = True) -> None:
-    """Static when the machine has a static libc (no loader at all before the exec), else dynamic."""
+    """Without a C library where spawn.c can be (and the build behaves), else static when the machine
+    has a static libc (no loader at all before the exec), else dynamic."""
     # Found on a PATH of root's own directories: root runs it.
     compiler = shutil.which("cc", path=_SYSTEM_PATH) or shutil.which("gcc", path=_SYSTEM_PATH)
     if compiler is None:
         raise FileNotFoundError("no C compiler")
     src = out.with_suffix(".c")
     src.write_bytes(source)
-    for link in (["-static"], []) if static else ([],):
+    for link in (_BARE, ("-static",), ()) if static else ((),):
         done = subprocess.run(
             [compiler, "-O2", *link, "-o", str(out), str(src)],
             capture_output=True,
             timeout=60,
             env={"PATH": _SYSTEM_PATH},
         )
+        if done.returncode == 0 and link is _BARE and not _behaves(out.read_bytes()):
+            continue  # a toolchain it does not suit: the C library's build instead
         if done.returncode == 0:
             out.chmod(0o700)  # whatever the umask: the cache takes only a file nobody else may write
             with open(out, "rb") as f:
@@ -205,6 +213,15 @@ def _loaded(binary: bytes) -> str | None:
         pass
     os.close(fd)
     return None
+
+
+def _behaves(binary: bytes) -> bool:
+    """`binary` passes `_loaded`'s trial (its in-memory copy closed again)."""
+    path = _loaded(binary)
+    if path is None:
+        return False
+    os.close(int(path.rsplit("/", 1)[1]))
+    return True
 
 
 def _off() -> bool:
