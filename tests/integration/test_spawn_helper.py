@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
 
+import psutil
 import pytest
 
 from corral.agent import spawn
@@ -184,6 +185,13 @@ def test_both_builds_start_a_command_as_execvp_would_and_fail_as_a_shell_does(
         (("tool",), {"PATH": f"{denied}:/nonexistent"}, cannot("tool", refused)),  # said though later missing
         (("true",), {"PATH": ""}, cannot("true", missing, 127)),
         (("sh", "-c", "echo ${#BIG}"), {**PATH, "BIG": "y" * 200_000}, cannot("sh", big)),
+        # Names and PATH entries too long: execvp refuses a name over 255 bytes, skips an entry
+        # longer than a path may be, and stops at a component the system calls too long.
+        (("z" * 256,), PATH, cannot("z" * 256, "File name too long")),
+        (("z" * 255,), {"PATH": ""}, cannot("z" * 255, missing, 127)),
+        (("nothing-here",), {"PATH": "/bin:/" + "d" * 5000}, cannot("nothing-here", missing, 127)),
+        (("true",), {"PATH": "/" + "d" * 5000}, cannot("true", missing, 127)),
+        (("true",), {"PATH": "/" + "a" * 300 + ":/bin"}, cannot("true", "File name too long")),
     ]
     for command, env, expected in cases:
         assert outcome(helper, "0", "-", "-", *command, env=env) == expected, command
@@ -218,3 +226,11 @@ def test_a_build_without_libc_that_misbehaves_gives_way_to_the_c_librarys(
     assert helper is not None and run(helper, "sh", "-c", "exit 7") == 7
     if platform.machine() in ("x86_64", "aarch64"):
         assert len(tried) == 1 and tried[0] != out.read_bytes(), "the bare build was tried, then replaced"
+
+
+def test_a_first_process_that_never_ends_fails_its_trial_and_is_killed() -> None:
+    """The agent tries a new build before it keeps it: one that hangs must not hold up its start."""
+    before = {c.pid for c in psutil.Process().children()}
+    with pytest.raises(subprocess.TimeoutExpired):
+        spawn.trial("/bin/sleep", "30", env={}, timeout=0.3)
+    assert {c.pid for c in psutil.Process().children()} == before, "killed and reaped"

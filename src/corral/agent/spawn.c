@@ -31,22 +31,33 @@ typedef long ssize_t;
 #define SEEK_END 2
 #define EPERM 1
 #define ENOENT 2
+#define ESRCH 3
 #define EIO 5
+#define ENXIO 6
 #define E2BIG 7
 #define ENOEXEC 8
 #define EBADF 9
+#define EAGAIN 11
 #define ENOMEM 12
 #define EACCES 13
+#define EFAULT 14
+#define EBUSY 16
 #define ENODEV 19
 #define ENOTDIR 20
 #define EISDIR 21
 #define EINVAL 22
+#define ENFILE 23
+#define EMFILE 24
 #define ETXTBSY 26
+#define EFBIG 27
 #define ENOSPC 28
+#define ESPIPE 29
+#define EROFS 30
 #define ENAMETOOLONG 36
 #define ELOOP 40
-#define ESTALE 116
+#define ELIBBAD 80
 #define ETIMEDOUT 110
+#define ESTALE 116
 
 #if defined(__x86_64__)
 enum { SYS_read_at = 17, SYS_write = 1, SYS_openat = 257, SYS_close = 3, SYS_lseek = 8, SYS_mmap = 9,
@@ -129,22 +140,36 @@ static void *os_alloc(size_t n) {
 
 static const char *os_strerror(int e) {
     switch (e) {
+    /* glibc's texts, for what opening a cgroup file, reading fd 3 or an exec can fail with. */
     case EPERM: return "Operation not permitted";
     case ENOENT: return "No such file or directory";
+    case ESRCH: return "No such process";
     case EIO: return "Input/output error";
+    case ENXIO: return "No such device or address";
     case E2BIG: return "Argument list too long";
     case ENOEXEC: return "Exec format error";
     case EBADF: return "Bad file descriptor";
+    case EAGAIN: return "Resource temporarily unavailable";
     case ENOMEM: return "Cannot allocate memory";
     case EACCES: return "Permission denied";
+    case EFAULT: return "Bad address";
+    case EBUSY: return "Device or resource busy";
     case ENODEV: return "No such device";
     case ENOTDIR: return "Not a directory";
     case EISDIR: return "Is a directory";
     case EINVAL: return "Invalid argument";
+    case ENFILE: return "Too many open files in system";
+    case EMFILE: return "Too many open files";
     case ETXTBSY: return "Text file busy";
+    case EFBIG: return "File too large";
     case ENOSPC: return "No space left on device";
+    case ESPIPE: return "Illegal seek";
+    case EROFS: return "Read-only file system";
     case ENAMETOOLONG: return "File name too long";
     case ELOOP: return "Too many levels of symbolic links";
+    case ELIBBAD: return "Accessing a corrupted shared library";
+    case ETIMEDOUT: return "Connection timed out";
+    case ESTALE: return "Stale file handle";
     default: return NULL;
     }
 }
@@ -174,6 +199,7 @@ static const char *os_strerror(int e) { return strerror(e); }
 
 #define ENV_FD 3
 #define PATH_MAX_LEN 4096
+#define NAME_MAX_LEN 255
 #define DEFAULT_PATH "/bin:/usr/bin" /* execvp's, when the environment has no PATH */
 
 static size_t length(const char *s) {
@@ -259,7 +285,8 @@ static char **read_env(void) {
     return envp;
 }
 
-/* execve, and for a file the system cannot execute (no #! line) /bin/sh running it, as execvp does. */
+/* execve, and for a file the system cannot execute (no #! line) /bin/sh running it, as execvp does
+ * (when that fails too, errno is the shell's, as there). */
 static void execute(const char *path, char **argv, char **envp) {
     os_execve(path, argv, envp);
     if (errno != ENOEXEC) return;
@@ -271,7 +298,6 @@ static void execute(const char *path, char **argv, char **envp) {
     script[1] = (char *)path;
     for (size_t i = 1; i < argc; i++) script[i + 1] = argv[i];
     os_execve("/bin/sh", script, envp);
-    errno = ENOEXEC;
 }
 
 /* Becomes `argv[0]` as execvp would: a name with a slash as it is, any other searched in the PATH of
@@ -294,35 +320,37 @@ static void become(char **argv, char **envp) {
             break;
         }
     size_t name = length(file);
+    if (name > NAME_MAX_LEN) {
+        errno = ENAMETOOLONG;
+        return;
+    }
     int denied = 0;
-    char candidate[PATH_MAX_LEN];
+    errno = ENOENT; /* what is said when every entry is too long to try */
+    char candidate[PATH_MAX_LEN + 1 + NAME_MAX_LEN + 1];
     for (const char *dir = search;; dir++) {
         const char *end = dir;
         while (*end && *end != ':') end++;
         size_t len = (size_t)(end - dir);
-        if (len + 1 + name + 1 > sizeof candidate) {
-            errno = ENAMETOOLONG;
-        } else {
+        if (len < PATH_MAX_LEN) { /* a longer one is skipped, as execvp does */
             size_t at = 0;
             if (len == 0) candidate[at++] = '.'; /* an empty entry is the current directory */
             for (size_t i = 0; i < len; i++) candidate[at++] = dir[i];
             candidate[at++] = '/';
             for (size_t i = 0; i <= name; i++) candidate[at++] = file[i];
             execute(candidate, argv, envp);
-        }
-        switch (errno) {
-        case EACCES:
-            denied = 1; /* one found but not executable: said if nothing else is */
-            break;
-        case ENOENT:
-        case ESTALE:
-        case ENOTDIR:
-        case ENODEV:
-        case ETIMEDOUT:
-        case ENAMETOOLONG:
-            break;
-        default:
-            return;
+            switch (errno) {
+            case EACCES:
+                denied = 1; /* one found but not executable: said if nothing else is */
+                break;
+            case ENOENT:
+            case ESTALE:
+            case ENOTDIR:
+            case ENODEV:
+            case ETIMEDOUT:
+                break;
+            default:
+                return; /* found, but it cannot run: that is the answer */
+            }
         }
         if (*end == '\0') break;
         dir = end;

@@ -19,7 +19,9 @@ import fcntl
 import hashlib
 import os
 import platform
+import select
 import shutil
+import signal
 import stat
 import subprocess
 import sys
@@ -187,8 +189,9 @@ def env_file(env: dict[str, str]) -> int:
     return _sealed("corral-env", data)
 
 
-def trial(path: str, *argv: str, env: dict[str, str]) -> int:
-    """Exit code of `path argv`, started as the supervisor starts a kernel's first process."""
+def trial(path: str, *argv: str, env: dict[str, str], timeout: float = 10.0) -> int:
+    """Exit code of `path argv`, started as the supervisor starts a kernel's first process; one
+    that has not ended after `timeout` seconds is killed (subprocess.TimeoutExpired)."""
     fd = env_file(env)
     try:
         actions: list[tuple[Any, ...]] = [(os.POSIX_SPAWN_DUP2, fd, ENV_FD)]
@@ -196,6 +199,18 @@ def trial(path: str, *argv: str, env: dict[str, str]) -> int:
         pid = os.posix_spawn(path, [path, *argv], {}, file_actions=actions)
     finally:
         os.close(fd)
+    try:
+        ended = os.pidfd_open(pid)
+    except OSError:  # Linux before 5.3: waited for without a bound
+        return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+    try:
+        done = select.select([ended], [], [], timeout)[0]
+    finally:
+        os.close(ended)
+    if not done:
+        os.kill(pid, signal.SIGKILL)  # a helper that hangs would hold up the agent's start for ever
+        os.waitpid(pid, 0)
+        raise subprocess.TimeoutExpired([path, *argv], timeout)
     return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
 
 
@@ -206,8 +221,11 @@ def _loaded(binary: bytes) -> str | None:
     fd = _sealed("corral-spawn", binary, executable=True)
     path = f"/proc/self/fd/{fd}"
     try:
-        probe = ["0", "-", "-", "/bin/sh", "-c", 'exit "$CORRAL_SPAWN_PROBE"']
-        if trial(path, *probe, env={"CORRAL_SPAWN_PROBE": "42"}) == 42:
+        # Every step a kernel's start takes: a file joined (/dev/null), the account set (as root:
+        # its own), the environment read, PATH searched.
+        account = [str(os.getuid()), str(os.getgid())] if os.geteuid() == 0 else ["-", "-"]
+        probe = ["1", os.devnull, *account, "sh", "-c", 'exit "$CORRAL_SPAWN_PROBE"']
+        if trial(path, *probe, env={"CORRAL_SPAWN_PROBE": "42", "PATH": _SYSTEM_PATH}) == 42:
             return path
     except (OSError, subprocess.SubprocessError):
         pass
