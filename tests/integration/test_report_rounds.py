@@ -172,6 +172,8 @@ async def test_an_ending_racing_a_cancel_is_applied_from_where_the_cancel_left_t
             deadline = asyncio.get_running_loop().time() + 10
             async with engine.connect() as look:
                 while (await look.execute(waiting)).scalar_one() == 0:
+                    # Failed once in a full clean-clone run (never alone): say what the report did.
+                    assert not report.done(), f"the report ended without waiting: {_outcome(report)}"
                     assert asyncio.get_running_loop().time() < deadline, (
                         "the report never waited on the kernel"
                     )
@@ -204,3 +206,9 @@ async def test_an_ending_refused_for_a_suspended_kernel_is_not_tried_again(
         assert (await protocol.report("a", epoch, ending))[:2] == (0, [k[0]])
         assert len(sent) == 1
         assert (await _kernel(engine, ids[0])).status is KernelStatus.SUSPENDED
+
+
+def _outcome(task: asyncio.Task[Any]) -> str:
+    """A finished task's result or exception, for a failure message."""
+    error = task.exception()
+    return repr(error) if error is not None else repr(task.result())
