@@ -221,10 +221,10 @@ def _loaded(binary: bytes) -> str | None:
     fd = _sealed("corral-spawn", binary, executable=True)
     path = f"/proc/self/fd/{fd}"
     try:
-        # Every step a kernel's start takes: a file joined (/dev/null), the account set (as root:
-        # its own), the environment read, PATH searched.
-        account = [str(os.getuid()), str(os.getgid())] if os.geteuid() == 0 else ["-", "-"]
-        probe = ["1", os.devnull, *account, "sh", "-c", 'exit "$CORRAL_SPAWN_PROBE"']
+        # A file joined (/dev/null), the environment read, PATH searched.  Not an account change:
+        # root without CAP_SETGID (some containers) would then lose the helper for every kernel,
+        # those that keep the agent's account too.
+        probe = ["1", os.devnull, "-", "-", "sh", "-c", 'exit "$CORRAL_SPAWN_PROBE"']
         if trial(path, *probe, env={"CORRAL_SPAWN_PROBE": "42", "PATH": _SYSTEM_PATH}) == 42:
             return path
     except (OSError, subprocess.SubprocessError):
