@@ -272,8 +272,6 @@ def run_corral(args: argparse.Namespace) -> tuple[float, int]:
                         "agent",
                         "--manager",
                         url,
-                        "--token",
-                        token,
                         "--id",
                         f"bench-{i}",
                         "--cpu",

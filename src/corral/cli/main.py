@@ -36,7 +36,9 @@ app.command("events")(admin.events)
 
 db = typer.Typer(help="Database maintenance.", no_args_is_help=True)
 app.add_typer(db, name="db")
-agent_app = typer.Typer(help="Run an agent (`corral agent --manager URL --token T`) or list agents.")
+agent_app = typer.Typer(
+    help="Run an agent (`CORRAL_AGENT_TOKEN=T corral agent --manager URL`) or list agents."
+)
 app.add_typer(agent_app, name="agent")
 
 DatabaseOpt = Annotated[
@@ -134,7 +136,13 @@ def manager(
 def agent(
     ctx: typer.Context,
     manager: Annotated[str | None, typer.Option("--manager", help="manager URL")] = None,
-    token: Annotated[str | None, typer.Option("--token", help="agent token (or CORRAL_AGENT_TOKEN)")] = None,
+    token: Annotated[
+        str | None,
+        typer.Option(
+            "--token",
+            help="agent token; prefer CORRAL_AGENT_TOKEN, as a command line is visible to every user in ps",
+        ),
+    ] = None,
     agent_id: Annotated[str | None, typer.Option("--id", help="agent id (default: hostname)")] = None,
     resource_group: Annotated[str | None, typer.Option(help="resource group to join")] = None,
     cpu: Annotated[float | None, typer.Option(help="CPU cores to declare (default: detected)")] = None,
@@ -188,7 +196,7 @@ def agent(
         if value is not None:
             setattr(cfg, attr, value)
     if not cfg.token:
-        raise fail("an agent needs --token (or CORRAL_AGENT_TOKEN)")
+        raise fail("an agent needs CORRAL_AGENT_TOKEN (or --token)")
     if cfg.rendezvous_ports:
         from corral.agent.capacity import ephemeral_ports
         from corral.domain.rendezvous import overlap, parse_port_range
