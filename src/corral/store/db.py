@@ -52,6 +52,15 @@ def json_loads(text: str) -> Any:
     return value if end == len(text) else json.loads(text)
 
 
+# What a random page read costs the planner, against a sequential one's 1.0: the default 4.0 models
+# a disk, but what the manager reads (live sessions, kernels, allocations) is in the server's cache.
+# With 4.0 a generic plan found a scan of the whole table cheaper than a few look-ups by key while a
+# table was young (a thousand kernels), and kept it: the agent report statement then compared every
+# kernel against its list of ids (bench/throughput.py --postgres, 4 interleaved pairs: that statement's
+# time -30%, the server's CPU per session -8%).
+_PLANNER = {"random_page_cost": "1.1"}
+
+
 def make_engine(url: str, pool_size: int = 10) -> AsyncEngine:
     if not is_sqlite(url):
         # PostgreSQL's own plan caching (a generic plan after five runs, if it costs no more): with
@@ -66,7 +75,7 @@ def make_engine(url: str, pool_size: int = 10) -> AsyncEngine:
             hide_parameters=True,
             json_deserializer=json_loads,
             # A request waits this long for a connection to an unreachable server, not asyncpg's 60 s.
-            connect_args={"timeout": CONNECT_TIMEOUT},
+            connect_args={"timeout": CONNECT_TIMEOUT, "server_settings": _PLANNER},
         )
         # A many-row INSERT as one multi-row statement (as SQLAlchemy does for psycopg2), not one
         # execution per row: an array's sessions and kernels (history and event rows, written every

@@ -22,6 +22,7 @@ from sqlalchemy import (
     ColumnElement,
     Select,
     String,
+    and_,
     bindparam,
     case,
     exists,
@@ -122,23 +123,37 @@ def round_statement(end_fields: tuple[str, ...]) -> Select[Any]:
     given = unnest.rows(end_names)
     ends = select(*(unnest.picked(given, name, type_).label(name) for name, type_ in end_names)).cte("ends")
     ends_from = select(*unnest.rows(_ENDS_FROM).c).cte("ends_from")
+    # The writes below meet one outcome per kernel, the one from its status as this statement's
+    # snapshot has it: joined to all of a kernel's outcomes (one per status, nine for an ending of
+    # 24 columns), the planner's nested loop read every outcome of the round for every kernel (25
+    # endings: 5,600 rows, most of the statement's time).  The writes keep their own guards: a kernel whose
+    # status changed since the snapshot is not written, and apply_round tries it again.
+    now_at = kernels.alias("now_at")
+    stepping = (
+        select(*steps.c)
+        .join(now_at, and_(now_at.c.id == steps.c.s_id, now_at.c.status == steps.c.s_from))
+        .where(now_at.c.id.in_(bindparam("s_ids", expanding=True)))
+        .cte("stepping")
+    )
     stepped = (
         update(kernels)
-        .where(*placed("s_ids", steps.c.s_id, steps.c.s_generation, steps.c.s_from, steps.c.s_id))
+        .where(*placed("s_ids", stepping.c.s_id, stepping.c.s_generation, stepping.c.s_from, steps.c.s_id))
         .values(
-            status=steps.c.s_status,
+            status=stepping.c.s_status,
             status_changed_at=now,
-            started=or_(kernels.c.started, steps.c.s_started),
-            master_port=func.coalesce(steps.c.s_port, kernels.c.master_port),
+            started=or_(kernels.c.started, stepping.c.s_started),
+            master_port=func.coalesce(stepping.c.s_port, kernels.c.master_port),
         )
-        .returning(kernels.c.id, kernels.c.session_id, steps.c.s_from, steps.c.s_ran)
+        .returning(kernels.c.id, kernels.c.session_id, stepping.c.s_from, stepping.c.s_ran)
         .cte("stepped")
     )
 
-    # Each ending with its outcomes from every status: read by the three writes below.
+    # Each ending with its outcome from the status its kernel is in: read by the three writes below.
     at = (
         select(*ends.c, *ends_from.c)
         .join_from(ends, ends_from, ends_from.c.f_id == ends.c.e_id)
+        .join(now_at, and_(now_at.c.id == ends.c.e_id, now_at.c.status == ends_from.c.f_from))
+        .where(now_at.c.id.in_(bindparam("e_ids", expanding=True)))
         .cte("ending_at")
     )
 
