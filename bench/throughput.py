@@ -11,7 +11,8 @@ figures are printed with their ratio. With --rounds N the whole run (and Slurm's
 alternating, on a fresh installation each time: every round is printed, then the medians (this
 machine's speed drifts by 10-20% from one minute to the next, Slurm's far less). With
 --compare-postgres each round runs on SQLite and then on a throwaway PostgreSQL cluster, and
-prints the ratio of the two. Every run also prints the CPU it cost per session (the machine's, the
+prints the ratio of the two, with how much the agents' CPU per session (the same work on either
+backend) moved from one run to the other: the machine's speed moving in between. Every run also prints the CPU it cost per session (the machine's, the
 manager's, the agents' with everything they start, a local PostgreSQL server's) and how busy the
 cores were: on a machine a run keeps busy, sessions/s is that CPU divided by a session's cost.
 """
@@ -36,7 +37,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench import slurm  # noqa: E402
 from bench.common import add_database_options, database, machine, scratch, server_pid  # noqa: E402
-from bench.cpu import Meter, per_session  # noqa: E402
+from bench.cpu import Meter, Reading, per_session  # noqa: E402
 from tests.support.postgres import free_port  # noqa: E402
 
 TERMINAL = ("TERMINATED", "CANCELLED", "ERROR")
@@ -151,19 +152,23 @@ def main() -> int:
     ratios: list[float] = []
     pg_rates: list[float] = []
     on_postgres: list[float] = []
+    drifts: list[str] = []
     all_ok = True
     for r in range(args.rounds):
         if args.rounds > 1:
             print(f"round {r + 1} of {args.rounds}", flush=True)
-        span, ok = run_corral(args)
+        span, ok, used = run_corral(args)
         all_ok = all_ok and ok == args.n
         ours.append(args.n / span)
         if args.compare_postgres:
-            pg_span, pg_ok = run_corral(argparse.Namespace(**{**vars(args), "postgres": True}))
+            pg_span, pg_ok, pg_used = run_corral(argparse.Namespace(**{**vars(args), "postgres": True}))
             all_ok = all_ok and pg_ok == args.n
             pg_rates.append(args.n / pg_span)
             on_postgres.append(span / pg_span)
-            print(f"postgresql / sqlite: {span / pg_span:.0%}", flush=True)
+            drift = same_work_drift(used, pg_used)
+            drifts.append(drift)
+            moved = f" (the agents' CPU per session {drift} in the second run)" if drift else ""
+            print(f"postgresql / sqlite: {span / pg_span:.0%}{moved}", flush=True)
         if args.compare_slurm:
             # After Corral has stopped: the two never share the machine's cores.
             with slurm.LocalSlurm(2 * args.cpus, tuned=not args.slurm_untuned) as local:
@@ -186,6 +191,8 @@ def main() -> int:
             print(f"rounds: {', '.join(f'{x:.1f}' for x in pg_rates)} sessions/s on postgresql")
             print(f"median throughput on postgresql: {statistics.median(pg_rates):.1f} sessions/s")
             print(f"rounds: {', '.join(f'{x:.0%}' for x in on_postgres)} (postgresql / sqlite)")
+            if all(drifts):
+                print(f"the agents' CPU per session, postgresql's run against sqlite's: {', '.join(drifts)}")
             print(
                 f"median postgresql / sqlite: {statistics.median(on_postgres):.0%}"
                 f" (mean {statistics.mean(on_postgres):.0%})"
@@ -225,9 +232,21 @@ def warm(http: httpx.Client, n: int) -> int:
     return done
 
 
-def run_corral(args: argparse.Namespace) -> tuple[float, int]:
+# The part whose work is the same on either backend: its CPU per session moving between the two
+# runs of a round is the machine's speed moving (this VM's swings by 10-30% within minutes).
+SAME_WORK = "agents and their kernels"
+
+
+def same_work_drift(first: Reading, second: Reading) -> str:
+    """'+N%': how much more CPU the agents' same work cost in `second`; '' when either was not read."""
+    if not first.parts.get(SAME_WORK) or SAME_WORK not in second.parts:
+        return ""
+    return f"{second.parts[SAME_WORK] / first.parts[SAME_WORK] - 1:+.0%}"
+
+
+def run_corral(args: argparse.Namespace) -> tuple[float, int, Reading]:
     """One run on a fresh installation: (first submit -> last terminal status, sessions that
-    ended successfully)."""
+    ended successfully, the CPU the span cost)."""
     databases = ExitStack()
     work = scratch("corral-bench-", databases, args.keep)
     work.chmod(0o711)  # kernels run as the agents' unprivileged account: they must reach their dirs
@@ -297,7 +316,7 @@ def run_corral(args: argparse.Namespace) -> tuple[float, int]:
         meter = Meter(
             {
                 "manager": [procs[0].pid],
-                "agents and their kernels": [p.pid for p in procs[1:]],
+                SAME_WORK: [p.pid for p in procs[1:]],
                 **({"postgresql": [pid]} if (pid := server_pid(database_url)) else {}),
             }
         )
@@ -323,7 +342,7 @@ def run_corral(args: argparse.Namespace) -> tuple[float, int]:
         for p in procs:
             p.wait(timeout=15)
         databases.close()
-    return span, ok
+    return span, ok, used
 
 
 if __name__ == "__main__":

@@ -181,3 +181,29 @@ async def _migrate(url: str) -> None:
         await db.upgrade(engine)
     finally:
         await engine.dispose()
+
+
+async def _page_cost(engine: object) -> str:
+    async with db.transaction(engine) as conn:  # type: ignore[arg-type]
+        return str((await conn.execute(text("SHOW random_page_cost"))).scalar_one())
+
+
+async def test_the_planner_costs_pages_as_cached_unless_the_operator_said_otherwise(
+    fresh_database: Callable[[str], str],
+) -> None:
+    """Left at PostgreSQL's default, the manager's connections plan with RANDOM_PAGE_COST; a value
+    the operator set for the database (or in postgresql.conf, for a role, in PGOPTIONS) stands."""
+    url = fresh_database("postgres")
+    engine = db.make_engine(url, pool_size=1)
+    try:
+        assert await _page_cost(engine) == db.RANDOM_PAGE_COST
+        async with db.transaction(engine) as conn:
+            name = (await conn.execute(text("SELECT current_database()"))).scalar_one()
+            await conn.execute(text(f'ALTER DATABASE "{name}" SET random_page_cost = 2.5'))
+    finally:
+        await engine.dispose()
+    engine = db.make_engine(url, pool_size=1)
+    try:
+        assert await _page_cost(engine) == "2.5"
+    finally:
+        await engine.dispose()

@@ -57,8 +57,14 @@ def json_loads(text: str) -> Any:
 # With 4.0 a generic plan found a scan of the whole table cheaper than a few look-ups by key while a
 # table was young (a thousand kernels), and kept it: the agent report statement then compared every
 # kernel against its list of ids (bench/throughput.py --postgres, 4 interleaved pairs: that statement's
-# time -30%, the server's CPU per session -8%).
-_PLANNER = {"random_page_cost": "1.1"}
+# time -30%, the server's CPU per session -8%).  Set after connecting, not as a startup parameter
+# (PgBouncer refuses a connection with one it does not know), and only where nobody set it: a value
+# from postgresql.conf, ALTER DATABASE/ROLE or PGOPTIONS stands.
+RANDOM_PAGE_COST = "1.1"
+_PLANNER = (
+    "SELECT set_config('random_page_cost', $1, false) FROM pg_settings"
+    " WHERE name = 'random_page_cost' AND source = 'default'"
+)
 
 
 def make_engine(url: str, pool_size: int = 10) -> AsyncEngine:
@@ -75,7 +81,7 @@ def make_engine(url: str, pool_size: int = 10) -> AsyncEngine:
             hide_parameters=True,
             json_deserializer=json_loads,
             # A request waits this long for a connection to an unreachable server, not asyncpg's 60 s.
-            connect_args={"timeout": CONNECT_TIMEOUT, "server_settings": _PLANNER},
+            connect_args={"timeout": CONNECT_TIMEOUT},
         )
         # A many-row INSERT as one multi-row statement (as SQLAlchemy does for psycopg2), not one
         # execution per row: an array's sessions and kernels (history and event rows, written every
@@ -85,6 +91,7 @@ def make_engine(url: str, pool_size: int = 10) -> AsyncEngine:
             engine.sync_engine.dialect.statement_compiler
         )
         _ping_when_idle(engine)
+        _plan_for_cache(engine)
         return engine
     # One writer connection: SQLite has one writer anyway, and a single connection means no
     # "database is locked" between our own coroutines.  BEGIN IMMEDIATE takes the write lock up
@@ -152,6 +159,14 @@ def _ping_when_idle(engine: AsyncEngine) -> None:
         except Exception as exc:
             # The pool discards this connection and checks out another (a new one if need be).
             raise DisconnectionError("a pooled connection failed its ping") from exc
+
+
+def _plan_for_cache(engine: AsyncEngine) -> None:
+    """RANDOM_PAGE_COST on each new connection, unless the server's value was set by someone."""
+
+    @event.listens_for(engine.sync_engine.pool, "connect")
+    def _set(dbapi_connection: Any, record: Any) -> None:
+        dbapi_connection.run_async(lambda conn: conn.execute(_PLANNER, RANDOM_PAGE_COST))
 
 
 def sqlite_file(engine: AsyncEngine) -> Path | None:
