@@ -184,6 +184,40 @@ async def test_an_ending_racing_a_cancel_is_applied_from_where_the_cancel_left_t
         assert (found.status, found.exit_code) == (KernelStatus.TERMINATED, 0)
 
 
+async def test_a_step_racing_a_cancel_is_refused_from_where_the_cancel_left_the_kernel(
+    fresh_database: Callable[[str], str],
+) -> None:
+    """The round's step matches the kernel's status as its snapshot had it (CREATING); a cancel
+    commits TERMINATING meanwhile.  RUNNING is not legal from there: the step is tried again once,
+    from TERMINATING, and refused; the kernel stays where the cancel left it."""
+    async with migrated(fresh_database("postgres")) as engine:
+        epoch, ids, k, protocol = await _placed(engine, 1)
+        steps = (KernelStatus.PREPARING, KernelStatus.PREPARED, KernelStatus.CREATING)
+        assert (await protocol.report("a", epoch, [KernelReport(k[0], s) for s in steps]))[:2] == (3, [])
+        async with engine.connect() as cancel:
+            terminating = str(KernelStatus.TERMINATING)
+            await cancel.execute(
+                update(kernel_table).where(kernel_table.c.id == k[0]).values(status=terminating)
+            )
+            sent: list[str] = []
+            event.listen(engine.sync_engine, "before_cursor_execute", lambda *a: sent.append(a[2]))
+            report = asyncio.create_task(
+                protocol.report("a", epoch, [KernelReport(k[0], KernelStatus.RUNNING)])
+            )
+            waiting = text("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'")
+            deadline = asyncio.get_running_loop().time() + 10
+            async with engine.connect() as look:
+                while (await look.execute(waiting)).scalar_one() == 0:
+                    assert not report.done(), f"the report ended without waiting: {_outcome(report)}"
+                    assert asyncio.get_running_loop().time() < deadline, "the report never waited"
+                    await asyncio.sleep(0.01)
+            await cancel.commit()
+        assert (await asyncio.wait_for(report, 10))[:2] == (0, [k[0]])
+        rounds = [sql for sql in sent if "WITH ends AS" in sql]
+        assert len(rounds) == 2, f"{len(rounds)} round statements"
+        assert (await _kernel(engine, ids[0])).status is KernelStatus.TERMINATING
+
+
 async def test_an_ending_refused_for_a_suspended_kernel_is_not_tried_again(
     fresh_database: Callable[[str], str],
 ) -> None:

@@ -126,8 +126,9 @@ def round_statement(end_fields: tuple[str, ...]) -> Select[Any]:
     # The writes below meet one outcome per kernel, the one from its status as this statement's
     # snapshot has it: joined to all of a kernel's outcomes (one per status, nine for an ending of
     # 24 columns), the planner's nested loop read every outcome of the round for every kernel (25
-    # endings: 5,600 rows, most of the statement's time).  The writes keep their own guards: a kernel whose
-    # status changed since the snapshot is not written, and apply_round tries it again.
+    # endings: 5,600 rows, most of the statement's time).  The writes keep their own guards: a kernel
+    # whose status changes between the snapshot and the write's row lock is not written, and
+    # apply_round tries it again from its new status (AGAIN times at most).
     now_at = kernels.alias("now_at")
     stepping = (
         select(*steps.c)
