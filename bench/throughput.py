@@ -12,9 +12,10 @@ alternating, on a fresh installation each time: every round is printed, then the
 machine's speed drifts by 10-20% from one minute to the next, Slurm's far less). With
 --compare-postgres each round runs on SQLite and then on a throwaway PostgreSQL cluster, and
 prints the ratio of the two, with how much the agents' CPU per session (the same work on either
-backend) moved from one run to the other: the machine's speed moving in between. Every run also prints the CPU it cost per session (the machine's, the
-manager's, the agents' with everything they start, a local PostgreSQL server's) and how busy the
-cores were: on a machine a run keeps busy, sessions/s is that CPU divided by a session's cost.
+backend) moved from one run to the other: the machine's speed moving in between. Every run also
+prints the CPU it cost per session (the machine's, the manager's, the agents' with everything they
+start, a local PostgreSQL server's) and how busy the cores were: on a machine a run keeps busy,
+sessions/s is that CPU divided by a session's cost.
 """
 
 from __future__ import annotations
