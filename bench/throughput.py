@@ -153,7 +153,7 @@ def main() -> int:
     ratios: list[float] = []
     pg_rates: list[float] = []
     on_postgres: list[float] = []
-    drifts: list[str] = []
+    drifts: list[float | None] = []
     all_ok = True
     for r in range(args.rounds):
         if args.rounds > 1:
@@ -166,9 +166,8 @@ def main() -> int:
             all_ok = all_ok and pg_ok == args.n
             pg_rates.append(args.n / pg_span)
             on_postgres.append(span / pg_span)
-            drift = same_work_drift(used, pg_used)
-            drifts.append(drift)
-            moved = f" (the agents' CPU per session {drift} in the second run)" if drift else ""
+            drifts.append(drift := same_work_drift(used, pg_used))
+            moved = "" if drift is None else f" (the agents' CPU per session {drift:+.0%} in the second run)"
             print(f"postgresql / sqlite: {span / pg_span:.0%}{moved}", flush=True)
         if args.compare_slurm:
             # After Corral has stopped: the two never share the machine's cores.
@@ -192,8 +191,9 @@ def main() -> int:
             print(f"rounds: {', '.join(f'{x:.1f}' for x in pg_rates)} sessions/s on postgresql")
             print(f"median throughput on postgresql: {statistics.median(pg_rates):.1f} sessions/s")
             print(f"rounds: {', '.join(f'{x:.0%}' for x in on_postgres)} (postgresql / sqlite)")
-            if all(drifts):
-                print(f"the agents' CPU per session, postgresql's run against sqlite's: {', '.join(drifts)}")
+            if None not in drifts:
+                shown = ", ".join(f"{d:+.0%}" for d in drifts if d is not None)
+                print(f"the agents' CPU per session, postgresql's run against sqlite's: {shown}")
             print(
                 f"median postgresql / sqlite: {statistics.median(on_postgres):.0%}"
                 f" (mean {statistics.mean(on_postgres):.0%})"
@@ -238,11 +238,12 @@ def warm(http: httpx.Client, n: int) -> int:
 SAME_WORK = "agents and their kernels"
 
 
-def same_work_drift(first: Reading, second: Reading) -> str:
-    """'+N%': how much more CPU the agents' same work cost in `second`; '' when either was not read."""
+def same_work_drift(first: Reading, second: Reading) -> float | None:
+    """How much more CPU the agents' same work cost in `second` (0.1: 10% more); None when either
+    was not read."""
     if not first.parts.get(SAME_WORK) or SAME_WORK not in second.parts:
-        return ""
-    return f"{second.parts[SAME_WORK] / first.parts[SAME_WORK] - 1:+.0%}"
+        return None
+    return second.parts[SAME_WORK] / first.parts[SAME_WORK] - 1
 
 
 def run_corral(args: argparse.Namespace) -> tuple[float, int, Reading]:
