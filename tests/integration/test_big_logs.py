@@ -82,7 +82,7 @@ def test_the_log_cap_keeps_the_tail_and_says_what_it_dropped(own_cluster: Callab
     script = 'BEGIN { for (i = 1; i <= 30000; i++) printf "line-%d-%080d\\n", i, 0; print "the-last-line" }'
     s = c.submit(command=["awk", script])
     assert c.wait(s["id"], timeout=120)["result"] == "success"
-    text = c.output(s["id"])
+    text = c.stored_output(s["id"])
     assert text.endswith("the-last-line\n")
     assert len(text.encode()) <= MIB
     page = c.http.get(f"/api/v1/sessions/{s['id']}/logs").json()

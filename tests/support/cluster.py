@@ -265,6 +265,12 @@ class Cluster:
         poll(complete, timeout, f"the output of {session_id} to be complete", interval=0.05)
         return "".join(text)
 
+    def stored_output(self, session_id: str, timeout: float = 60) -> str:
+        """What is kept of a session's output once no more can arrive.  Unlike `output`, which reads
+        while the agent still ships, this excludes what a log cap dropped after it was read."""
+        self.output(session_id, timeout)
+        return self.output(session_id, timeout)
+
     def so_far(self, session_id: str) -> str:
         """The output stored so far (first page)."""
         page = self.http.get(f"/api/v1/sessions/{session_id}/logs").json()
