@@ -63,7 +63,11 @@ def test_an_urgent_session_preempts_the_minimal_oldest_victims(full: Cluster) ->
     # Exactly the two oldest (one agent's worth): concentrated placement put low-0 and low-1 together.
     oldest_two = {low[0]["id"], low[1]["id"]}
     assert set(by_agent[running["kernels"][0]["agent"]]) == oldest_two
-    victims = {s["id"]: c.session(s["id"]) for s in low}
+    # A victim's session ends (and takes its cause) in the cycle that placed the urgent one, after
+    # the placement: the urgent kernel may start before that cycle is over.
+    victims = {
+        s["id"]: c.wait(s["id"], timeout=10) if s["id"] in oldest_two else c.session(s["id"]) for s in low
+    }
     preempted = {sid for sid, s in victims.items() if s["cause"] == "preempted"}
     assert preempted == oldest_two
     for sid in oldest_two:

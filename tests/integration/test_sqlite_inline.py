@@ -100,3 +100,29 @@ async def test_the_log_is_checkpointed_off_the_loop_not_by_the_writer(tmp_path: 
         assert (busy, frames) == (0, done)
     finally:
         await engine.dispose()
+
+
+async def test_a_result_stays_readable_after_its_connection_went_back_to_the_pool(tmp_path: Path) -> None:
+    engine = make_engine(await _ready(tmp_path / "c.db"))
+    try:
+        for sid in ("s-1", "s-2", "s-3"):
+            await _insert(engine, sid)
+        async with transaction(engine) as conn:
+            result = await conn.execute(select(session_table.c.id).order_by(session_table.c.id))
+        await _insert(engine, "s-4")  # the same (only) writer connection, used again meanwhile
+        assert [r.id for r in result] == ["s-1", "s-2", "s-3"]
+    finally:
+        await engine.dispose()
+
+
+async def test_connections_past_the_pool_wait_their_turn_without_blocking_the_loop(tmp_path: Path) -> None:
+    engine = make_engine(await _ready(tmp_path / "c.db"))
+    try:
+        first = await engine.connect()
+        second = asyncio.create_task(_insert(engine, "s-1"))  # the writer's pool holds one
+        await asyncio.sleep(0.05)
+        assert not second.done()  # waiting, and the loop turned meanwhile
+        await first.close()
+        await asyncio.wait_for(second, 5)
+    finally:
+        await engine.dispose()
