@@ -13,7 +13,7 @@ from sqlalchemy import func, select, text
 
 from corral.domain.spec import SessionSpec
 from corral.store import checkpoint, sessions, sqlite_inline
-from corral.store.db import make_engine, make_reader, transaction, upgrade
+from corral.store.db import DatabaseUnavailable, make_engine, make_reader, transaction, upgrade
 from corral.store.records import NewSession
 from corral.store.tables import sessions as session_table
 from tests.integration.test_bounds import NOW
@@ -124,5 +124,60 @@ async def test_connections_past_the_pool_wait_their_turn_without_blocking_the_lo
         assert not second.done()  # waiting, and the loop turned meanwhile
         await first.close()
         await asyncio.wait_for(second, 5)
+    finally:
+        await engine.dispose()
+
+
+async def test_statements_after_waiting_for_the_lock_are_still_one_transaction(tmp_path: Path) -> None:
+    """A connection begun by its first statement, which had to wait for the lock, holds it to the end:
+    its writes are one transaction, undone by its rollback."""
+    engine = make_engine(await _ready(tmp_path / "c.db"))
+    other = _hold_write_lock(tmp_path / "c.db")
+    asyncio.get_running_loop().call_later(0.05, other.execute, "COMMIT")
+    try:
+        async with engine.connect() as conn:
+            await conn.execute(text("CREATE TABLE scratch (v TEXT)"))
+            assert conn.in_transaction()
+            await conn.execute(text("INSERT INTO scratch VALUES ('x')"))
+            await conn.rollback()
+        async with engine.connect() as conn:
+            tables = await conn.execute(text("SELECT name FROM sqlite_master WHERE name = 'scratch'"))
+            assert tables.all() == []
+    finally:
+        other.close()
+        await engine.dispose()
+
+
+async def test_a_commit_that_fails_lets_go_of_the_write_lock(tmp_path: Path) -> None:
+    engine = make_engine(await _ready(tmp_path / "c.db"))
+    try:
+        async with transaction(engine) as conn:
+            await conn.execute(text("CREATE TABLE up (id INTEGER PRIMARY KEY)"))
+            await conn.execute(
+                text("CREATE TABLE down (up_id INTEGER REFERENCES up (id) DEFERRABLE INITIALLY DEFERRED)")
+            )
+        with pytest.raises(Exception, match="FOREIGN KEY"):
+            async with transaction(engine) as conn:
+                await conn.execute(text("INSERT INTO down VALUES (1)"))  # fails at COMMIT
+        other = sqlite3.connect(tmp_path / "c.db", isolation_level=None, timeout=0)
+        try:
+            other.execute("BEGIN IMMEDIATE")  # free: the failed transaction was rolled back
+            other.execute("ROLLBACK")
+        finally:
+            other.close()
+        await _insert(engine, "s-1")
+    finally:
+        await engine.dispose()
+
+
+async def test_waiting_for_a_pooled_connection_gives_up_as_unavailable(tmp_path: Path) -> None:
+    engine = make_engine(await _ready(tmp_path / "c.db"))
+    engine.sync_engine.pool._timeout = 0.2  # type: ignore[attr-defined]  # 60 s in use
+    try:
+        held = await engine.connect()
+        with pytest.raises(DatabaseUnavailable, match="no connection free"):
+            await asyncio.wait_for(_insert(engine, "s-1"), 5)
+        await held.close()
+        await _insert(engine, "s-1")
     finally:
         await engine.dispose()

@@ -12,20 +12,22 @@ the part of AsyncEngine's and AsyncConnection's interface that Corral and its te
   for a lock (the writer's BEGIN IMMEDIATE, a read's snapshot), retried after an asynchronous
   sleep, so that the loop goes on meanwhile, up to sqlite_inline.BUSY_TIMEOUT;
 - a read transaction gives the rest of the loop one turn as it begins (see `_Connection._run`);
-- a connection is taken from the pool only when one is free (a semaphore of the pool's size), so
-  that the synchronous pool never blocks the loop's thread waiting for one.
+- a connection is taken from the pool only when one is free (a semaphore of the pool's size, waited
+  for up to the pool's timeout), so that the synchronous pool never blocks the loop's thread.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+import weakref
 from collections.abc import AsyncIterator, Callable, Generator
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
 from sqlalchemy.engine import URL, Connection, Dialect, Engine, Transaction
 from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from corral.store import sqlite_inline
 
@@ -70,7 +72,10 @@ class _Transaction:
 
     async def start(self) -> _Transaction:
         sync = self._conn.sync_connection
-        self._sync = await self._conn._run(sync.begin_nested if self._nested else sync.begin)
+        if self._nested:
+            self._sync = await self._conn._run(sync.begin_nested)
+        else:
+            self._sync = await self._conn._run(sync.begin, begins=True)
         return self
 
     def __await__(self) -> Generator[Any, None, _Transaction]:
@@ -79,13 +84,11 @@ class _Transaction:
     async def __aenter__(self) -> _Transaction:
         return await self.start()
 
-    async def __aexit__(self, kind: type[BaseException] | None, *_: object) -> None:
-        if self._sync is None or not self._sync.is_active:
-            return
-        if kind is None:
-            self._sync.commit()
-        else:
-            self._sync.rollback()
+    async def __aexit__(self, kind: type[BaseException] | None, value: Any = None, tb: Any = None) -> None:
+        if self._sync is not None:
+            # SQLAlchemy's own exit, as AsyncTransaction's: a COMMIT that fails is rolled back, so
+            # that the connection does not go back to the pool still holding the write lock.
+            self._sync.__exit__(kind, value, tb)
 
     async def commit(self) -> None:
         if self._sync is not None:
@@ -102,6 +105,7 @@ class _Connection:
     def __init__(self, engine: InlineEngine) -> None:
         self.engine = engine
         self._sync: Connection | None = None
+        self._release: Callable[[], Any] = lambda: None
 
     @property
     def sync_connection(self) -> Connection:
@@ -115,11 +119,17 @@ class _Connection:
 
     async def start(self) -> _Connection:
         if self._sync is None:
-            await self.engine._free.acquire()
+            free, pool = self.engine._free, self.engine.sync_engine.pool
+            try:
+                await asyncio.wait_for(free.acquire(), pool.timeout())  # type: ignore[attr-defined]
+            except TimeoutError:
+                raise PoolTimeout(f"no connection free in {pool.status()}") from None
+            # Given back at close, or if this is dropped unclosed (its pooled connection is, too).
+            self._release = weakref.finalize(self, free.release)
             try:
                 self._sync = self.engine.sync_engine.connect()
             except BaseException:
-                self.engine._free.release()
+                self._release()
                 raise
         return self
 
@@ -138,7 +148,7 @@ class _Connection:
             try:
                 sync.close()
             finally:
-                self.engine._free.release()
+                self._release()
 
     def begin(self) -> _Transaction:
         return _Transaction(self)
@@ -172,8 +182,9 @@ class _Connection:
     async def rollback(self) -> None:
         self.sync_connection.rollback()
 
-    async def _run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        """`fn` on the connection; if no transaction is open, it begins one, which may have to wait."""
+    async def _run(self, fn: Callable[..., T], *args: Any, begins: bool = False, **kwargs: Any) -> T:
+        """`fn` on the connection; if no transaction is open, one is begun first (`begins`: `fn`
+        begins it), which may have to wait."""
         sync = self.sync_connection
         if sync.in_transaction():
             return fn(*args, **kwargs)  # inside a transaction nothing waits (sqlite_inline.py)
@@ -189,6 +200,11 @@ class _Connection:
         wait = sqlite_inline.FIRST_WAIT
         while True:
             try:
+                if not begins:
+                    # Begun here, not by SQLAlchemy's autobegin: a connection whose autobegun BEGIN
+                    # failed stays "beginning" for SQLAlchemy, and would run every later statement
+                    # outside a transaction (without the write lock, and beyond a rollback's reach).
+                    sync.begin()
                 return fn(*args, **kwargs)
             except DBAPIError as exc:
                 # Locked at the BEGIN or at the first read's snapshot: nothing was done, so it is
