@@ -33,6 +33,13 @@ class _Server(uvicorn.Server):
         yield
 
 
+KEEP_ALIVE = 65
+"""Seconds an idle connection is kept open: longer than the clients keep one for reuse (httpx, which
+the agents, the CLI and the tests use: 5 s), so that it is the client that closes it.  With
+uvicorn's 5 s, a request sent as the server closed failed with "Server disconnected without sending
+a response" (a CI run)."""
+
+
 def _config(settings: ManagerSettings, scheduler: SchedulerSettings | None) -> uvicorn.Config:
     return uvicorn.Config(
         create_app(settings, scheduler),
@@ -41,6 +48,7 @@ def _config(settings: ManagerSettings, scheduler: SchedulerSettings | None) -> u
         log_level="warning",
         log_config=None,  # the root logger's redacting handler (logsetup) applies to uvicorn too
         timeout_graceful_shutdown=3,
+        timeout_keep_alive=KEEP_ALIVE,
     )
 
 
