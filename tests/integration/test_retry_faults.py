@@ -60,14 +60,18 @@ def test_two_managers_decide_each_attempt_once(own_cluster: Callable[..., Cluste
     c = own_cluster(env=env)
     second = Cluster(c.database_url, tmp_path / "second-manager", env)
     try:
-        second.start_manager()
         c.start_agent("agent-a", cpu=25)
         c.start_agent("agent-b", cpu=25)
+        # The scheduling loop is the first manager's: the group's lease is taken by whichever
+        # manager notices the group first (each looks every 5 s), so the second starts after it.
+        c.wait(c.submit(command=["true"], resources={"cpu": 0.1})["id"])
+        before = metric(c, "corral_retry_decisions_total")
+        second.start_manager()
         firsts = [c.submit(**FAILING)["id"] for _ in range(50)]
         for sid in firsts:
             settled_chain(c, sid, 2, timeout=120)
-        assert sum(c.http.get("/api/v1/sessions/counts").json().values()) == 100
-        mine = metric(c, "corral_retry_decisions_total")
+        assert sum(c.http.get("/api/v1/sessions/counts").json().values()) == 101
+        mine = metric(c, "corral_retry_decisions_total") - before
         theirs = metric(second, "corral_retry_decisions_total")
         assert mine > 0 and theirs > 0, f"they did not race: {mine} and {theirs} decisions"
         assert mine + theirs == 100, "an attempt was decided twice (or not at all)"

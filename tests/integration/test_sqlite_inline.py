@@ -175,7 +175,7 @@ async def test_waiting_for_a_pooled_connection_gives_up_as_unavailable(tmp_path:
     engine.sync_engine.pool._timeout = 0.2  # type: ignore[attr-defined]  # 60 s in use
     try:
         held = await engine.connect()
-        with pytest.raises(DatabaseUnavailable, match="no connection free"):
+        with pytest.raises(DatabaseUnavailable):
             await asyncio.wait_for(_insert(engine, "s-1"), 5)
         await held.close()
         await _insert(engine, "s-1")
