@@ -73,8 +73,14 @@ def test_two_managers_decide_each_attempt_once(own_cluster: Callable[..., Cluste
         assert sum(c.http.get("/api/v1/sessions/counts").json().values()) == 101
         mine = metric(c, "corral_retry_decisions_total") - before
         theirs = metric(second, "corral_retry_decisions_total")
-        assert mine > 0 and theirs > 0, f"they did not race: {mine} and {theirs} decisions"
         assert mine + theirs == 100, "an attempt was decided twice (or not at all)"
+        # Raced: both decided some, or one came to attempts the other had decided meanwhile.  Which
+        # wins how many is up to their speeds: the idle second manager, deciding as fast as the
+        # first commits, may take every one of them while the first waits for its own writer.
+        lost = metric(c, "corral_retry_already_decided_total") + metric(
+            second, "corral_retry_already_decided_total"
+        )
+        assert (mine > 0 and theirs > 0) or lost > 0, f"they did not race: {mine} and {theirs} decisions"
         retried = metric(c, "corral_session_retry_scheduled_total") + metric(
             second, "corral_session_retry_scheduled_total"
         )

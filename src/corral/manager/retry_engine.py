@@ -148,6 +148,8 @@ class RetryEngine:
             if outcome is True:
                 decided += 1
                 self._wakeup.scheduler()  # a child may wait in the queue: place it now
+            elif outcome is Claim.DECIDED:
+                metrics.RETRY_ALREADY_DECIDED.inc()
             # BUSY: another manager is deciding it now (or it failed); the backstop looks again.
         before = self._position
         self._taken |= {i for i, _ in events}

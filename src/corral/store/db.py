@@ -9,12 +9,12 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 from weakref import WeakSet
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import ARRAY, BindParameter, String, event
+from sqlalchemy import ARRAY, BindParameter, QueuePool, String, create_engine, event
 from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.exc import DBAPIError, DisconnectionError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
@@ -23,6 +23,7 @@ from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.sqltypes import TupleType
 
 from corral.store import sqlite_inline
+from corral.store.inline_engine import InlineEngine
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 # Engines whose connections run on the loop's thread (see `reading`).
@@ -187,29 +188,33 @@ def make_reader(engine: AsyncEngine, pool_size: int = 4) -> AsyncEngine:
 
 
 def _sqlite_engine(url: str, pool_size: int, begin: str, pragmas: tuple[str, ...]) -> AsyncEngine:
-    """A file's connections run on the loop's thread (store/sqlite_inline.py: a statement is not
-    four thread round trips), waiting for locks without blocking it; other URLs use aiosqlite.
-    hide_parameters: a database error's text must never carry a session's command or env values."""
+    """A file's connections run on the loop's thread (store/sqlite_inline.py and inline_engine.py:
+    a statement is neither four thread round trips nor a greenlet's), waiting for locks without
+    blocking it; other URLs use aiosqlite.  hide_parameters: a database error's text must never
+    carry a session's command or env values."""
     url = _aiosqlite(url)
     parsed = make_url(url)
-    options: dict[str, Any] = {}
+    options: dict[str, Any] = {
+        "pool_size": pool_size,
+        "max_overflow": 0,
+        "pool_timeout": 60,
+        "hide_parameters": True,
+        "json_deserializer": json_loads,
+    }
     if parsed.database not in (None, "", ":memory:") and not parsed.query:
-        options["async_creator"] = partial(sqlite_inline.connect, parsed.database)
-        pragmas = (*pragmas, "busy_timeout=0")  # last: the pragmas before may wait (see connect)
-    else:
-        pragmas = ("busy_timeout=30000", *pragmas)
-    engine = create_async_engine(
-        url,
-        pool_size=pool_size,
-        max_overflow=0,
-        pool_timeout=60,
-        hide_parameters=True,
-        json_deserializer=json_loads,
-        **options,
-    )
-    _sqlite_session(engine, begin, pragmas)
-    if options:
-        _INLINE.add(engine.sync_engine)
+        sync = create_engine(
+            parsed.set(drivername="sqlite+pysqlite"),
+            creator=partial(sqlite_inline.connect, parsed.database),
+            poolclass=QueuePool,
+            **options,
+        )
+        # Last: the pragmas before may wait (see sqlite_inline.connect); then waits are the engine's.
+        _sqlite_session(sync, begin, (*pragmas, "busy_timeout=0"))
+        _INLINE.add(sync)
+        inline = InlineEngine(sync, parsed, pool_size, writes="IMMEDIATE" in begin)
+        return cast(AsyncEngine, inline)  # the interface Corral uses: see inline_engine.py
+    engine = create_async_engine(url, **options)
+    _sqlite_session(engine.sync_engine, begin, ("busy_timeout=30000", *pragmas))
     return engine
 
 
@@ -217,10 +222,10 @@ def _aiosqlite(url: str) -> str:
     return "sqlite+aiosqlite:" + url[len("sqlite:") :] if url.startswith("sqlite:") else url
 
 
-def _sqlite_session(engine: AsyncEngine, begin: str, pragmas: tuple[str, ...]) -> None:
+def _sqlite_session(engine: Engine, begin: str, pragmas: tuple[str, ...]) -> None:
     """Every connection in WAL mode, waiting on locks; each transaction opened by `begin`."""
 
-    @event.listens_for(engine.sync_engine, "connect")
+    @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn: Any, _record: Any) -> None:
         if dbapi_conn.isolation_level is not None:
             dbapi_conn.isolation_level = None
@@ -230,7 +235,7 @@ def _sqlite_session(engine: AsyncEngine, begin: str, pragmas: tuple[str, ...]) -
             cur.execute(f"PRAGMA {pragma}")
         cur.close()
 
-    @event.listens_for(engine.sync_engine, "begin")
+    @event.listens_for(engine, "begin")
     def _on_begin(conn: Connection) -> None:
         conn.exec_driver_sql(begin)
 
