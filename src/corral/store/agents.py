@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Text, case, cast, func, insert, select, update
+from sqlalchemy import Text, bindparam, case, cast, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.domain.resources import ResourceSlots
@@ -16,6 +16,8 @@ from corral.store import convert, kernels
 from corral.store.records import AgentCapacity, AgentRecord
 from corral.store.tables import agents, allocations, resource_groups
 from corral.store.tables import kernels as kernel_table
+
+_EPOCH = select(agents.c.epoch).where(agents.c.id == bindparam("agent_id"))
 
 
 async def register(
@@ -30,7 +32,7 @@ async def register(
     now: datetime,
 ) -> int:
     """(Re)register: a new epoch fences every earlier incarnation of this agent."""
-    row = (await conn.execute(select(agents.c.epoch).where(agents.c.id == agent_id))).first()
+    row = (await conn.execute(_EPOCH, {"agent_id": agent_id})).first()
     values = {
         "hostname": hostname,
         "address": address,
@@ -117,17 +119,20 @@ async def heartbeat(conn: AsyncConnection, agent_id: str, epoch: int, now: datet
 
 
 async def current_epoch(conn: AsyncConnection, agent_id: str) -> int | None:
-    return (await conn.execute(select(agents.c.epoch).where(agents.c.id == agent_id))).scalar()
+    return (await conn.execute(_EPOCH, {"agent_id": agent_id})).scalar()
+
+
+_MARK_LOST = (
+    update(agents)
+    .where(agents.c.status == str(AgentStatus.ALIVE), agents.c.last_heartbeat < bindparam("before"))
+    .values(status=str(AgentStatus.LOST), lost_at=bindparam("now"))
+    .returning(agents.c.id)
+)
 
 
 async def mark_lost(conn: AsyncConnection, lease: timedelta, now: datetime) -> list[str]:
     """Agents whose heartbeat is older than the lease become LOST; returns their ids."""
-    result = await conn.execute(
-        update(agents)
-        .where(agents.c.status == str(AgentStatus.ALIVE), agents.c.last_heartbeat < now - lease)
-        .values(status=str(AgentStatus.LOST), lost_at=now)
-        .returning(agents.c.id)
-    )
+    result = await conn.execute(_MARK_LOST, {"before": now - lease, "now": now})
     return list(result.scalars())
 
 
@@ -196,6 +201,23 @@ async def list_agents(conn: AsyncConnection, resource_group: str | None = None) 
     return [convert.agent(r, used.get(r.id)) for r in rows]
 
 
+_GROUP_AGENTS = (
+    select(agents.c.id, agents.c.status, cast(agents.c.capacity, Text))
+    .where(agents.c.resource_group == bindparam("group"))
+    .order_by(agents.c.id)
+)
+_GROUP_AGENTS_LOCKED = _GROUP_AGENTS.with_for_update()
+_SHAPE = cast(allocations.c.slots, Text)
+_GROUP_USED = (
+    select(allocations.c.agent_id, _SHAPE, func.count())
+    .where(
+        allocations.c.released_at.is_(None),
+        allocations.c.agent_id.in_(select(agents.c.id).where(agents.c.resource_group == bindparam("group"))),
+    )
+    .group_by(allocations.c.agent_id, _SHAPE)
+)
+
+
 async def capacity_of_group(
     conn: AsyncConnection, resource_group: str, lock: bool = False
 ) -> list[AgentCapacity]:
@@ -206,24 +228,10 @@ async def capacity_of_group(
     Two queries however many agents and allocations: allocations are counted per agent and slot
     shape in SQL, and each distinct JSON text is parsed once (most kernels ask for the same few
     shapes), so a 5,000-agent group costs a few milliseconds of Python, not one object per row."""
-    query = (
-        select(agents.c.id, agents.c.status, cast(agents.c.capacity, Text))
-        .where(agents.c.resource_group == resource_group)
-        .order_by(agents.c.id)
-    )
-    if lock and conn.dialect.name == "postgresql":
-        query = query.with_for_update()
-    rows = await conn.execute(query)
+    query = _GROUP_AGENTS_LOCKED if lock and conn.dialect.name == "postgresql" else _GROUP_AGENTS
+    rows = await conn.execute(query, {"group": resource_group})
     found = [(aid, AgentStatus(status), convert.slots_of(cap)) for aid, status, cap in rows]
-    shape = cast(allocations.c.slots, Text)
-    counted = await conn.execute(
-        select(allocations.c.agent_id, shape, func.count())
-        .where(
-            allocations.c.released_at.is_(None),
-            allocations.c.agent_id.in_(select(agents.c.id).where(agents.c.resource_group == resource_group)),
-        )
-        .group_by(allocations.c.agent_id, shape)
-    )
+    counted = await conn.execute(_GROUP_USED, {"group": resource_group})
     used: dict[str, ResourceSlots] = defaultdict(ResourceSlots)
     for aid, slots, n in counted:
         used[aid] = used[aid] + convert.slots_of(slots).times(n)
@@ -235,9 +243,12 @@ async def alive_ids(conn: AsyncConnection) -> set[str]:
     return set(rows.scalars())
 
 
+_ADDRESSES = select(agents.c.id, agents.c.address).where(agents.c.id.in_(bindparam("ids", expanding=True)))
+
+
 async def addresses(conn: AsyncConnection, agent_ids: Sequence[str]) -> dict[str, str]:
     """These agents' addresses (peers reach them there)."""
-    rows = await conn.execute(select(agents.c.id, agents.c.address).where(agents.c.id.in_(sorted(agent_ids))))
+    rows = await conn.execute(_ADDRESSES, {"ids": sorted(agent_ids)})
     return {agent_id: address for agent_id, address in rows}
 
 

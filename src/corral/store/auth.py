@@ -8,7 +8,7 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import delete, insert, select
+from sqlalchemy import bindparam, delete, insert, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.store.tables import api_keys, project_members, projects, users
@@ -74,17 +74,18 @@ async def revoke_other_keys(conn: AsyncConnection, user_id: str, keep: str) -> i
     return int(result.rowcount)
 
 
+_PRINCIPAL = (
+    select(users.c.id, users.c.name, users.c.role, projects.c.name.label("project"))
+    .join(api_keys, api_keys.c.user_id == users.c.id)
+    .outerjoin(project_members, project_members.c.user_id == users.c.id)
+    .outerjoin(projects, projects.c.id == project_members.c.project_id)
+    .where(api_keys.c.key_hash == bindparam("key_hash"))
+)
+
+
 async def principal_for(conn: AsyncConnection, key: str) -> Principal | None:
     """The key's user and the projects it is a member of, in one query (every request asks)."""
-    rows = (
-        await conn.execute(
-            select(users.c.id, users.c.name, users.c.role, projects.c.name.label("project"))
-            .join(api_keys, api_keys.c.user_id == users.c.id)
-            .outerjoin(project_members, project_members.c.user_id == users.c.id)
-            .outerjoin(projects, projects.c.id == project_members.c.project_id)
-            .where(api_keys.c.key_hash == hash_key(key))
-        )
-    ).all()
+    rows = (await conn.execute(_PRINCIPAL, {"key_hash": hash_key(key)})).all()
     if not rows:
         return None
     first = rows[0]

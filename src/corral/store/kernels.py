@@ -108,17 +108,23 @@ def _placements_statement() -> Select[Any]:
     return select(*added.c).add_cte(assigned)
 
 
+_PLACED_KERNELS = select(kernels.c.id, kernels.c.session_id, kernels.c.rank, kernels.c.resources).where(
+    kernels.c.session_id.in_(bindparam("ids", expanding=True))
+)
+_ASSIGN_AGENT = (
+    update(kernels)
+    .where(kernels.c.id.in_(bindparam("ids", expanding=True)))
+    .values(agent_id=bindparam("agent"), devices=None)
+)
+
+
 async def _place_by_agent(
     conn: AsyncConnection, placed: dict[str, Placement], now: datetime
 ) -> list[dict[str, Any]]:
     rows = []
     ids = list(placed)
     for chunk in range(0, len(ids), 500):
-        found = await conn.execute(
-            select(kernels.c.id, kernels.c.session_id, kernels.c.rank, kernels.c.resources).where(
-                kernels.c.session_id.in_(ids[chunk : chunk + 500])
-            )
-        )
+        found = await conn.execute(_PLACED_KERNELS, {"ids": ids[chunk : chunk + 500]})
         rows += [
             {
                 "kernel_id": kid,
@@ -135,11 +141,7 @@ async def _place_by_agent(
         by_agent[r["agent_id"]].append(r["kernel_id"])
     for agent_id, kernel_ids in sorted(by_agent.items()):  # a statement per agent, not per kernel
         for chunk in range(0, len(kernel_ids), 500):
-            await conn.execute(
-                update(kernels)
-                .where(kernels.c.id.in_(kernel_ids[chunk : chunk + 500]))
-                .values(agent_id=agent_id, devices=None)
-            )
+            await conn.execute(_ASSIGN_AGENT, {"ids": kernel_ids[chunk : chunk + 500], "agent": agent_id})
     return rows
 
 

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from itertools import groupby
 from typing import Any
 
-from sqlalchemy import Text, cast, select, update
+from sqlalchemy import Text, bindparam, cast, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.domain.status import TERMINAL_SESSION, SessionStatus
@@ -83,8 +83,11 @@ async def live(conn: AsyncConnection, session_ids: Sequence[str]) -> set[str]:
     return {str(r.id) for r in rows}
 
 
+_GROUP_CONFIG = select(resource_groups.c.config).where(resource_groups.c.name == bindparam("name"))
+
+
 async def group_config(conn: AsyncConnection, name: str) -> dict[str, Any] | None:
-    row = (await conn.execute(select(resource_groups.c.config).where(resource_groups.c.name == name))).first()
+    row = (await conn.execute(_GROUP_CONFIG, {"name": name})).first()
     return dict(row.config or {}) if row else None
 
 

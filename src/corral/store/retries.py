@@ -7,7 +7,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from sqlalchemy import and_, case, func, insert, select, update
+from sqlalchemy import Integer, and_, bindparam, case, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.domain.status import TERMINAL_SESSION, SessionResult, SessionStatus
@@ -52,21 +52,25 @@ async def reset(conn: AsyncConnection, consumer: str, position: int, now: dateti
     )
 
 
+_LAST_EVENT = select(func.max(session_events.c.id))
+_ENDED = and_(session_events.c.kind == "session.status_changed", session_events.c.to_status.in_(_TERMINAL))
+_SINCE = (
+    select(session_events.c.id, case((_ENDED, session_events.c.session_id), else_=None))
+    .where(session_events.c.id > bindparam("position"), session_events.c.id <= bindparam("upto"))
+    .order_by(session_events.c.id)
+    .limit(bindparam("limit", type_=Integer))
+)
+
+
 async def last_event_id(conn: AsyncConnection) -> int:
-    return int((await conn.execute(select(func.max(session_events.c.id)))).scalar() or 0)
+    return int((await conn.execute(_LAST_EVENT)).scalar() or 0)
 
 
 async def since(conn: AsyncConnection, position: int, limit: int, upto: int) -> list[tuple[int, str | None]]:
     """(event id, session id if the event is a session's end, else None) of every event after
     `position` and up to `upto`, in id order: a missing id is an event not committed (yet), or
     rolled back (ids come from a sequence without a cache, BIGSERIAL's default: one per row)."""
-    ended = and_(session_events.c.kind == "session.status_changed", session_events.c.to_status.in_(_TERMINAL))
-    rows = await conn.execute(
-        select(session_events.c.id, case((ended, session_events.c.session_id), else_=None))
-        .where(session_events.c.id > position, session_events.c.id <= upto)
-        .order_by(session_events.c.id)
-        .limit(limit)
-    )
+    rows = await conn.execute(_SINCE, {"position": position, "upto": upto, "limit": limit})
     return [(int(i), None if s is None else str(s)) for i, s in rows]
 
 
@@ -111,24 +115,27 @@ async def claim(conn: AsyncConnection, session_id: str) -> SessionRecord | Claim
     return record if record is not None else Claim.DECIDED
 
 
+_SETTLE_FIRST_SUCCESSES = (
+    update(sessions)
+    .where(
+        sessions.c.id.in_(bindparam("ids", expanding=True)),
+        sessions.c.retry_state.is_(None),
+        sessions.c.status == str(SessionStatus.TERMINATED),
+        sessions.c.result == str(SessionResult.SUCCESS),
+        sessions.c.attempt == 1,
+    )
+    .values(retry_state="none", retry_reason="succeeded")
+    .returning(sessions.c.id)
+)
+
+
 async def settle_first_successes(conn: AsyncConnection, session_ids: Sequence[str]) -> set[str]:
     """Decide, in one statement, those of these attempts that are first attempts and succeeded:
     nothing to retry and nothing to say (most ended sessions, on a busy cluster).  Returns them."""
     settled: set[str] = set()
     ids = list(session_ids)
     for chunk in range(0, len(ids), 500):
-        result = await conn.execute(
-            update(sessions)
-            .where(
-                sessions.c.id.in_(ids[chunk : chunk + 500]),
-                sessions.c.retry_state.is_(None),
-                sessions.c.status == str(SessionStatus.TERMINATED),
-                sessions.c.result == str(SessionResult.SUCCESS),
-                sessions.c.attempt == 1,
-            )
-            .values(retry_state="none", retry_reason="succeeded")
-            .returning(sessions.c.id)
-        )
+        result = await conn.execute(_SETTLE_FIRST_SUCCESSES, {"ids": ids[chunk : chunk + 500]})
         settled.update(result.scalars())
     return settled
 

@@ -6,7 +6,7 @@ import uuid
 from collections import defaultdict
 from collections.abc import Collection, Sequence
 from datetime import datetime
-from functools import lru_cache
+from functools import cache, lru_cache
 from itertools import groupby, pairwise
 from typing import Any
 
@@ -29,7 +29,7 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.ext.asyncio import AsyncConnection
-from sqlalchemy.sql.dml import ReturningUpdate
+from sqlalchemy.sql.dml import ReturningUpdate, Update
 
 from corral.domain.cause import TerminationReason
 from corral.domain.rendezvous import may_run
@@ -184,17 +184,19 @@ async def select_with_kernels(
     return [convert.session(r, tuple(by_session[r["id"]]), owned=True) for r in rows]
 
 
+_BY_IDS = select(sessions).where(sessions.c.id.in_(bindparam("ids", expanding=True)))
+_BY_ID = select(sessions).where(sessions.c.id == bindparam("id"))
+
+
 async def get_many(conn: AsyncConnection, session_ids: list[str]) -> list[SessionRecord]:
     found: list[SessionRecord] = []
     for chunk in range(0, len(session_ids), 500):
-        found += await select_with_kernels(
-            conn, select(sessions).where(sessions.c.id.in_(session_ids[chunk : chunk + 500]))
-        )
+        found += await select_with_kernels(conn, _BY_IDS, {"ids": session_ids[chunk : chunk + 500]})
     return found
 
 
 async def get(conn: AsyncConnection, session_id: str) -> SessionRecord | None:
-    found = await select_with_kernels(conn, select(sessions).where(sessions.c.id == session_id))
+    found = await select_with_kernels(conn, _BY_ID, {"id": session_id})
     return found[0] if found else None
 
 
@@ -747,11 +749,15 @@ async def move_kernels_of(
 ) -> None:
     """Move the sessions' kernels that may legally go to `dst`, or through `via` to it (those that
     may go to its first status, or are at one of its statuses already); others (e.g. ended) stay."""
-    values: dict[str, Any] = {"status": str(dst), "status_changed_at": now}
-    await conn.execute(
+    await conn.execute(_move_kernels(dst, via), {"ids": session_ids, "k_now": now})
+
+
+@cache
+def _move_kernels(dst: KernelStatus, via: tuple[KernelStatus, ...]) -> Update:
+    return (
         update(kernels)
-        .where(kernels.c.session_id.in_(session_ids), *_kernel_guard(dst, via))
-        .values(**values)
+        .where(kernels.c.session_id.in_(bindparam("ids", expanding=True)), *_kernel_guard(dst, via))
+        .values(status=str(dst), status_changed_at=bindparam("k_now"))
     )
 
 

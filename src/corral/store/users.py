@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import delete, insert, select, update
+from sqlalchemy import bindparam, delete, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.store.records import ApiKeyRecord, UserRecord
@@ -58,11 +58,14 @@ async def config_of(conn: AsyncConnection, user_id: str) -> dict[str, Any]:
     return dict(row.config or {}) if row else {}
 
 
+_RUN_AS = select(users.c.name, users.c.config).where(users.c.name.in_(bindparam("names", expanding=True)))
+
+
 async def run_as_of(conn: AsyncConnection, names: Sequence[str]) -> dict[str, dict[str, Any]]:
     """Each named user's uid/gid mapping (users without one are left out)."""
     if not names:
         return {}
-    rows = await conn.execute(select(users.c.name, users.c.config).where(users.c.name.in_(list(names))))
+    rows = await conn.execute(_RUN_AS, {"names": list(names)})
     return {r.name: dict(r.config["run_as"]) for r in rows if r.config and r.config.get("run_as")}
 
 
