@@ -11,8 +11,7 @@ RETRY_EXHAUSTED = Counter(
 RETRY_SUCCEEDED = Counter("corral_session_retry_succeeded", "Retried chains that ended in success")
 RETRY_ALREADY_DECIDED = Counter(
     "corral_retry_already_decided",
-    "Ended attempts already decided when the retry engine came to them"
-    " (by another manager, or by itself before a restart)",
+    "Ended attempts read undecided that another manager decided before this one could claim them",
 )
 RETRY_DECISIONS = Counter(
     "corral_retry_decisions", "Decisions the retry engine took, by policy and verdict", ["policy", "decision"]

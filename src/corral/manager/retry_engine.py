@@ -132,6 +132,10 @@ class RetryEngine:
         if pending:
             # Read only when some attempt needs deciding: most ends are first successes.
             async with reading(self._engine) as conn:
+                # Decided already (by another manager, or before a restart: events are read again
+                # after one) costs one read here, not a write transaction each to find it out.
+                undecided = await retries.still_undecided(conn, pending)
+                pending = [sid for sid in pending if sid in undecided]
                 try:
                     settings = await config.cluster_settings(conn)
                 except PolicyError as exc:

@@ -22,6 +22,7 @@ DISPATCH_KEY = "retry.next_dispatch_at"
 class Claim(StrEnum):
     DECIDED = "decided"
     BUSY = "busy"
+    GONE = "gone"
 
 
 async def cursor(conn: AsyncConnection, consumer: str) -> int:
@@ -99,6 +100,23 @@ async def undecided(conn: AsyncConnection, ended_before: datetime, limit: int) -
     return [str(r) for r in rows.scalars()]
 
 
+_STILL_UNDECIDED = select(sessions.c.id).where(
+    sessions.c.id.in_(bindparam("ids", expanding=True)), sessions.c.retry_state.is_(None)
+)
+
+
+async def still_undecided(conn: AsyncConnection, session_ids: Sequence[str]) -> set[str]:
+    """Those of these attempts nobody has decided yet."""
+    found: set[str] = set()
+    ids = list(session_ids)
+    for chunk in range(0, len(ids), 500):
+        found.update(
+            str(i)
+            for i in (await conn.execute(_STILL_UNDECIDED, {"ids": ids[chunk : chunk + 500]})).scalars()
+        )
+    return found
+
+
 async def claim(conn: AsyncConnection, session_id: str) -> SessionRecord | Claim:
     """The ended, undecided attempt, row-locked for this transaction; or why not."""
     query = select(sessions.c.id).where(
@@ -110,9 +128,11 @@ async def claim(conn: AsyncConnection, session_id: str) -> SessionRecord | Claim
     if (await conn.execute(query)).first() is None:
         state = await conn.execute(select(sessions.c.retry_state).where(sessions.c.id == session_id))
         found = state.first()
-        return Claim.DECIDED if found is None or found.retry_state is not None else Claim.BUSY
+        if found is None:
+            return Claim.GONE
+        return Claim.DECIDED if found.retry_state is not None else Claim.BUSY
     record = await session_store.get(conn, session_id)
-    return record if record is not None else Claim.DECIDED
+    return record if record is not None else Claim.GONE
 
 
 _SETTLE_FIRST_SUCCESSES = (
