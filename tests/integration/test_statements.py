@@ -346,3 +346,24 @@ async def test_placements_write_every_kernels_allocation_and_agent(
     if backend == "postgres":
         # One statement for one kernel, the same for five; then the spread gangs' rendezvous read.
         assert len(placing) == 3 and placing[0] == placing[1] and "FROM agents" in placing[2]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("agents", [("a1",), ("a1", "a2", "a1")], ids=["a-rank-short", "a-rank-over"])
+async def test_a_placement_whose_ranks_do_not_match_the_kernels_writes_nothing(
+    backend: str, agents: tuple[str, ...], fresh_database: Callable[[str], str]
+) -> None:
+    """A gang of 2 placed with 1 or 3 ranks: the transaction fails on either backend, and no
+    allocation or agent is left behind (a half-placed gang would hold CPUs and never start)."""
+    gang = NewSession(
+        id=str(uuid.uuid4()), name="g", owner="t", spec=SessionSpec(command=("true",), cluster_size=2)
+    )
+    async with migrated(fresh_database(backend)) as engine:
+        async with transaction(engine) as conn:
+            await sessions.insert_sessions(conn, [gang], NOW)
+        with pytest.raises(RuntimeError, match="placement of"):
+            async with transaction(engine) as conn:
+                await kernels.write_placements(conn, {gang.id: Placement(agents)}, NOW)
+        async with engine.connect() as conn:
+            assert list(await conn.execute(select(allocations))) == []
+            assert set((await conn.execute(select(kernel_table.c.agent_id))).scalars()) == {None}

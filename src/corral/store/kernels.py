@@ -88,9 +88,17 @@ async def _place_in_one(
     ranks = [(sid, rank, agent) for sid, p in placed.items() for rank, agent in enumerate(p.agent_ids)]
     params = {**unnest.arrays(_PLACED, ranks), "p_now": now}
     rows = [dict(r._mapping) for r in await conn.execute(_placements_statement(), params)]
-    if len(rows) != len(ranks):  # a rank without a kernel or a kernel without a rank: never placed
-        raise RuntimeError(f"placement of {len(ranks)} kernels found {len(rows)}")
+    _all_placed(len(ranks), len(rows), rows[0]["kernels_of_placed"] if rows else 0)
+    for r in rows:
+        del r["kernels_of_placed"]
     return rows
+
+
+def _all_placed(ranks: int, allocated: int, kernels_found: int) -> None:
+    """A rank without a kernel, or a kernel without a rank, is never placed: the placement's
+    transaction fails instead (a half-placed gang would hold its CPUs and never start)."""
+    if allocated != ranks or kernels_found != ranks:
+        raise RuntimeError(f"placement of {ranks} kernels found {kernels_found} ({allocated} placed)")
 
 
 @cache
@@ -105,7 +113,14 @@ def _placements_statement() -> Select[Any]:
     returned = [allocations.c[c] for c in columns[:-1]]
     added = insert(allocations).from_select(columns, chosen).returning(*returned).cte("added")
     assigned = update(kernels).where(at).values(agent_id=placed.c.p_agent, devices=None).cte("assigned")
-    return select(*added.c).add_cte(assigned)
+    # Every kernel of the placed sessions, ranked or not: one without a rank is caught too.
+    found = (
+        select(func.count())
+        .select_from(kernels)
+        .where(kernels.c.session_id.in_(select(placed.c.p_session)))
+        .scalar_subquery()
+    )
+    return select(*added.c, found.label("kernels_of_placed")).add_cte(assigned)
 
 
 _PLACED_KERNELS = select(kernels.c.id, kernels.c.session_id, kernels.c.rank, kernels.c.resources).where(
@@ -123,18 +138,22 @@ async def _place_by_agent(
 ) -> list[dict[str, Any]]:
     rows = []
     ids = list(placed)
+    kernels_found = 0
     for chunk in range(0, len(ids), 500):
-        found = await conn.execute(_PLACED_KERNELS, {"ids": ids[chunk : chunk + 500]})
+        found = (await conn.execute(_PLACED_KERNELS, {"ids": ids[chunk : chunk + 500]})).all()
         rows += [
             {
                 "kernel_id": kid,
                 "session_id": sid,
-                "agent_id": placed[sid].agent_ids[rank],
+                "agent_id": ranked[rank],
                 "slots": slots,
                 "created_at": now,
             }
             for kid, sid, rank, slots in found
+            if rank < len(ranked := placed[sid].agent_ids)
         ]
+        kernels_found += len(found)
+    _all_placed(sum(len(p.agent_ids) for p in placed.values()), len(rows), kernels_found)
     await conn.execute(insert(allocations), rows)
     by_agent: dict[str, list[str]] = defaultdict(list)
     for r in rows:
