@@ -9,6 +9,8 @@ from typing import Any
 
 import structlog
 
+from corral.waits import wait_set
+
 log = structlog.get_logger("corral.loop")
 
 ORDERS_READ_WAIT = 0.05
@@ -58,10 +60,7 @@ class Wakeup:
         self._tell_others("scheduler")
 
     async def wait_scheduler(self, seconds: float) -> None:
-        try:
-            await asyncio.wait_for(self._scheduler.wait(), seconds)
-        except TimeoutError:
-            pass
+        await wait_set(self._scheduler, seconds)
         self._scheduler.clear()
 
     def retries(self) -> None:
@@ -69,10 +68,7 @@ class Wakeup:
         self._tell_others("retries")
 
     async def wait_retries(self, seconds: float) -> None:
-        try:
-            await asyncio.wait_for(self._retries.wait(), seconds)
-        except TimeoutError:
-            pass
+        await wait_set(self._retries, seconds)
         self._retries.clear()
 
     async def orders_changed(self) -> None:

@@ -32,6 +32,7 @@ from corral.agent.shipper import KernelLogs, Piece
 from corral.domain.rendezvous import parse_port_range
 from corral.domain.status import KernelStatus
 from corral.protocol.messages import KernelOrder
+from corral.waits import wait_set
 
 log = structlog.get_logger("corral.agent")
 
@@ -336,10 +337,7 @@ class Agent:
 
     async def _push_loop(self) -> None:
         while True:
-            try:
-                await asyncio.wait_for(self._wake_push.wait(), 0.25)
-            except TimeoutError:
-                pass
+            await wait_set(self._wake_push, 0.25)
             self._wake_push.clear()
             await self._await_starts()
             epoch = self.epoch  # what _push_once sends (it reads it before any wait)
@@ -364,9 +362,7 @@ class Agent:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return
-            try:
-                await asyncio.wait_for(self._wake_push.wait(), remaining)
-            except TimeoutError:
+            if not await wait_set(self._wake_push, remaining):
                 return
             self._wake_push.clear()
 

@@ -121,7 +121,9 @@ class _Connection:
         if self._sync is None:
             free, pool = self.engine._free, self.engine.sync_engine.pool
             try:
-                await asyncio.wait_for(free.acquire(), pool.timeout())  # type: ignore[attr-defined]
+                # Not asyncio.wait_for, which on Python 3.11 can swallow a cancellation (waits.py).
+                async with asyncio.timeout(pool.timeout()):  # type: ignore[attr-defined]
+                    await free.acquire()
             except TimeoutError:
                 raise PoolTimeout(f"no connection free in {pool.status()}") from None
             # Given back at close, or if this is dropped unclosed (its pooled connection is, too).

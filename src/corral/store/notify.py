@@ -21,6 +21,7 @@ import asyncpg
 import structlog
 from sqlalchemy.engine import URL
 
+from corral.waits import wait_set
 from corral.wakeup import Wakeup
 
 log = structlog.get_logger("corral.notify")
@@ -90,9 +91,7 @@ class Notifier:
             # What other managers said while we were not listening is lost: look at everything now.
             await self._wakeup.receive(kind)
         while True:
-            try:
-                await asyncio.wait_for(self._pending.wait(), HELLO)
-            except TimeoutError:
+            if not await wait_set(self._pending, HELLO):
                 # Also a check of the connection, which can die without a word (a half-open socket).
                 self._queue("hello")
                 now = time.monotonic()
