@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import subprocess
+import sys
 from collections.abc import Awaitable, Callable
 
 import pytest
 
-from corral.api import app
+from corral import waits
 from corral.waits import wait_set
 from corral.wakeup import Wakeup
 
@@ -59,7 +61,10 @@ async def test_a_waiting_loop_stops_when_cancelled_as_its_event_is_set(
     assert task in done and task.cancelled(), f"the {name} loop went on after its cancellation"
 
 
-async def test_the_managers_shutdown_cancels_again_a_task_that_lost_its_cancellation() -> None:
+async def test_stopping_cancels_again_a_task_that_lost_its_cancellation(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(waits, "FIRST_WAIT", 0.1)
     swallowed = 0
 
     async def stubborn() -> None:
@@ -74,12 +79,27 @@ async def test_the_managers_shutdown_cancels_again_a_task_that_lost_its_cancella
 
     task = asyncio.create_task(stubborn(), name="stubborn")
     await asyncio.sleep(0)
-    await asyncio.wait_for(app._stop([task]), 5)
+    assert await asyncio.wait_for(waits.stop_tasks([task], 5), 5) == set()
     assert task.cancelled() and swallowed == 2
 
 
-async def test_the_managers_shutdown_leaves_a_task_that_never_stops(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(app, "STOP_WAIT", 0.3)
+async def test_stopping_gives_a_cleanup_its_time_before_cancelling_again() -> None:
+    cleaned = asyncio.Event()
+
+    async def tidy() -> None:
+        try:
+            await asyncio.sleep(30)
+        finally:
+            await asyncio.sleep(0.8)  # a rollback, a connection closed
+            cleaned.set()
+
+    task = asyncio.create_task(tidy())
+    await asyncio.sleep(0)
+    assert await waits.stop_tasks([task], 5) == set()
+    assert cleaned.is_set()
+
+
+async def test_stopping_leaves_a_task_that_never_stops_within_the_bound() -> None:
     stop = asyncio.Event()
 
     async def deaf() -> None:
@@ -90,8 +110,36 @@ async def test_the_managers_shutdown_leaves_a_task_that_never_stops(monkeypatch:
     task = asyncio.create_task(deaf(), name="deaf")
     await asyncio.sleep(0)
     started = asyncio.get_running_loop().time()
-    await app._stop([task])
-    assert asyncio.get_running_loop().time() - started < 2 and not task.done()
+    assert await waits.stop_tasks([task], 0.3) == {task}
+    assert asyncio.get_running_loop().time() - started < 2
     stop.set()
     task.cancel()
     await asyncio.wait([task], timeout=5)
+
+
+PROCESS = """
+import asyncio, contextlib, sys
+from corral.waits import exit_when_stuck
+
+async def deaf():
+    while True:
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.sleep(30)
+
+async def main():
+    if sys.argv[1] == "deaf":
+        asyncio.create_task(deaf())
+    asyncio.create_task(asyncio.sleep(30))
+    await asyncio.sleep(0)
+    await exit_when_stuck(0.3)
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.parametrize(("kind", "status"), [("deaf", 1), ("plain", 0)])
+def test_a_process_ends_even_when_a_task_will_not_stop(kind: str, status: int) -> None:
+    """Without the bound, asyncio.run would wait for the deaf task for ever."""
+    done = subprocess.run([sys.executable, "-c", PROCESS, kind], timeout=30, capture_output=True, text=True)
+    assert done.returncode == status, done.stderr
+    assert ("tasks did not stop" in done.stdout + done.stderr) is (kind == "deaf")

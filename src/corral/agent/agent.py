@@ -32,7 +32,7 @@ from corral.agent.shipper import KernelLogs, Piece
 from corral.domain.rendezvous import parse_port_range
 from corral.domain.status import KernelStatus
 from corral.protocol.messages import KernelOrder
-from corral.waits import wait_set
+from corral.waits import STOP_WAIT, stop_tasks, wait_set
 
 log = structlog.get_logger("corral.agent")
 
@@ -206,9 +206,7 @@ class Agent:
             return
         self._closed = True
         self._stopped.set()
-        for t in self._tasks:
-            t.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await stop_tasks(self._tasks, STOP_WAIT)
         if self.link is not None and self.link.alive:
             try:
                 await asyncio.wait_for(self._kill_all(), 10.0)
@@ -297,7 +295,9 @@ class Agent:
             k.fence()
         waits = asyncio.gather(*(k.wait() for k in runners), return_exceptions=True)
         try:
-            await asyncio.wait_for(waits, CONFIRM_KILL)
+            # Not asyncio.wait_for, which on Python 3.11 can swallow a cancellation (waits.py).
+            async with asyncio.timeout(CONFIRM_KILL):
+                await waits
             return
         except TimeoutError:
             log.error("the supervisor did not confirm the kills: replacing it", kernels=len(runners))

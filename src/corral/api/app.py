@@ -28,6 +28,7 @@ from corral.store import auth, config
 from corral.store.checkpoint import keep_checkpointed
 from corral.store.db import is_sqlite, make_engine, make_reader, sqlite_file, transaction, upgrade
 from corral.store.notify import Notifier
+from corral.waits import STOP_WAIT, stop_tasks
 from corral.wakeup import Wakeup
 
 log = structlog.get_logger("corral.manager")
@@ -51,28 +52,6 @@ async def prepare_database(engine: AsyncEngine, settings: ManagerSettings) -> No
                 )
         await agent_store.refresh_all_leases(conn, now)
     await cluster.check_at_start(engine)
-
-
-STOP_WAIT = 5.0
-"""Seconds the background tasks get to stop at shutdown: a manager always exits on SIGTERM."""
-
-
-async def _stop(tasks: list[asyncio.Task[None]]) -> None:
-    """Cancel the background tasks and wait for them.  One still running is cancelled again (a
-    cancellation can be lost: waits.py), and after STOP_WAIT it is left behind, logged, rather than
-    holding the manager up for ever."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + STOP_WAIT
-    pending = set(tasks)
-    while pending and loop.time() < deadline:
-        for task in pending:
-            task.cancel()
-        done, pending = await asyncio.wait(pending, timeout=min(0.5, max(deadline - loop.time(), 0)))
-        for task in done:
-            if not task.cancelled() and task.exception() is not None:
-                log.error("background task failed", task=task.get_name(), error=repr(task.exception()))
-    if pending:
-        log.error("background tasks did not stop", tasks=sorted(t.get_name() for t in pending))
 
 
 def create_app(
@@ -131,7 +110,7 @@ def create_app(
         try:
             yield
         finally:
-            await _stop(tasks)
+            await stop_tasks(tasks, STOP_WAIT)
             if reader is not engine:
                 await reader.dispose()
             await engine.dispose()

@@ -227,6 +227,7 @@ async def _run_agent(agent: object) -> None:
     import signal
 
     from corral.agent.agent import Agent
+    from corral.waits import STOP_WAIT, exit_when_stuck
 
     assert isinstance(agent, Agent)
     loop = asyncio.get_running_loop()
@@ -234,6 +235,7 @@ async def _run_agent(agent: object) -> None:
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             loop.add_signal_handler(sig, agent.request_stop)
         await agent.run()
+    await exit_when_stuck(STOP_WAIT)
 
 
 @agent_app.command("list")

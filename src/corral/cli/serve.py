@@ -19,6 +19,7 @@ import uvicorn
 from corral.api.app import create_app, prepare_database
 from corral.settings import ManagerSettings, SchedulerSettings
 from corral.store.db import make_engine
+from corral.waits import STOP_WAIT, exit_when_stuck
 
 PR_SET_PDEATHSIG = 1
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
@@ -74,6 +75,7 @@ def serve_manager(settings: ManagerSettings, scheduler: SchedulerSettings | None
     async def serve() -> None:
         await preflight(settings)
         await _stoppable(settings, scheduler).serve()
+        await exit_when_stuck(STOP_WAIT)
 
     asyncio.run(serve())
 
@@ -170,3 +172,4 @@ async def serve_embedded(
         await asyncio.to_thread(stop_all, procs)
         server.should_exit = True
         await serving
+        await exit_when_stuck(STOP_WAIT)

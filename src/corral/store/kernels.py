@@ -88,17 +88,21 @@ async def _place_in_one(
     ranks = [(sid, rank, agent) for sid, p in placed.items() for rank, agent in enumerate(p.agent_ids)]
     params = {**unnest.arrays(_PLACED, ranks), "p_now": now}
     rows = [dict(r._mapping) for r in await conn.execute(_placements_statement(), params)]
-    _all_placed(len(ranks), len(rows), rows[0]["kernels_of_placed"] if rows else 0)
+    _all_placed(placed, len(rows), rows[0]["kernels_of_placed"] if rows else 0)
     for r in rows:
         del r["kernels_of_placed"]
     return rows
 
 
-def _all_placed(ranks: int, allocated: int, kernels_found: int) -> None:
+def _all_placed(placed: dict[str, Placement], allocated: int, kernels_found: int) -> None:
     """A rank without a kernel, or a kernel without a rank, is never placed: the placement's
     transaction fails instead (a half-placed gang would hold its CPUs and never start)."""
+    ranks = sum(len(p.agent_ids) for p in placed.values())
     if allocated != ranks or kernels_found != ranks:
-        raise RuntimeError(f"placement of {ranks} kernels found {kernels_found} ({allocated} placed)")
+        named = ", ".join(sorted(placed)[:5]) + (", ..." if len(placed) > 5 else "")
+        raise RuntimeError(
+            f"placement of {ranks} kernels found {kernels_found} ({allocated} placed); sessions {named}"
+        )
 
 
 @cache
@@ -153,7 +157,7 @@ async def _place_by_agent(
             if rank < len(ranked := placed[sid].agent_ids)
         ]
         kernels_found += len(found)
-    _all_placed(sum(len(p.agent_ids) for p in placed.values()), len(rows), kernels_found)
+    _all_placed(placed, len(rows), kernels_found)
     await conn.execute(insert(allocations), rows)
     by_agent: dict[str, list[str]] = defaultdict(list)
     for r in rows:
