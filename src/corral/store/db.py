@@ -5,11 +5,11 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager
 from functools import partial
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 from weakref import WeakSet
 
 from alembic import command
@@ -28,6 +28,19 @@ from corral.store.inline_engine import InlineEngine
 MIGRATIONS = Path(__file__).parent / "migrations"
 # Engines whose connections run on the loop's thread (see `reading`).
 _INLINE: WeakSet[Engine] = WeakSet()
+
+
+T = TypeVar("T")
+
+IN_CHUNK = 500
+"""Values per IN list: far below SQLite's bound on a statement's parameters, whatever else it binds."""
+
+
+def chunks(values: Sequence[T], size: int = IN_CHUNK) -> Iterator[list[T]]:
+    """`values` in lists of at most `size`: one IN-list statement each."""
+    items = list(values)
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
 
 
 def is_sqlite(url: str) -> bool:

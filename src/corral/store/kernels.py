@@ -42,6 +42,7 @@ from corral.domain.status import (
 )
 from corral.domain.transitions import kernel_sources
 from corral.store import convert, report_statement, unnest
+from corral.store.db import chunks
 from corral.store.records import KernelRecord, KernelReport, OrderedKernel
 from corral.store.tables import agents, allocations, kernels, sessions
 
@@ -141,10 +142,9 @@ async def _place_by_agent(
     conn: AsyncConnection, placed: dict[str, Placement], now: datetime
 ) -> list[dict[str, Any]]:
     rows = []
-    ids = list(placed)
     kernels_found = 0
-    for chunk in range(0, len(ids), 500):
-        found = (await conn.execute(_PLACED_KERNELS, {"ids": ids[chunk : chunk + 500]})).all()
+    for part in chunks(list(placed)):
+        found = (await conn.execute(_PLACED_KERNELS, {"ids": part})).all()
         rows += [
             {
                 "kernel_id": kid,
@@ -163,8 +163,8 @@ async def _place_by_agent(
     for r in rows:
         by_agent[r["agent_id"]].append(r["kernel_id"])
     for agent_id, kernel_ids in sorted(by_agent.items()):  # a statement per agent, not per kernel
-        for chunk in range(0, len(kernel_ids), 500):
-            await conn.execute(_ASSIGN_AGENT, {"ids": kernel_ids[chunk : chunk + 500], "agent": agent_id})
+        for part in chunks(kernel_ids):
+            await conn.execute(_ASSIGN_AGENT, {"ids": part, "agent": agent_id})
     return rows
 
 

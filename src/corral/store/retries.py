@@ -12,6 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.domain.status import TERMINAL_SESSION, SessionResult, SessionStatus
 from corral.store import sessions as session_store
+from corral.store.db import chunks
 from corral.store.records import EventRecord, SessionRecord
 from corral.store.tables import cluster_config, event_cursors, kernel_logs, session_events, sessions
 
@@ -108,12 +109,8 @@ _STILL_UNDECIDED = select(sessions.c.id).where(
 async def still_undecided(conn: AsyncConnection, session_ids: Sequence[str]) -> set[str]:
     """Those of these attempts nobody has decided yet."""
     found: set[str] = set()
-    ids = list(session_ids)
-    for chunk in range(0, len(ids), 500):
-        found.update(
-            str(i)
-            for i in (await conn.execute(_STILL_UNDECIDED, {"ids": ids[chunk : chunk + 500]})).scalars()
-        )
+    for part in chunks(session_ids):
+        found.update(str(i) for i in (await conn.execute(_STILL_UNDECIDED, {"ids": part})).scalars())
     return found
 
 
@@ -153,9 +150,8 @@ async def settle_first_successes(conn: AsyncConnection, session_ids: Sequence[st
     """Decide, in one statement, those of these attempts that are first attempts and succeeded:
     nothing to retry and nothing to say (most ended sessions, on a busy cluster).  Returns them."""
     settled: set[str] = set()
-    ids = list(session_ids)
-    for chunk in range(0, len(ids), 500):
-        result = await conn.execute(_SETTLE_FIRST_SUCCESSES, {"ids": ids[chunk : chunk + 500]})
+    for part in chunks(session_ids):
+        result = await conn.execute(_SETTLE_FIRST_SUCCESSES, {"ids": part})
         settled.update(result.scalars())
     return settled
 
@@ -178,12 +174,10 @@ async def stop_undecided(conn: AsyncConnection, session_id: str, reason: str) ->
 async def stop_undecided_many(conn: AsyncConnection, session_ids: Sequence[str], reason: str) -> list[str]:
     """`stop_undecided` for many attempts; returns those it decided."""
     stopped: list[str] = []
-    for chunk in range(0, len(session_ids), 500):
+    for part in chunks(session_ids):
         result = await conn.execute(
             update(sessions)
-            .where(
-                sessions.c.id.in_(list(session_ids[chunk : chunk + 500])), sessions.c.retry_state.is_(None)
-            )
+            .where(sessions.c.id.in_(part), sessions.c.retry_state.is_(None))
             .values(retry_state="failed", retry_reason=reason)
             .returning(sessions.c.id)
         )
@@ -200,8 +194,7 @@ async def chain(conn: AsyncConnection, root_session_id: str) -> list[SessionReco
 async def chains(conn: AsyncConnection, root_ids: Sequence[str]) -> dict[str, list[dict[str, Any]]]:
     """Light rows (id, attempt, status, result, retry_state) of the chains, by root id."""
     out: dict[str, list[dict[str, Any]]] = {r: [] for r in root_ids}
-    ids = list(root_ids)
-    for chunk in range(0, len(ids), 500):
+    for part in chunks(root_ids):
         rows = await conn.execute(
             select(
                 sessions.c.id,
@@ -211,7 +204,7 @@ async def chains(conn: AsyncConnection, root_ids: Sequence[str]) -> dict[str, li
                 sessions.c.result,
                 sessions.c.retry_state,
             )
-            .where(sessions.c.root_session_id.in_(ids[chunk : chunk + 500]))
+            .where(sessions.c.root_session_id.in_(part))
             .order_by(sessions.c.attempt)
         )
         for r in rows:

@@ -44,7 +44,7 @@ from corral.domain.status import (
 from corral.domain.transitions import kernel_move_allowed, kernel_sources, session_move_allowed
 from corral.store import agents as agent_store
 from corral.store import bulk, convert, journal
-from corral.store.db import autocommitting
+from corral.store.db import IN_CHUNK, autocommitting, chunks
 from corral.store.records import KernelRecord, Move, NewSession, SessionRecord
 from corral.store.tables import agents, allocations, kernels, session_events, session_history, sessions
 
@@ -177,9 +177,8 @@ async def select_with_kernels(
     if not rows:
         return []
     by_session: dict[str, list[KernelRecord]] = defaultdict(list)
-    ids = [r["id"] for r in rows]
-    for chunk in range(0, len(ids), 500):
-        for k in convert.mappings(await conn.execute(_KERNELS_OF, {"ids": ids[chunk : chunk + 500]})):
+    for part in chunks([r["id"] for r in rows]):
+        for k in convert.mappings(await conn.execute(_KERNELS_OF, {"ids": part})):
             by_session[k["session_id"]].append(convert.kernel(k, owned=True))
     return [convert.session(r, tuple(by_session[r["id"]]), owned=True) for r in rows]
 
@@ -190,8 +189,8 @@ _BY_ID = select(sessions).where(sessions.c.id == bindparam("id"))
 
 async def get_many(conn: AsyncConnection, session_ids: list[str]) -> list[SessionRecord]:
     found: list[SessionRecord] = []
-    for chunk in range(0, len(session_ids), 500):
-        found += await select_with_kernels(conn, _BY_IDS, {"ids": session_ids[chunk : chunk + 500]})
+    for part in chunks(session_ids):
+        found += await select_with_kernels(conn, _BY_IDS, {"ids": part})
     return found
 
 
@@ -604,10 +603,10 @@ async def apply_moves(
             else _move(src, dst, names, unrequested)
         )
         params = {"m_now": now, **{f"m_{name}": value for name, value in values}}
-        for chunk in range(0, len(ids), 500):
-            part = ids[chunk : chunk + 500]
+        for chunk in range(0, len(ids), IN_CHUNK):
+            part = ids[chunk : chunk + IN_CHUNK]
             if together:
-                params.update(_journal_params(group[chunk : chunk + 500], rows_of))
+                params.update(_journal_params(group[chunk : chunk + IN_CHUNK], rows_of))
             if dst is SessionStatus.PENDING and together:
                 if autocommitting(conn):
                     raise RuntimeError("a move back to the queue takes a transaction: it locks first")
@@ -725,12 +724,11 @@ def _move(
 async def with_running_kernels(conn: AsyncConnection, session_ids: Sequence[str]) -> set[str]:
     """Those of these sessions of which a process may exist (domain.rendezvous.may_run)."""
     found: set[str] = set()
-    ids = list(session_ids)
-    alive = await agent_store.alive_ids(conn) if ids else set()
-    for chunk in range(0, len(ids), 500):
+    alive = await agent_store.alive_ids(conn) if session_ids else set()
+    for part in chunks(session_ids):
         rows = await conn.execute(
             select(kernels.c.session_id, kernels.c.status, kernels.c.agent_id, kernels.c.master_port)
-            .where(kernels.c.session_id.in_(ids[chunk : chunk + 500]))
+            .where(kernels.c.session_id.in_(part))
             .order_by(kernels.c.session_id, kernels.c.rank)
         )
         for sid, group in groupby(rows, key=lambda r: r.session_id):
@@ -830,11 +828,11 @@ async def request_terminations(
         literal(reason) != str(TerminationReason.SUSPENDED),
     )
     stopped: list[str] = []
-    for chunk in range(0, len(session_ids), 500):
+    for part in chunks(session_ids):
         result = await conn.execute(
             update(sessions)
             .where(
-                sessions.c.id.in_(list(session_ids[chunk : chunk + 500])),
+                sessions.c.id.in_(part),
                 sessions.c.status.not_in([str(s) for s in TERMINAL_SESSION]),
             )
             .values(
