@@ -22,6 +22,7 @@ from corral.manager.loop import Scheduler
 from corral.manager.retry_engine import RetryEngine
 from corral.services import cluster
 from corral.services.agent_protocol import AgentProtocol
+from corral.services.intake import Intake
 from corral.settings import ManagerSettings, SchedulerSettings
 from corral.store import agents as agent_store
 from corral.store import auth, config
@@ -87,6 +88,7 @@ def create_app(
             AgentProtocol(
                 engine, scheduler, wakeup, settings.log_cap_bytes, settings.checkpoint_root, reader=reader
             ),
+            Intake(engine),
         )
         tasks = (
             [

@@ -11,6 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from corral.services.agent_protocol import AgentProtocol
 from corral.services.errors import Forbidden, Unauthorized
+from corral.services.intake import Intake
 from corral.settings import ManagerSettings, SchedulerSettings
 from corral.store import auth
 from corral.store.auth import Principal
@@ -30,6 +31,8 @@ class AppState:
     scheduler: SchedulerSettings
     wakeup: Wakeup
     protocol: AgentProtocol
+    intake: Intake
+    """Single-session creates, written together when they arrive together."""
 
 
 async def app_state(request: Request) -> AppState:

@@ -155,29 +155,19 @@ async def create_many(
     async with transaction(engine) as conn:
         out: list[tuple[SessionRecord | None, bool]] = []
         news: list[NewSession] = []
+        shared = session_service.Shared()
         for n, item in enumerate(items):
             try:
-                if item.spec.creation_id:
-                    earlier = await session_service.earlier(conn, who, item.spec)
-                    if earlier is not None:
-                        out.append((earlier, False))
-                        continue
-                checked = await session_service.prepared(
-                    conn, who, item.spec, item.retry_fields, item.priority
+                admitted = await session_service.admit(
+                    conn, who, item.spec, item.retry_fields, item.priority, shared
                 )
             except CorralError as exc:
                 raise _for_item(exc, n) from None
-            session_id = str(uuid.uuid4())
-            news.append(
-                NewSession(
-                    id=session_id,
-                    name=item.spec.name or f"session-{session_id[:8]}",
-                    owner=who.name,
-                    spec=checked,
-                    spec_hash=item.spec.digest(),
-                )
-            )
-            out.append((None, True))
+            if isinstance(admitted, NewSession):
+                news.append(admitted)
+                out.append((None, True))
+            else:
+                out.append((admitted, False))
         made = iter(await sessions.insert_sessions(conn, news, now))
     return [(record if record is not None else next(made), created) for record, created in out]
 

@@ -103,13 +103,36 @@ def _priority(
         raise InvalidInput("priority", str(exc)) from None
 
 
+class Shared:
+    """What checking a new session reads that the others checked in the same transaction share:
+    read once for a batch."""
+
+    def __init__(self) -> None:
+        self._cluster: dict[str, Any] | None = None
+        self._configs: dict[tuple[str, str], tuple[dict[str, Any], dict[str, Any]]] = {}
+
+    async def cluster_values(self, conn: AsyncConnection) -> dict[str, Any]:
+        if self._cluster is None:
+            self._cluster = await config.cluster_values(conn)
+        return self._cluster
+
+    async def submitter_configs(
+        self, conn: AsyncConnection, project: str, user_id: str
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        found = self._configs.get((project, user_id))
+        if found is None:
+            found = self._configs[project, user_id] = await config.submitter_configs(conn, project, user_id)
+        return found
+
+
 async def _effective_policy(
     conn: AsyncConnection,
     spec: SessionSpec,
     retry_fields: Mapping[str, Any] | None,
     project_cfg: Mapping[str, Any],
+    shared: Shared,
 ) -> RetryPolicy | None:
-    cluster_defaults = values_of(await config.cluster_values(conn))["retry.defaults"] or {}
+    cluster_defaults = values_of(await shared.cluster_values(conn))["retry.defaults"] or {}
     project_defaults = project_cfg.get("retry_defaults") or {}
     if spec.retry_policy is None and not cluster_defaults and not project_defaults:
         return None
@@ -127,22 +150,36 @@ async def _create(
 ) -> tuple[SessionRecord, bool]:
     now = _now()
     async with transaction(engine) as conn:
-        if spec.creation_id:
-            found = await earlier(conn, who, spec)
-            if found is not None:
-                return found, False
-        request_digest = spec.digest()
-        spec = await prepared(conn, who, spec, retry_fields, requested_priority)
-        session_id = str(uuid.uuid4())
-        new = NewSession(
-            id=session_id,
-            name=spec.name or f"session-{session_id[:8]}",
-            owner=who.name,
-            spec=spec,
-            spec_hash=request_digest,
-        )
-        created = await sessions.insert_session(conn, new, now)
+        admitted = await admit(conn, who, spec, retry_fields, requested_priority)
+        if isinstance(admitted, SessionRecord):
+            return admitted, False
+        created = await sessions.insert_session(conn, admitted, now)
     return created, True
+
+
+async def admit(
+    conn: AsyncConnection,
+    who: Principal,
+    spec: SessionSpec,
+    retry_fields: Mapping[str, Any] | None,
+    requested_priority: int | None,
+    shared: Shared | None = None,
+) -> SessionRecord | NewSession:
+    """The caller's earlier session made with this creation_id, or the new session to insert:
+    checked against the cluster and the caller's rights, its priority and policy filled in."""
+    if spec.creation_id:
+        found = await earlier(conn, who, spec)
+        if found is not None:
+            return found
+    checked = await prepared(conn, who, spec, retry_fields, requested_priority, shared)
+    session_id = str(uuid.uuid4())
+    return NewSession(
+        id=session_id,
+        name=checked.name or f"session-{session_id[:8]}",
+        owner=who.name,
+        spec=checked,
+        spec_hash=spec.digest(),
+    )
 
 
 async def prepared(
@@ -151,9 +188,11 @@ async def prepared(
     spec: SessionSpec,
     retry_fields: Mapping[str, Any] | None,
     requested_priority: int | None,
+    shared: Shared | None = None,
 ) -> SessionSpec:
     """The spec checked against the cluster and the caller's rights, with its priority and its
     effective retry policy filled in (what every new session goes through)."""
+    shared = shared or Shared()
     if not await _known(conn, "resource_group", spec.resource_group, agents.resource_group_exists):
         raise InvalidInput("resource_group", f"unknown resource group {spec.resource_group!r}")
     if not await _known(conn, "project", spec.project, auth.project_exists):
@@ -162,11 +201,11 @@ async def prepared(
         raise Forbidden(f"you are not a member of project {spec.project!r}", {"field": "project"})
     await _check_fits(conn, spec)
     await policies.check_names(conn, list(spec.retry_policies), "retry_policies")
-    project_cfg, user_cfg = await config.submitter_configs(conn, spec.project, who.user_id)
+    project_cfg, user_cfg = await shared.submitter_configs(conn, spec.project, who.user_id)
     return replace(
         spec,
         priority=_priority(who, project_cfg, user_cfg, requested_priority),
-        retry_policy=await _effective_policy(conn, spec, retry_fields, project_cfg),
+        retry_policy=await _effective_policy(conn, spec, retry_fields, project_cfg, shared),
     )
 
 

@@ -7,17 +7,23 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import delete, insert, select, update
+from sqlalchemy import bindparam, delete, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.domain.cluster import ClusterSettings, settings_of, values_of
 from corral.store.records import AuditRecord, ProjectRecord
 from corral.store.tables import audit_log, cluster_config, projects, retry_policies, users
 
+# Read on every submit: built once.
+_CLUSTER_VALUES = select(cluster_config.c.key, cluster_config.c.value)
+_SUBMITTER_CONFIGS = select(
+    select(projects.c.config).where(projects.c.name == bindparam("project")).scalar_subquery(),
+    select(users.c.config).where(users.c.id == bindparam("user_id")).scalar_subquery(),
+)
+
 
 async def cluster_values(conn: AsyncConnection) -> dict[str, Any]:
-    rows = await conn.execute(select(cluster_config.c.key, cluster_config.c.value))
-    return {key: value for key, value in rows}
+    return {key: value for key, value in await conn.execute(_CLUSTER_VALUES)}
 
 
 async def cluster_settings(conn: AsyncConnection) -> ClusterSettings:
@@ -77,14 +83,7 @@ async def submitter_configs(
     conn: AsyncConnection, project: str, user_id: str
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """The project's config and the user's ({} when unset), in one query: every submit needs both."""
-    row = (
-        await conn.execute(
-            select(
-                select(projects.c.config).where(projects.c.name == project).scalar_subquery(),
-                select(users.c.config).where(users.c.id == user_id).scalar_subquery(),
-            )
-        )
-    ).one()
+    row = (await conn.execute(_SUBMITTER_CONFIGS, {"project": project, "user_id": user_id})).one()
     return dict(row[0] or {}), dict(row[1] or {})
 
 

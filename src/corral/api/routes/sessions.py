@@ -24,6 +24,7 @@ from corral.services import logs as log_service
 from corral.services import sessions as svc
 from corral.services.arrays import BulkItem
 from corral.services.errors import InvalidInput
+from corral.services.intake import Ask
 from corral.store.records import SessionRecord
 
 router = APIRouter(prefix="/api/v1/sessions", tags=["sessions"])
@@ -50,7 +51,7 @@ async def create_session(
         view, created = await array_service.create(state.engine, who, body.to_spec(), fields, asked, indices)
         out: SessionOut | ArrayOut = ArrayOut.of(view)
     else:
-        record, created = await svc.create(state.engine, who, body.to_spec(), fields, asked)
+        record, created = await state.intake.create(Ask(who, body.to_spec(), fields, asked))
         # Just made, it is the only attempt of its chain: no chain to read back.
         out = SessionOut.of(record) if created else (await _out(state, [record]))[0]
     if created:
