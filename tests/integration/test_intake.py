@@ -72,8 +72,10 @@ async def test_creates_that_arrive_together_are_one_transaction_each_answered_al
         made = [a for a in answers[:6] if not isinstance(a, BaseException)]
         assert [r.spec.command for r, new in made] == [("echo", str(i)) for i in range(1, 7)]
         assert all(new for _, new in made)
-        # One transaction: written at one instant, not one after the other.
+        # One transaction: written at one instant, not one after the other; queued as they came.
         assert len({r.created_at for r, _ in made}) == 1
+        arrived = [r.chain_submitted_at for r, _ in made]
+        assert arrived == sorted(arrived) and len(set(arrived)) == len(arrived)
         unknown, elsewhere, again, reused = answers[6:]
         assert isinstance(unknown, InvalidInput) and unknown.details["field"] == "project"
         assert isinstance(elsewhere, InvalidInput) and elsewhere.details["field"] == "resource_group"
@@ -171,3 +173,24 @@ def test_concurrent_posts_with_bad_ones_among_them_through_the_api(
         assert sorted(int(s["command"][1]) for s in listed) == [i for i in range(40) if i % 10 not in (3, 7)]
     finally:
         c.close()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_a_batch_taken_is_written_once_and_answered_even_if_its_taker_gives_up(
+    backend: str, fresh_database: Callable[[str], str]
+) -> None:
+    async with migrated(fresh_database(backend)) as engine:
+        alice = await _principal(engine)
+        intake = Intake(engine)
+        taker = asyncio.create_task(intake.create(Ask(alice, _spec(1), None, None)))
+        others = [asyncio.create_task(intake.create(Ask(alice, _spec(n), None, None))) for n in (2, 3)]
+        await asyncio.sleep(0)  # the taker holds the door, the others queue behind it
+        await asyncio.sleep(0)  # the taker has taken the batch and waits for its write
+        taker.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await taker
+        assert [(await t)[0].spec.command for t in others] == [("echo", "2"), ("echo", "3")]
+        # Its own session was in the batch taken: written, once, like the others.
+        async with reading(engine) as conn:
+            commands = sorted(r[0] for r in await conn.execute(select(sessions.c.command)))
+        assert commands == [["echo", "1"], ["echo", "2"], ["echo", "3"]]

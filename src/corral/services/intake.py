@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -27,6 +27,10 @@ from corral.store.records import NewSession, SessionRecord
 Made = tuple[SessionRecord, bool]
 
 
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
 @dataclass(frozen=True)
 class Ask:
     """One POST /sessions of a single session, as validated."""
@@ -39,21 +43,26 @@ class Ask:
     """The inline retry-policy fields it set."""
     priority: int | None
     """The priority it asked for (None: none)."""
+    arrived: datetime = field(default_factory=_now)
+    """When it reached the manager: its place in the queue, whoever it was written with."""
 
 
 @dataclass(eq=False)
 class _Waiting:
     ask: Ask
-    made: asyncio.Future[Made] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
+    made: asyncio.Future[Made | None] = field(
+        default_factory=lambda: asyncio.get_running_loop().create_future()
+    )
+    """Its answer; None: write it alone, as if it had come alone."""
     task: asyncio.Task[Any] | None = field(default_factory=asyncio.current_task)
 
     def wanted(self) -> bool:
-        """Not answered yet, and its request not being cancelled (it is then not written)."""
-        return not self.made.done() and not (self.task is not None and self.task.cancelling())
+        """Its request is not being cancelled (it is then not written)."""
+        return not (self.task is not None and self.task.cancelling())
 
 
 class _Together(Exception):
-    """Two asks of one batch share a creation_id: only one at a time can tell them apart."""
+    """Two asks of one batch share a caller's creation_id: only one at a time can tell them apart."""
 
 
 class Intake:
@@ -70,63 +79,52 @@ class Intake:
         me = _Waiting(ask)
         self._waiting.append(me)
         try:
-            # Whoever holds the lock writes everything waiting; a request whose turn comes after
-            # its session was written in another's batch only reads its answer.
+            # Whoever holds the lock takes everything waiting; a request taken into another's
+            # batch waits for that batch's answer.
             async with self._lock:
-                if not me.made.done():
+                if me in self._waiting:
                     if len(self._waiting) == 1:
                         # One loop turn for the requests read with this one to queue behind it.
                         await asyncio.sleep(0)
-                    batch = [w for w in self._waiting if w.wanted()]
-                    self._waiting = []
-                    await self._write(batch, me)
+                    taken, self._waiting = self._waiting, []
+                    batch = [w for w in taken if w is me or w.wanted()]
+                    for dropped in (w for w in taken if w not in batch):
+                        # It raises at its next await; if its cancellation was called off, it
+                        # goes alone.
+                        dropped.made.set_result(None)
+                    # Once taken, a batch is written and answered even if this request gives up
+                    # meanwhile: nothing taken is put back, so nothing is written twice.
+                    await asyncio.shield(self._write(batch))
+            made = await asyncio.shield(me.made)
         except BaseException:
             if me in self._waiting:
                 self._waiting.remove(me)
-            # Answered in another's batch after this request gave up: nobody reads it.
+            # Answered after this request gave up: nobody reads it.
             me.made.add_done_callback(_forget)
             raise
-        return me.made.result()
-
-    async def _write(self, batch: list[_Waiting], me: _Waiting) -> None:
-        try:
-            if len(batch) > 1:
-                try:
-                    answers = await _together(self._engine, [w.ask for w in batch])
-                except Exception:  # _Together too: each request then goes alone
-                    pass
-                else:
-                    for waiting, answer in zip(batch, answers, strict=True):
-                        _answer(waiting, answer)
-                    return
-            for waiting in batch:
-                await self._alone(waiting)
-        except BaseException:
-            # Cancelled while writing (this request's client left, the manager stops): the others
-            # wait for the next holder of the lock, this one's own request is dropped.
-            self._waiting[:0] = [w for w in batch if w.wanted() and w is not me]
-            raise
-
-    async def _alone(self, waiting: _Waiting) -> None:
-        ask = waiting.ask
-        try:
-            made = await session_service.create(
+        if made is None:
+            return await session_service.create(
                 self._engine, ask.who, ask.spec, ask.retry_fields, ask.priority
             )
-        except Exception as exc:
-            waiting.made.set_exception(exc)
-        else:
-            waiting.made.set_result(made)
+        return made
+
+    async def _write(self, batch: list[_Waiting]) -> None:
+        answers: Sequence[Made | CorralError | None] = [None] * len(batch)
+        if len(batch) > 1:
+            try:
+                answers = await _together(self._engine, [w.ask for w in batch])
+            except Exception:
+                # Each request then goes alone, in its own task and transaction, all at once (as
+                # without this door): its own error, its own wait for a database that is away.
+                pass
+        for waiting, answer in zip(batch, answers, strict=True):
+            if isinstance(answer, CorralError):
+                waiting.made.set_exception(answer)
+            else:
+                waiting.made.set_result(answer)
 
 
-def _answer(waiting: _Waiting, answer: Made | CorralError) -> None:
-    if isinstance(answer, CorralError):
-        waiting.made.set_exception(answer)
-    else:
-        waiting.made.set_result(answer)
-
-
-def _forget(made: asyncio.Future[Made]) -> None:
+def _forget(made: asyncio.Future[Made | None]) -> None:
     if not made.cancelled():
         made.exception()
 
@@ -136,7 +134,6 @@ async def _together(engine: AsyncEngine, asks: Sequence[Ask]) -> list[Made | Cor
     keys = [(a.who.name, a.spec.creation_id) for a in asks if a.spec.creation_id]
     if len(set(keys)) < len(keys):
         raise _Together
-    now = datetime.now(UTC)
     answers: list[Made | CorralError | None] = []
     news: list[NewSession] = []
     async with transaction(engine) as conn:
@@ -150,9 +147,9 @@ async def _together(engine: AsyncEngine, asks: Sequence[Ask]) -> list[Made | Cor
                 answers.append(exc)
                 continue
             if isinstance(admitted, NewSession):
-                news.append(admitted)
+                news.append(replace(admitted, chain_submitted_at=ask.arrived))
                 answers.append(None)
             else:
                 answers.append((admitted, False))
-        made = iter(await sessions.insert_sessions(conn, news, now))
+        made = iter(await sessions.insert_sessions(conn, news, _now()))
     return [answer if answer is not None else (next(made), True) for answer in answers]
