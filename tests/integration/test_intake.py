@@ -17,7 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from corral.domain.resources import ResourceSlots
 from corral.domain.spec import SessionSpec
 from corral.services.errors import Conflict, InvalidInput
-from corral.services.intake import Ask, Intake
+from corral.services.intake import BATCH_MOST, Ask, Intake
 from corral.store import auth
 from corral.store.auth import Principal
 from corral.store.db import reading, transaction
@@ -97,10 +97,19 @@ async def test_two_requests_with_one_creation_id_in_a_batch_make_one_session(
         bobs = Ask(bob, _spec(1, creation_id="k"), None, None)  # keys are per caller
         answers = await _all(intake, [*same, different, bobs])
 
-        first, second, third, conflict, theirs = answers
-        assert not isinstance(first, BaseException) and first[1]
-        assert second == third == (first[0], False)
-        assert isinstance(conflict, Conflict) and conflict.details["field"] == "creation_id"
+        # They then go alone, at once: whichever commits first is the caller's one session for
+        # the key; an identical request is answered with it, a different one refused.
+        *alices, theirs = answers
+        won = [a for a in alices if not isinstance(a, BaseException) and a[1]]
+        assert len(won) == 1
+        session = won[0][0]
+        for ask, answer in zip([*same, different], alices, strict=True):
+            if answer is won[0]:
+                continue
+            if ask.spec.command == session.spec.command:
+                assert answer == (session, False)
+            else:
+                assert isinstance(answer, Conflict) and answer.details["field"] == "creation_id"
         assert not isinstance(theirs, BaseException) and theirs[1] and theirs[0].owner == "bob"
         assert await _rows(engine) == (2, 2)
 
@@ -194,3 +203,18 @@ async def test_a_batch_taken_is_written_once_and_answered_even_if_its_taker_give
         async with reading(engine) as conn:
             commands = sorted(r[0] for r in await conn.execute(select(sessions.c.command)))
         assert commands == [["echo", "1"], ["echo", "2"], ["echo", "3"]]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_more_requests_than_a_batch_holds_are_all_written_in_several(
+    backend: str, fresh_database: Callable[[str], str]
+) -> None:
+    async with migrated(fresh_database(backend)) as engine:
+        alice = await _principal(engine)
+        intake = Intake(engine)
+        n = BATCH_MOST + 44
+        answers = await _all(intake, [Ask(alice, _spec(i), None, None) for i in range(n)])
+        made = [a for a in answers if not isinstance(a, BaseException)]
+        assert [r.spec.command for r, _ in made] == [("echo", str(i)) for i in range(n)]
+        assert len({r.created_at for r, _ in made}) == 2  # two transactions: a full one, the rest
+        assert await _rows(engine) == (n, n)

@@ -26,6 +26,10 @@ from corral.store.records import NewSession, SessionRecord
 
 Made = tuple[SessionRecord, bool]
 
+BATCH_MOST = 256
+"""Requests written in one transaction at most (the rest are the next batch): a transaction and
+the requests waiting on it stay short."""
+
 
 def _now() -> datetime:
     return datetime.now(UTC)
@@ -86,7 +90,8 @@ class Intake:
                     if len(self._waiting) == 1:
                         # One loop turn for the requests read with this one to queue behind it.
                         await asyncio.sleep(0)
-                    taken, self._waiting = self._waiting, []
+                    rest = [w for w in self._waiting if w is not me]
+                    taken, self._waiting = [me, *rest[: BATCH_MOST - 1]], rest[BATCH_MOST - 1 :]
                     batch = [w for w in taken if w is me or w.wanted()]
                     for dropped in (w for w in taken if w not in batch):
                         # It raises at its next await; if its cancellation was called off, it
