@@ -5,6 +5,7 @@ or its own refusal, never another's.  On both backends, through the real store."
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -56,7 +57,7 @@ async def test_creates_that_arrive_together_are_one_transaction_each_answered_al
 ) -> None:
     async with migrated(fresh_database(backend)) as engine:
         alice = await _principal(engine)
-        intake = Intake(engine)
+        intake = Intake(engine, busy_gap=math.inf)  # as under load: every submit waits for others
         kept, created = await intake.create(Ask(alice, _spec(0, creation_id="kept"), None, None))
         other, _ = await intake.create(Ask(alice, _spec(0, creation_id="other"), None, None))
         assert created
@@ -91,7 +92,7 @@ async def test_two_requests_with_one_creation_id_in_a_batch_make_one_session(
 ) -> None:
     async with migrated(fresh_database(backend)) as engine:
         alice, bob = await _principal(engine, "alice"), await _principal(engine, "bob")
-        intake = Intake(engine)
+        intake = Intake(engine, busy_gap=math.inf)  # as under load: every submit waits for others
         same = [Ask(alice, _spec(1, creation_id="k"), None, None) for _ in range(3)]
         different = Ask(alice, _spec(2, creation_id="k"), None, None)
         bobs = Ask(bob, _spec(1, creation_id="k"), None, None)  # keys are per caller
@@ -120,7 +121,7 @@ async def test_a_request_that_gives_up_while_waiting_is_not_written_and_the_rest
 ) -> None:
     async with migrated(fresh_database(backend)) as engine:
         alice = await _principal(engine)
-        intake = Intake(engine)
+        intake = Intake(engine, busy_gap=math.inf)  # as under load: every submit waits for others
         # The first holds the door for one loop turn; the second gives up while it waits behind it.
         first = asyncio.create_task(intake.create(Ask(alice, _spec(1), None, None)))
         second = asyncio.create_task(intake.create(Ask(alice, _spec(2), None, None)))
@@ -190,7 +191,7 @@ async def test_a_batch_taken_is_written_once_and_answered_even_if_its_taker_give
 ) -> None:
     async with migrated(fresh_database(backend)) as engine:
         alice = await _principal(engine)
-        intake = Intake(engine)
+        intake = Intake(engine, busy_gap=math.inf)  # as under load: every submit waits for others
         taker = asyncio.create_task(intake.create(Ask(alice, _spec(1), None, None)))
         others = [asyncio.create_task(intake.create(Ask(alice, _spec(n), None, None))) for n in (2, 3)]
         await asyncio.sleep(0)  # the taker holds the door, the others queue behind it
@@ -211,7 +212,7 @@ async def test_more_requests_than_a_batch_holds_are_all_written_in_several(
 ) -> None:
     async with migrated(fresh_database(backend)) as engine:
         alice = await _principal(engine)
-        intake = Intake(engine)
+        intake = Intake(engine, busy_gap=math.inf)  # as under load: every submit waits for others
         n = BATCH_MOST + 44
         answers = await _all(intake, [Ask(alice, _spec(i), None, None) for i in range(n)])
         made = [a for a in answers if not isinstance(a, BaseException)]

@@ -9,6 +9,8 @@ its own transaction, as if it had come alone."""
 from __future__ import annotations
 
 import asyncio
+import math
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -29,6 +31,10 @@ Made = tuple[SessionRecord, bool]
 BATCH_MOST = 256
 """Requests written in one transaction at most (the rest are the next batch): a transaction and
 the requests waiting on it stay short."""
+
+
+BUSY_GAP = 0.02
+"""Seconds since the previous submit under which a submit waits one loop turn for others."""
 
 
 def _now() -> datetime:
@@ -72,22 +78,28 @@ class _Together(Exception):
 class Intake:
     """The manager's one door for single-session creates."""
 
-    def __init__(self, engine: AsyncEngine) -> None:
+    def __init__(self, engine: AsyncEngine, busy_gap: float = BUSY_GAP) -> None:
         self._engine = engine
+        self._busy_gap = busy_gap
         self._lock = asyncio.Lock()
         self._waiting: list[_Waiting] = []
+        self._last = -math.inf
 
     async def create(self, ask: Ask) -> Made:
         """The session and whether it was made now (False: the caller's earlier identical request
         with this creation_id), as services.sessions.create answers."""
         me = _Waiting(ask)
         self._waiting.append(me)
+        # Submits coming close together: others are likely read with this one.  A lone submit
+        # does not yield (the loop's other work, a cycle's next step, would run first).
+        now = time.monotonic()
+        busy, self._last = now - self._last <= self._busy_gap, now
         try:
             # Whoever holds the lock takes everything waiting; a request taken into another's
             # batch waits for that batch's answer.
             async with self._lock:
                 if me in self._waiting:
-                    if len(self._waiting) == 1:
+                    if len(self._waiting) == 1 and busy:
                         # One loop turn for the requests read with this one to queue behind it.
                         await asyncio.sleep(0)
                     rest = [w for w in self._waiting if w is not me]
@@ -99,7 +111,10 @@ class Intake:
                         dropped.made.set_result(None)
                     # Once taken, a batch is written and answered even if this request gives up
                     # meanwhile: nothing taken is put back, so nothing is written twice.
-                    await asyncio.shield(self._write(batch))
+                    if len(batch) == 1:
+                        me.made.set_result(None)  # alone: no batch to write
+                    else:
+                        await asyncio.shield(self._write(batch))
             made = await asyncio.shield(me.made)
         except BaseException:
             if me in self._waiting:
@@ -115,13 +130,12 @@ class Intake:
 
     async def _write(self, batch: list[_Waiting]) -> None:
         answers: Sequence[Made | CorralError | None] = [None] * len(batch)
-        if len(batch) > 1:
-            try:
-                answers = await _together(self._engine, [w.ask for w in batch])
-            except Exception:
-                # Each request then goes alone, in its own task and transaction, all at once (as
-                # without this door): its own error, its own wait for a database that is away.
-                pass
+        try:
+            answers = await _together(self._engine, [w.ask for w in batch])
+        except Exception:
+            # Each request then goes alone, in its own task and transaction, all at once (as
+            # without this door): its own error, its own wait for a database that is away.
+            pass
         for waiting, answer in zip(batch, answers, strict=True):
             if isinstance(answer, CorralError):
                 waiting.made.set_exception(answer)
