@@ -75,6 +75,14 @@ class _Together(Exception):
     """Two asks of one batch share a caller's creation_id: only one at a time can tell them apart."""
 
 
+class _AtCommit(Exception):
+    """The shared transaction failed at its commit: it may have been written (the cause says why)."""
+
+
+def _cause(exc: BaseException) -> BaseException:
+    return exc.__cause__ or exc
+
+
 class Intake:
     """The manager's one door for single-session creates."""
 
@@ -83,6 +91,7 @@ class Intake:
         self._busy_gap = busy_gap
         self._lock = asyncio.Lock()
         self._waiting: list[_Waiting] = []
+        self._writes: set[asyncio.Future[None]] = set()
         self._last = -math.inf
 
     async def create(self, ask: Ask) -> Made:
@@ -114,7 +123,10 @@ class Intake:
                     if len(batch) == 1:
                         me.made.set_result(None)  # alone: no batch to write
                     else:
-                        await asyncio.shield(self._write(batch))
+                        write = asyncio.ensure_future(self._write(batch))
+                        self._writes.add(write)  # held while it runs, whoever gives up
+                        write.add_done_callback(self._writes.discard)
+                        await asyncio.shield(write)
             made = await asyncio.shield(me.made)
         except BaseException:
             if me in self._waiting:
@@ -124,20 +136,29 @@ class Intake:
             raise
         if made is None:
             return await session_service.create(
-                self._engine, ask.who, ask.spec, ask.retry_fields, ask.priority
+                self._engine, ask.who, ask.spec, ask.retry_fields, ask.priority, ask.arrived
             )
         return made
 
     async def _write(self, batch: list[_Waiting]) -> None:
-        answers: Sequence[Made | CorralError | None] = [None] * len(batch)
+        answers: Sequence[Made | BaseException | None] = [None] * len(batch)
         try:
             answers = await _together(self._engine, [w.ask for w in batch])
+        except _AtCommit as exc:
+            # The commit may have happened: going alone could write each session twice.  Each
+            # request fails as one alone would have.
+            answers = [_cause(exc)] * len(batch)
         except Exception:
             # Each request then goes alone, in its own task and transaction, all at once (as
             # without this door): its own error, its own wait for a database that is away.
             pass
+        except BaseException:
+            # Stopped itself (the loop shutting down): nobody waits for an answer never coming.
+            for waiting in batch:
+                waiting.made.cancel()
+            raise
         for waiting, answer in zip(batch, answers, strict=True):
-            if isinstance(answer, CorralError):
+            if isinstance(answer, BaseException):
                 waiting.made.set_exception(answer)
             else:
                 waiting.made.set_result(answer)
@@ -155,20 +176,27 @@ async def _together(engine: AsyncEngine, asks: Sequence[Ask]) -> list[Made | Cor
         raise _Together
     answers: list[Made | CorralError | None] = []
     news: list[NewSession] = []
-    async with transaction(engine) as conn:
-        shared = session_service.Shared()
-        for ask in asks:
-            try:
-                admitted = await session_service.admit(
-                    conn, ask.who, ask.spec, ask.retry_fields, ask.priority, shared
-                )
-            except CorralError as exc:
-                answers.append(exc)
-                continue
-            if isinstance(admitted, NewSession):
-                news.append(replace(admitted, chain_submitted_at=ask.arrived))
-                answers.append(None)
-            else:
-                answers.append((admitted, False))
-        made = iter(await sessions.insert_sessions(conn, news, _now()))
+    committing = False
+    try:
+        async with transaction(engine) as conn:
+            shared = session_service.Shared()
+            for ask in asks:
+                try:
+                    admitted = await session_service.admit(
+                        conn, ask.who, ask.spec, ask.retry_fields, ask.priority, shared
+                    )
+                except CorralError as exc:
+                    answers.append(exc)
+                    continue
+                if isinstance(admitted, NewSession):
+                    news.append(replace(admitted, chain_submitted_at=ask.arrived))
+                    answers.append(None)
+                else:
+                    answers.append((admitted, False))
+            made = iter(await sessions.insert_sessions(conn, news, _now()))
+            committing = True
+    except Exception as exc:
+        if committing:
+            raise _AtCommit from exc
+        raise
     return [answer if answer is not None else (next(made), True) for answer in answers]

@@ -55,6 +55,7 @@ async def create(
     spec: SessionSpec,
     retry_fields: Mapping[str, Any] | None = None,
     requested_priority: int | None = None,
+    arrived: datetime | None = None,
 ) -> tuple[SessionRecord, bool]:
     """Returns the session and whether it was created now (False: the caller's earlier identical
     request with this creation_id).  Idempotency is per caller: nobody else's session is ever found.
@@ -62,9 +63,10 @@ async def create(
     `retry_fields` are the inline policy fields the request set: merged over the project's and the
     cluster's defaults (session > project > cluster) into the policy the session keeps.
     `requested_priority` (None: the request gave none) is checked against the caller's priority
-    rules in the project: outside its range 422, changing it where not allowed 403."""
+    rules in the project: outside its range 422, changing it where not allowed 403.  `arrived`
+    (default: now) is when the request reached the manager, its place in the queue."""
     try:
-        return await _create(engine, who, spec, retry_fields, requested_priority)
+        return await _create(engine, who, spec, retry_fields, requested_priority, arrived)
     except IntegrityError:
         # The same creation_id, committed by a concurrent request between our check and our insert.
         if not spec.creation_id:
@@ -147,13 +149,14 @@ async def _create(
     spec: SessionSpec,
     retry_fields: Mapping[str, Any] | None,
     requested_priority: int | None,
+    arrived: datetime | None,
 ) -> tuple[SessionRecord, bool]:
     now = _now()
     async with transaction(engine) as conn:
         admitted = await admit(conn, who, spec, retry_fields, requested_priority)
         if isinstance(admitted, SessionRecord):
             return admitted, False
-        created = await sessions.insert_session(conn, admitted, now)
+        created = await sessions.insert_session(conn, replace(admitted, chain_submitted_at=arrived), now)
     return created, True
 
 
