@@ -58,15 +58,15 @@ async def test_creates_that_arrive_together_are_one_transaction_each_answered_al
     async with migrated(fresh_database(backend)) as engine:
         alice = await _principal(engine)
         intake = Intake(engine, busy_gap=math.inf)  # as under load: every submit waits for others
-        kept, created = await intake.create(Ask(alice, _spec(0, creation_id="kept"), None, None))
-        other, _ = await intake.create(Ask(alice, _spec(0, creation_id="other"), None, None))
+        kept, created = await intake.create(Ask(_spec(0, creation_id="kept"), None, None, who=alice))
+        other, _ = await intake.create(Ask(_spec(0, creation_id="other"), None, None, who=alice))
         assert created
         asks = [
-            *(Ask(alice, _spec(i), None, None) for i in range(1, 7)),
-            Ask(alice, _spec(7, project="nowhere"), None, None),
-            Ask(alice, _spec(8, resource_group="nowhere"), None, None),
-            Ask(alice, _spec(0, creation_id="kept"), None, None),
-            Ask(alice, _spec(9, creation_id="other"), None, None),
+            *(Ask(_spec(i), None, None, who=alice) for i in range(1, 7)),
+            Ask(_spec(7, project="nowhere"), None, None, who=alice),
+            Ask(_spec(8, resource_group="nowhere"), None, None, who=alice),
+            Ask(_spec(0, creation_id="kept"), None, None, who=alice),
+            Ask(_spec(9, creation_id="other"), None, None, who=alice),
         ]
         answers = await _all(intake, asks)
 
@@ -93,9 +93,9 @@ async def test_two_requests_with_one_creation_id_in_a_batch_make_one_session(
     async with migrated(fresh_database(backend)) as engine:
         alice, bob = await _principal(engine, "alice"), await _principal(engine, "bob")
         intake = Intake(engine, busy_gap=math.inf)  # as under load: every submit waits for others
-        same = [Ask(alice, _spec(1, creation_id="k"), None, None) for _ in range(3)]
-        different = Ask(alice, _spec(2, creation_id="k"), None, None)
-        bobs = Ask(bob, _spec(1, creation_id="k"), None, None)  # keys are per caller
+        same = [Ask(_spec(1, creation_id="k"), None, None, who=alice) for _ in range(3)]
+        different = Ask(_spec(2, creation_id="k"), None, None, who=alice)
+        bobs = Ask(_spec(1, creation_id="k"), None, None, who=bob)  # keys are per caller
         answers = await _all(intake, [*same, different, bobs])
 
         # They then go alone, at once: whichever commits first is the caller's one session for
@@ -123,9 +123,9 @@ async def test_a_request_that_gives_up_while_waiting_is_not_written_and_the_rest
         alice = await _principal(engine)
         intake = Intake(engine, busy_gap=math.inf)  # as under load: every submit waits for others
         # The first holds the door for one loop turn; the second gives up while it waits behind it.
-        first = asyncio.create_task(intake.create(Ask(alice, _spec(1), None, None)))
-        second = asyncio.create_task(intake.create(Ask(alice, _spec(2), None, None)))
-        third = asyncio.create_task(intake.create(Ask(alice, _spec(3), None, None)))
+        first = asyncio.create_task(intake.create(Ask(_spec(1), None, None, who=alice)))
+        second = asyncio.create_task(intake.create(Ask(_spec(2), None, None, who=alice)))
+        third = asyncio.create_task(intake.create(Ask(_spec(3), None, None, who=alice)))
         await asyncio.sleep(0)
         second.cancel()
         made = [await first, await third]
@@ -135,8 +135,8 @@ async def test_a_request_that_gives_up_while_waiting_is_not_written_and_the_rest
         assert await _rows(engine) == (2, 2)
 
         # The one holding the door gives up: the others are written by the next in line.
-        leader = asyncio.create_task(intake.create(Ask(alice, _spec(4), None, None)))
-        others = [asyncio.create_task(intake.create(Ask(alice, _spec(n), None, None))) for n in (5, 6)]
+        leader = asyncio.create_task(intake.create(Ask(_spec(4), None, None, who=alice)))
+        others = [asyncio.create_task(intake.create(Ask(_spec(n), None, None, who=alice))) for n in (5, 6)]
         await asyncio.sleep(0)
         leader.cancel()
         with pytest.raises(asyncio.CancelledError):
@@ -192,8 +192,8 @@ async def test_a_batch_taken_is_written_once_and_answered_even_if_its_taker_give
     async with migrated(fresh_database(backend)) as engine:
         alice = await _principal(engine)
         intake = Intake(engine, busy_gap=math.inf)  # as under load: every submit waits for others
-        taker = asyncio.create_task(intake.create(Ask(alice, _spec(1), None, None)))
-        others = [asyncio.create_task(intake.create(Ask(alice, _spec(n), None, None))) for n in (2, 3)]
+        taker = asyncio.create_task(intake.create(Ask(_spec(1), None, None, who=alice)))
+        others = [asyncio.create_task(intake.create(Ask(_spec(n), None, None, who=alice))) for n in (2, 3)]
         await asyncio.sleep(0)  # the taker holds the door, the others queue behind it
         await asyncio.sleep(0)  # the taker has taken the batch and waits for its write
         taker.cancel()
@@ -214,8 +214,74 @@ async def test_more_requests_than_a_batch_holds_are_all_written_in_several(
         alice = await _principal(engine)
         intake = Intake(engine, busy_gap=math.inf)  # as under load: every submit waits for others
         n = BATCH_MOST + 44
-        answers = await _all(intake, [Ask(alice, _spec(i), None, None) for i in range(n)])
+        answers = await _all(intake, [Ask(_spec(i), None, None, who=alice) for i in range(n)])
         made = [a for a in answers if not isinstance(a, BaseException)]
         assert [r.spec.command for r, _ in made] == [("echo", str(i)) for i in range(n)]
         assert len({r.created_at for r, _ in made}) == 2  # two transactions: a full one, the rest
         assert await _rows(engine) == (n, n)
+
+
+# A database refusing one row when it is written: SQLite and PostgreSQL both run the trigger inside
+# the INSERT, before the shared transaction commits.
+_REFUSE_ON_INSERT = {
+    "sqlite": [
+        "CREATE TRIGGER refuse_on_insert BEFORE INSERT ON sessions WHEN NEW.name = 'refused'"
+        " BEGIN SELECT RAISE(ABORT, 'refused by the database'); END"
+    ],
+    "postgres": [
+        "CREATE FUNCTION refuse_on_insert() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN"
+        " IF NEW.name = 'refused' THEN RAISE EXCEPTION 'refused by the database'; END IF;"
+        " RETURN NEW; END $$",
+        "CREATE TRIGGER refuse_on_insert BEFORE INSERT ON sessions"
+        " FOR EACH ROW EXECUTE FUNCTION refuse_on_insert()",
+    ],
+}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_a_shared_transaction_the_database_refuses_sends_each_request_alone(
+    backend: str, fresh_database: Callable[[str], str]
+) -> None:
+    async with migrated(fresh_database(backend)) as engine:
+        alice = await _principal(engine)
+        async with transaction(engine) as conn:
+            for ddl in _REFUSE_ON_INSERT[backend]:
+                await conn.exec_driver_sql(ddl)
+        intake = Intake(engine, busy_gap=math.inf)  # as under load: every submit waits for others
+        asks = [Ask(_spec(i, name="refused" if i == 1 else None), None, None, who=alice) for i in range(3)]
+        first, refused, last = await _all(intake, asks)
+
+        # Nothing was written together; each then went alone: the refused one fails on its own,
+        # the others are written, once.
+        assert isinstance(refused, Exception) and "refused by the database" in str(refused)
+        assert not isinstance(first, BaseException) and first[0].spec.command == ("echo", "0")
+        assert not isinstance(last, BaseException) and last[0].spec.command == ("echo", "2")
+        assert await _rows(engine) == (2, 2)
+
+
+async def test_a_shared_transaction_that_fails_at_its_commit_is_never_written_twice(
+    fresh_database: Callable[[str], str],
+) -> None:
+    """PostgreSQL only: a deferred constraint trigger is checked at COMMIT, the one way to make a
+    commit fail on demand (SQLite has no deferred triggers)."""
+    async with migrated(fresh_database("postgres")) as engine:
+        alice = await _principal(engine)
+        async with transaction(engine) as conn:
+            await conn.exec_driver_sql(_REFUSE_ON_INSERT["postgres"][0])
+            await conn.exec_driver_sql(
+                "CREATE CONSTRAINT TRIGGER refuse_at_commit AFTER INSERT ON sessions"
+                " DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION refuse_on_insert()"
+            )
+        intake = Intake(engine, busy_gap=math.inf)  # as under load: every submit waits for others
+        asks = [Ask(_spec(i, name="refused" if i == 1 else None), None, None, who=alice) for i in range(3)]
+        answers = await _all(intake, asks)
+
+        # A failed commit may, in general, have been written: going alone could write a session
+        # twice, so every request of the batch fails as one alone would, and none is retried.
+        for answer in answers:
+            assert isinstance(answer, Exception) and "refused by the database" in str(answer)
+        assert await _rows(engine) == (0, 0)
+        # The door stays open: the next request is written.
+        made, created = await intake.create(Ask(_spec(3), None, None, who=alice))
+        assert created and made.spec.command == ("echo", "3")
+        assert await _rows(engine) == (1, 1)

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 import structlog
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from corral.clock import utcnow
 from corral.manager.coordinator import Coordinator
 from corral.manager.handlers import cycle_handlers
 from corral.manager.sweep import sweep
@@ -21,10 +22,6 @@ log = structlog.get_logger("corral.loop")
 
 BATCH_MOVES = 10
 """A cycle that moved this many sessions means load: the next one waits `batch_pause`."""
-
-
-def utcnow() -> datetime:
-    return datetime.now(UTC)
 
 
 class SchedulerLoop:

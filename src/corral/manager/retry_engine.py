@@ -10,13 +10,14 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import replace
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import structlog
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from corral import metrics
+from corral.clock import utcnow
 from corral.domain.cause import Cause, TerminationReason
 from corral.domain.cluster import ClusterSettings
 from corral.domain.error_record import Source, error_record
@@ -42,10 +43,6 @@ MAX_DECISION_ERRORS = 3
 HANDLER = "RetryEngine"
 # Test hook (never set in production): die between inserting a child and committing it.
 CRASH_HOOK = "CORRAL_TEST_CRASH_BEFORE_RETRY_COMMIT"
-
-
-def utcnow() -> datetime:
-    return datetime.now(UTC)
 
 
 Outcome = Claim | bool  # True: decided now

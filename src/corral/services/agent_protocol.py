@@ -5,11 +5,12 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from corral.clock import utcnow
 from corral.domain.error_record import worker_name
 from corral.domain.rendezvous import start_at_once
 from corral.domain.resources import ResourceError, ResourceSlots
@@ -24,10 +25,6 @@ from corral.wakeup import Wakeup
 
 # Orders carry the full spec only where the agent must act on it.
 _SPEC_STATUSES = frozenset({KernelStatus.PREPARING, KernelStatus.PULLING, KernelStatus.CREATING})
-
-
-def _now() -> datetime:
-    return datetime.now(UTC)
 
 
 class AgentProtocol:
@@ -71,7 +68,7 @@ class AgentProtocol:
                 str(info.get("instance", "")),
                 timedelta(seconds=self._cfg.agent_lease),
                 timedelta(seconds=self._cfg.fence_timeout + self._cfg.fence_margin),
-                _now(),
+                utcnow(),
             )
             if twin is not None:
                 raise Conflict(
@@ -79,7 +76,7 @@ class AgentProtocol:
                     f" {twin:%H:%M:%S} UTC): give this one another --id, or stop the other",
                     {"field": "agent_id"},
                 )
-            await agents.ensure_resource_group(conn, resource_group, _now())
+            await agents.ensure_resource_group(conn, resource_group, utcnow())
             epoch = await agents.register(
                 conn,
                 agent_id,
@@ -88,7 +85,7 @@ class AgentProtocol:
                 resource_group=resource_group,
                 capacity=slots,
                 info=info,
-                now=_now(),
+                now=utcnow(),
             )
         self._wakeup.scheduler()
         return epoch
@@ -109,7 +106,7 @@ class AgentProtocol:
         """Refuse a fenced epoch; write the contact if due.  True when written (the caller marks it
         once its transaction has committed)."""
         if self._due(agent_id, epoch):
-            if not await agents.heartbeat(conn, agent_id, epoch, _now()):
+            if not await agents.heartbeat(conn, agent_id, epoch, utcnow()):
                 raise Fenced(f"agent {agent_id} epoch {epoch} is fenced; register again")
             return True
         if await agents.current_epoch(conn, agent_id) != epoch:
@@ -129,7 +126,7 @@ class AgentProtocol:
         async with transaction(self._engine) as conn:
             if await agents.current_epoch(conn, agent_id) != epoch:
                 raise Fenced(f"agent {agent_id} epoch {epoch} is fenced")
-            await agents.leave(conn, agent_id, _now())
+            await agents.leave(conn, agent_id, utcnow())
         self._wakeup.scheduler()
 
     async def orders(
@@ -169,7 +166,7 @@ class AgentProtocol:
     ) -> tuple[bool, bool]:
         """Store a piece of a kernel's output.  Returns (stored, contact recorded); not stored when
         the kernel is not (or no longer) this agent's, which tells the agent to stop shipping it."""
-        now = _now()
+        now = utcnow()
         stored = True
         async with transaction(self._engine) as conn:
             recorded = await self._contact(conn, agent_id, epoch)
@@ -192,7 +189,7 @@ class AgentProtocol:
     async def report(
         self, agent_id: str, epoch: int, reports: list[KernelReport]
     ) -> tuple[int, list[str], bool]:
-        now = _now()
+        now = utcnow()
         if self._engine.dialect.name == "postgresql":
             # The fence rides in the report's statements: one round trip for a report of one round
             # (most), where checking it first cost three more.  The contact, when due, is written

@@ -6,12 +6,12 @@ import hashlib
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from corral.clock import utcnow
 from corral.domain.arrays import describe, element_creation_id, element_name
 from corral.domain.cause import TerminationReason
 from corral.domain.spec import SessionSpec
@@ -22,10 +22,6 @@ from corral.store import arrays, journal, retries, sessions
 from corral.store.auth import Principal
 from corral.store.db import reading, transaction
 from corral.store.records import NewSession, SessionRecord
-
-
-def _now() -> datetime:
-    return datetime.now(UTC)
 
 
 @dataclass(frozen=True)
@@ -109,7 +105,7 @@ async def _create(
     requested_priority: int | None,
     indices: Sequence[int],
 ) -> tuple[ArrayView, bool]:
-    now = _now()
+    now = utcnow()
     async with transaction(engine) as conn:
         if spec.creation_id:
             earlier = await _earlier(conn, who, spec, indices)
@@ -151,7 +147,7 @@ async def create_many(
             raise InvalidInput(f"sessions[{n}].creation_id", "used by another item of this request")
         if key is not None:
             seen.add(key)
-    now = _now()
+    now = utcnow()
     async with transaction(engine) as conn:
         out: list[tuple[SessionRecord | None, bool]] = []
         news: list[NewSession] = []
@@ -212,7 +208,7 @@ async def cancel(engine: AsyncEngine, who: Principal, array_id: str) -> ArrayVie
     """Stop every element: live attempts are cancelled, retries not yet made are not made."""
     message = f"cancelled by {who.name} (the whole array)"
     for _ in range(3):  # the retry engine may make a child between our read and our write: again
-        now = _now()
+        now = utcnow()
         async with transaction(engine) as conn:
             await _visible(conn, who, array_id)
             latest = await arrays.latest(conn, array_id)
@@ -242,7 +238,7 @@ def _undecided(s: SessionRecord) -> bool:
 async def retry(engine: AsyncEngine, who: Principal, array_id: str) -> tuple[ArrayView, int]:
     """A manual retry of every element whose latest attempt ended without success (a success is
     not run again; a live element is left alone); returns the array and how many were retried."""
-    now = _now()
+    now = utcnow()
     made = 0
     async with transaction(engine) as conn:
         await _visible(conn, who, array_id)

@@ -11,15 +11,16 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from corral.domain.spec import SessionSpec
+from corral.clock import utcnow
 from corral.services import sessions as session_service
+from corral.services.arrays import BulkItem
 from corral.services.errors import CorralError
 from corral.store import sessions
 from corral.store.auth import Principal
@@ -37,23 +38,14 @@ BUSY_GAP = 0.02
 """Seconds since the previous submit under which a submit waits one loop turn for others."""
 
 
-def _now() -> datetime:
-    return datetime.now(UTC)
-
-
-@dataclass(frozen=True)
-class Ask:
-    """One POST /sessions of a single session, as validated."""
+@dataclass(frozen=True, kw_only=True)
+class Ask(BulkItem):
+    """One POST /sessions of a single session, as validated: what a bulk item holds, and who sent
+    it when."""
 
     who: Principal
     """The caller."""
-    spec: SessionSpec
-    """What it asked for."""
-    retry_fields: Mapping[str, Any] | None
-    """The inline retry-policy fields it set."""
-    priority: int | None
-    """The priority it asked for (None: none)."""
-    arrived: datetime = field(default_factory=_now)
+    arrived: datetime = field(default_factory=utcnow)
     """When it reached the manager: its place in the queue, whoever it was written with."""
 
 
@@ -193,7 +185,7 @@ async def _together(engine: AsyncEngine, asks: Sequence[Ask]) -> list[Made | Cor
                     answers.append(None)
                 else:
                     answers.append((admitted, False))
-            made = iter(await sessions.insert_sessions(conn, news, _now()))
+            made = iter(await sessions.insert_sessions(conn, news, utcnow()))
             committing = True
     except Exception as exc:
         if committing:

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from corral.clock import utcnow
 from corral.domain.policy import PolicyError, policy_from
 from corral.domain.priority import PriorityRules, overlay
 from corral.services.errors import Conflict, InvalidInput, NotFound
@@ -18,17 +19,13 @@ from corral.store.db import reading, transaction
 from corral.store.records import ProjectRecord
 
 
-def _now() -> datetime:
-    return datetime.now(UTC)
-
-
 async def apply(engine: AsyncEngine, who: Principal, name: str, spec: dict[str, Any]) -> bool:
     """Create or replace a policy (its rules checked first); True when created."""
     try:
         policy_from(name, spec)
     except PolicyError as exc:
         raise InvalidInput(exc.field, str(exc)) from None
-    now = _now()
+    now = utcnow()
     async with transaction(engine) as conn:
         created = await config.put_policy(conn, name, spec, now)
         await config.audit(
@@ -60,7 +57,7 @@ def _doc(name: str, spec: dict[str, Any], times: tuple[datetime, datetime] | Non
 
 
 async def delete(engine: AsyncEngine, who: Principal, name: str) -> None:
-    now = _now()
+    now = utcnow()
     async with transaction(engine) as conn:
         bound = await config.projects_binding(conn, name)
         if bound:
@@ -86,7 +83,7 @@ async def check_names(conn: AsyncConnection, names: list[str], field: str) -> No
 async def create_project(
     engine: AsyncEngine, who: Principal, name: str, cfg: Mapping[str, Any]
 ) -> ProjectRecord:
-    now = _now()
+    now = utcnow()
     try:
         async with transaction(engine) as conn:
             await check_names(conn, list(cfg.get("retry_policies") or []), "retry_policies")
@@ -107,7 +104,7 @@ def check_priority_rules(raw: Mapping[str, Any] | None) -> None:
 async def update_project(
     engine: AsyncEngine, who: Principal, name: str, changes: Mapping[str, Any]
 ) -> ProjectRecord:
-    now = _now()
+    now = utcnow()
     async with transaction(engine) as conn:
         found = await config.project_rows(conn, name)
         if not found:

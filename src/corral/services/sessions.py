@@ -6,12 +6,13 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from corral.clock import utcnow
 from corral.domain.cause import NEVER_RETRIABLE, TerminationReason
 from corral.domain.cluster import values_of
 from corral.domain.priority import PriorityRefused, choose, effective
@@ -25,11 +26,6 @@ from corral.store import agents, auth, config, journal, retries, sessions
 from corral.store.auth import Principal
 from corral.store.db import reading, transaction
 from corral.store.records import HistoryRecord, NewSession, SessionRecord
-
-
-def _now() -> datetime:
-    return datetime.now(UTC)
-
 
 _KNOWN_SECONDS = 5.0
 _known_names: dict[tuple[str, str], float] = {}
@@ -151,7 +147,7 @@ async def _create(
     requested_priority: int | None,
     arrived: datetime | None,
 ) -> tuple[SessionRecord, bool]:
-    now = _now()
+    now = utcnow()
     async with transaction(engine) as conn:
         admitted = await admit(conn, who, spec, retry_fields, requested_priority)
         if isinstance(admitted, SessionRecord):
@@ -285,7 +281,7 @@ async def waiting_reason(engine: AsyncEngine, session: SessionRecord) -> str | N
     """Why a pending session waits (e.g. "unschedulable: ..."), from the scheduler's last word."""
     if session.status is not SessionStatus.PENDING:
         return None
-    if session.retry_after is not None and session.retry_after > _now():
+    if session.retry_after is not None and session.retry_after > utcnow():
         return f"a retry: not before {session.retry_after.isoformat(timespec='seconds')}"
     async with reading(engine) as conn:
         return await journal.latest_skip(conn, session.id)
@@ -309,7 +305,7 @@ async def cancel(engine: AsyncEngine, who: Principal, session_id: str) -> Sessio
     if found.status not in TERMINAL_SESSION:
         async with transaction(engine) as conn:
             ok = await sessions.request_termination(
-                conn, session_id, TerminationReason.USER_CANCELLED, f"cancelled by {who.name}", _now()
+                conn, session_id, TerminationReason.USER_CANCELLED, f"cancelled by {who.name}", utcnow()
             )
         if ok:
             return await get(engine, who, session_id)
@@ -332,7 +328,7 @@ def may_retry(s: SessionRecord) -> bool:
 
 async def _stop_chain(engine: AsyncEngine, who: Principal, root_session_id: str) -> str | None:
     for _ in range(3):  # the engine may decide between our read and our write: look again
-        now = _now()
+        now = utcnow()
         async with transaction(engine) as conn:
             latest = (await retries.chain(conn, root_session_id))[-1]
             if latest.status not in TERMINAL_SESSION:
@@ -376,7 +372,7 @@ async def retry(engine: AsyncEngine, who: Principal, session_id: str) -> Session
     found = await get(engine, who, session_id)
     async with transaction(engine) as conn:
         latest = (await retries.chain(conn, found.root_session_id))[-1]
-        child_id = await retry_latest(conn, who, latest, _now())
+        child_id = await retry_latest(conn, who, latest, utcnow())
     return await get(engine, who, child_id)
 
 

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from corral.clock import utcnow
 from corral.domain.priority import effective
 from corral.services.errors import Conflict, InvalidInput, NotFound
 from corral.services.policies import check_priority_rules
@@ -25,10 +25,6 @@ class Unset:
 UNSET = Unset()
 
 
-def _now() -> datetime:
-    return datetime.now(UTC)
-
-
 async def _check_projects(conn: AsyncConnection, names: Sequence[str]) -> None:
     missing = await users.missing_projects(conn, names)
     if missing:
@@ -40,7 +36,7 @@ async def create(
     engine: AsyncEngine, who: Principal, name: str, role: str, projects: Sequence[str]
 ) -> tuple[UserRecord, str, str]:
     """The new user, a first API key for them (shown once) and its id."""
-    now = _now()
+    now = utcnow()
     key = new_key()
     try:
         async with transaction(engine) as conn:
@@ -84,7 +80,7 @@ async def update(
 ) -> UserRecord:
     """`priority_rules` is merged field by field into the user's own (None clears them); `run_as`
     replaces their uid/gid mapping (None clears it)."""
-    now = _now()
+    now = utcnow()
     async with transaction(engine) as conn:
         found = await _found(conn, name)
         if found.id == who.user_id and role is not None and role != found.role:
@@ -123,7 +119,7 @@ async def me(engine: AsyncEngine, who: Principal) -> dict[str, Any]:
 
 async def add_key(engine: AsyncEngine, who: Principal, name: str) -> tuple[str, str]:
     """A new key for the user (shown once) and its id."""
-    now = _now()
+    now = utcnow()
     key = new_key()
     async with transaction(engine) as conn:
         found = await _found(conn, name)
@@ -140,7 +136,7 @@ async def keys(engine: AsyncEngine, name: str) -> list[ApiKeyRecord]:
 
 async def revoke(engine: AsyncEngine, who: Principal, name: str, key_id: str) -> None:
     """Effective at once: keys are looked up on every request, never cached."""
-    now = _now()
+    now = utcnow()
     async with transaction(engine) as conn:
         found = await _found(conn, name)
         if not await users.revoke(conn, found.id, key_id):

@@ -51,7 +51,7 @@ async def create_session(
         view, created = await array_service.create(state.engine, who, body.to_spec(), fields, asked, indices)
         out: SessionOut | ArrayOut = ArrayOut.of(view)
     else:
-        record, created = await state.intake.create(Ask(who, body.to_spec(), fields, asked))
+        record, created = await state.intake.create(Ask(body.to_spec(), fields, asked, who=who))
         # Just made, it is the only attempt of its chain: no chain to read back.
         out = SessionOut.of(record) if created else (await _out(state, [record]))[0]
     if created:
