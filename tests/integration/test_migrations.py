@@ -1,18 +1,29 @@
-"""The migrations build exactly the schema `store/tables.py` declares, on both backends."""
+"""The migrations build exactly the schema `store/tables.py` declares, on both backends, and the
+schema holds what it promises."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
+from sqlalchemy import insert, select
 from sqlalchemy.engine import Connection
+from sqlalchemy.exc import IntegrityError
 
-from corral.store.db import make_engine, upgrade
-from corral.store.tables import metadata
+from corral.domain.resources import ResourceSlots
+from corral.domain.spec import SessionSpec
+from corral.services import sessions as session_service
+from corral.store import auth
+from corral.store.auth import Principal
+from corral.store.db import make_engine, reading, transaction, upgrade
+from corral.store.tables import kernels, metadata
 from tests.conftest import BACKENDS
+from tests.support.db import migrated
 
 
 def _diff(conn: Connection) -> list[Any]:
@@ -31,3 +42,23 @@ async def test_migrations_match_the_tables(backend: str, fresh_database: Callabl
     finally:
         await engine.dispose()
     assert diff == [], diff
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_a_session_has_one_kernel_a_rank(backend: str, fresh_database: Callable[[str], str]) -> None:
+    """A second row for a rank (a placement written twice) is refused by the database itself."""
+    async with migrated(fresh_database(backend)) as engine:
+        async with transaction(engine) as conn:
+            user_id = await auth.ensure_user(conn, "alice", "user", datetime.now(UTC))
+        alice = Principal(user_id, "alice", "user", frozenset({"default"}))
+        spec = SessionSpec(command=("true",), resources=ResourceSlots.parse({"cpu": 1}))
+        made, _ = await session_service.create(engine, alice, spec, None, None)
+        async with reading(engine) as conn:
+            row = dict(
+                (await conn.execute(select(kernels).where(kernels.c.session_id == made.id))).one()._mapping
+            )
+        with pytest.raises(IntegrityError):
+            async with transaction(engine) as conn:
+                await conn.execute(insert(kernels).values({**row, "id": str(uuid.uuid4())}))
+        async with transaction(engine) as conn:  # another rank of the same session is fine
+            await conn.execute(insert(kernels).values({**row, "id": str(uuid.uuid4()), "rank": 1}))

@@ -239,7 +239,7 @@ kernels = Table(
     "kernels",
     metadata,
     Column("id", ID, primary_key=True),
-    Column("session_id", ID, ForeignKey("sessions.id"), nullable=False, index=True),
+    Column("session_id", ID, ForeignKey("sessions.id"), nullable=False),
     Column("rank", Integer, nullable=False),
     Column("role", String(16), nullable=False),
     Column("agent_id", String(128), nullable=True, index=True),
@@ -267,6 +267,9 @@ kernels = Table(
     Column("termination_message", Text, nullable=True),
     Column("error_record", JSON, nullable=True),
     Column("detail", JSON, nullable=False, default=dict),
+    # One kernel a rank in a session (a re-placement is a new generation of the same row); it is
+    # also the look-up of a session's kernels.
+    Index("uq_kernels_session_rank", "session_id", "rank", unique=True),
 )
 
 allocations = Table(
