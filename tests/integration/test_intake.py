@@ -17,6 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from corral.domain.resources import ResourceSlots
 from corral.domain.spec import SessionSpec
+from corral.services import intake as intake_module
 from corral.services.errors import Conflict, InvalidInput
 from corral.services.intake import BATCH_MOST, Ask, Intake
 from corral.store import auth
@@ -240,8 +241,16 @@ _REFUSE_ON_INSERT = {
 
 @pytest.mark.parametrize("backend", BACKENDS)
 async def test_a_shared_transaction_the_database_refuses_sends_each_request_alone(
-    backend: str, fresh_database: Callable[[str], str]
+    backend: str, fresh_database: Callable[[str], str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    shared: list[int] = []
+    together = intake_module._together
+
+    async def counted(engine: AsyncEngine, asks: Any) -> Any:
+        shared.append(len(asks))  # observed only: the real shared transaction runs
+        return await together(engine, asks)
+
+    monkeypatch.setattr(intake_module, "_together", counted)
     async with migrated(fresh_database(backend)) as engine:
         alice = await _principal(engine)
         async with transaction(engine) as conn:
@@ -251,8 +260,9 @@ async def test_a_shared_transaction_the_database_refuses_sends_each_request_alon
         asks = [Ask(_spec(i, name="refused" if i == 1 else None), None, None, who=alice) for i in range(3)]
         first, refused, last = await _all(intake, asks)
 
-        # Nothing was written together; each then went alone: the refused one fails on its own,
-        # the others are written, once.
+        # They were tried together, and nothing of that was written; each then went alone: the
+        # refused one fails on its own, the others are written, once.
+        assert shared == [3]
         assert isinstance(refused, Exception) and "refused by the database" in str(refused)
         assert not isinstance(first, BaseException) and first[0].spec.command == ("echo", "0")
         assert not isinstance(last, BaseException) and last[0].spec.command == ("echo", "2")
