@@ -12,7 +12,7 @@ import asyncio
 import math
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -69,10 +69,6 @@ class _Together(Exception):
 
 class _AtCommit(Exception):
     """The shared transaction failed at its commit: it may have been written (the cause says why)."""
-
-
-def _cause(exc: BaseException) -> BaseException:
-    return exc.__cause__ or exc
 
 
 class Intake:
@@ -139,7 +135,7 @@ class Intake:
         except _AtCommit as exc:
             # The commit may have happened: going alone could write each session twice.  Each
             # request fails as one alone would have.
-            answers = [_cause(exc)] * len(batch)
+            answers = [exc.__cause__ or exc] * len(batch)
         except Exception:
             # Each request then goes alone, in its own task and transaction, all at once (as
             # without this door): its own error, its own wait for a database that is away.
@@ -175,13 +171,13 @@ async def _together(engine: AsyncEngine, asks: Sequence[Ask]) -> list[Made | Cor
             for ask in asks:
                 try:
                     admitted = await session_service.admit(
-                        conn, ask.who, ask.spec, ask.retry_fields, ask.priority, shared
+                        conn, ask.who, ask.spec, ask.retry_fields, ask.priority, shared, ask.arrived
                     )
                 except CorralError as exc:
                     answers.append(exc)
                     continue
                 if isinstance(admitted, NewSession):
-                    news.append(replace(admitted, chain_submitted_at=ask.arrived))
+                    news.append(admitted)
                     answers.append(None)
                 else:
                     answers.append((admitted, False))

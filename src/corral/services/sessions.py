@@ -149,10 +149,10 @@ async def _create(
 ) -> tuple[SessionRecord, bool]:
     now = utcnow()
     async with transaction(engine) as conn:
-        admitted = await admit(conn, who, spec, retry_fields, requested_priority)
+        admitted = await admit(conn, who, spec, retry_fields, requested_priority, arrived=arrived)
         if isinstance(admitted, SessionRecord):
             return admitted, False
-        created = await sessions.insert_session(conn, replace(admitted, chain_submitted_at=arrived), now)
+        created = await sessions.insert_session(conn, admitted, now)
     return created, True
 
 
@@ -163,9 +163,11 @@ async def admit(
     retry_fields: Mapping[str, Any] | None,
     requested_priority: int | None,
     shared: Shared | None = None,
+    arrived: datetime | None = None,
 ) -> SessionRecord | NewSession:
     """The caller's earlier session made with this creation_id, or the new session to insert:
-    checked against the cluster and the caller's rights, its priority and policy filled in."""
+    checked against the cluster and the caller's rights, its priority and policy filled in, queued
+    from `arrived` (None: when it is written)."""
     if spec.creation_id:
         found = await earlier(conn, who, spec)
         if found is not None:
@@ -178,6 +180,7 @@ async def admit(
         owner=who.name,
         spec=checked,
         spec_hash=spec.digest(),
+        chain_submitted_at=arrived,
     )
 
 
