@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
-from sqlalchemy import insert, select
+from sqlalchemy import insert, select, text
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
@@ -21,7 +21,7 @@ from corral.services import sessions as session_service
 from corral.store import auth
 from corral.store.auth import Principal
 from corral.store.db import make_engine, reading, transaction, upgrade
-from corral.store.tables import kernels, metadata
+from corral.store.tables import kernels, metadata, sessions
 from tests.conftest import BACKENDS
 from tests.support.db import migrated
 
@@ -62,3 +62,44 @@ async def test_a_session_has_one_kernel_a_rank(backend: str, fresh_database: Cal
                 await conn.execute(insert(kernels).values({**row, "id": str(uuid.uuid4())}))
         async with transaction(engine) as conn:  # another rank of the same session is fine
             await conn.execute(insert(kernels).values({**row, "id": str(uuid.uuid4()), "rank": 1}))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_creation_ids_and_retry_parents_are_unique(
+    backend: str, fresh_database: Callable[[str], str]
+) -> None:
+    """A caller's creation_id twice, or a session retried twice, is refused by the database (the
+    retry parent's index is partial since migration 0009); rows without either are many."""
+    async with migrated(fresh_database(backend)) as engine:
+        async with transaction(engine) as conn:
+            user_id = await auth.ensure_user(conn, "alice", "user", datetime.now(UTC))
+        alice = Principal(user_id, "alice", "user", frozenset({"default"}))
+        spec = SessionSpec(command=("true",), resources=ResourceSlots.parse({"cpu": 1}))
+        first, _ = await session_service.create(engine, alice, spec, None, None)
+        async with reading(engine) as conn:
+            row = dict((await conn.execute(select(sessions).where(sessions.c.id == first.id))).one()._mapping)
+
+        async def add(**changes: Any) -> None:
+            async with transaction(engine) as conn:
+                await conn.execute(insert(sessions).values({**row, "id": str(uuid.uuid4()), **changes}))
+
+        await add(creation_id=None, parent_session_id=None)
+        await add(creation_id=None, parent_session_id=None)
+        await add(creation_id="job-1", parent_session_id=first.id)
+        with pytest.raises(IntegrityError):
+            await add(creation_id="job-1")
+        with pytest.raises(IntegrityError):
+            await add(parent_session_id=first.id)
+        await add(creation_id="job-1", owner="bob")  # idempotency is per caller
+
+
+async def test_sessions_and_kernels_leave_room_on_postgresql_pages(
+    fresh_database: Callable[[str], str],
+) -> None:
+    """The migrated tables have the fill factor the tables declare (alembic compares neither)."""
+    async with migrated(fresh_database("postgres")) as engine:
+        async with reading(engine) as conn:
+            query = "SELECT relname, reloptions FROM pg_class WHERE relname IN ('sessions', 'kernels')"
+            found = dict((await conn.execute(text(query))).all())
+    declared = {t.name: t.dialect_options["postgresql"]["with"] for t in (sessions, kernels)}
+    assert found == {name: [f"fillfactor={opts['fillfactor']}"] for name, opts in declared.items()}

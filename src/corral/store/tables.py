@@ -24,6 +24,7 @@ from sqlalchemy import (
     TypeDecorator,
     UniqueConstraint,
     false,
+    text,
 )
 from sqlalchemy.dialects.sqlite import DATETIME as SQLITE_DATETIME
 from sqlalchemy.engine import Dialect
@@ -148,6 +149,11 @@ agents = Table(
     Column("lost_at", UTCDateTime, nullable=True),
 )
 
+FILLFACTOR = 70
+"""Percent of a PostgreSQL page its inserts fill, for sessions and kernels (migration 0009): their
+rows change status several times each, and a kernel's new version on the same page is heap-only,
+with no index entry."""
+
 sessions = Table(
     "sessions",
     metadata,
@@ -176,11 +182,13 @@ sessions = Table(
     Column("retry_policies", JSON, nullable=False),
     Column("creation_id", String(255), nullable=True),
     Column("spec_hash", String(64), nullable=True),
-    # A job array's elements share its id; each keeps its index through retries.
-    Column("array_id", ID, nullable=True, index=True),
+    # A job array's elements share its id (ix_sessions_array_id below); each keeps its index
+    # through retries.
+    Column("array_id", ID, nullable=True),
     Column("array_index", Integer, nullable=True),
-    # At most one child per session: two managers or a replayed event can never make two retries.
-    Column("parent_session_id", ID, nullable=True, index=True, unique=True),
+    # At most one child per session (ix_sessions_parent_session_id below): two managers or a
+    # replayed event can never make two retries.
+    Column("parent_session_id", ID, nullable=True),
     Column("root_session_id", ID, nullable=False, index=True),
     Column("retry_count", Integer, nullable=False, default=0),
     Column("chain_submitted_at", UTCDateTime, nullable=False),
@@ -217,6 +225,19 @@ sessions = Table(
     Index("ix_sessions_rg_status", "resource_group", "status", "termination_reason"),
     # Idempotency is per caller: another user's creation_id is never found, let alone returned.
     UniqueConstraint("owner", "creation_id", name="uq_sessions_owner_creation_id"),
+    # Partial: a full index of a column NULL in most rows took an entry from every status change
+    # of every session (no change of status is a heap-only update).
+    *(
+        Index(
+            f"ix_sessions_{column}",
+            column,
+            unique=unique,
+            sqlite_where=text(f"{column} IS NOT NULL"),
+            postgresql_where=text(f"{column} IS NOT NULL"),
+        )
+        for column, unique in (("parent_session_id", True), ("array_id", False))
+    ),
+    postgresql_with={"fillfactor": FILLFACTOR},
 )
 # The scheduler reads the head of each status's queue by this index, never sorting the whole queue.
 Index(
@@ -270,6 +291,7 @@ kernels = Table(
     # One kernel a rank in a session (a re-placement is a new generation of the same row); it is
     # also the look-up of a session's kernels.
     Index("uq_kernels_session_rank", "session_id", "rank", unique=True),
+    postgresql_with={"fillfactor": FILLFACTOR},
 )
 
 allocations = Table(
