@@ -7,7 +7,6 @@ import gc
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from datetime import UTC, datetime
 
 import structlog
 from fastapi import FastAPI, Request
@@ -18,6 +17,7 @@ from corral.api.limits import BodyLimit
 from corral.api.routes import agents, arrays, events, groups, policies, projects, sessions, users
 from corral.api.routes import cluster as cluster_routes
 from corral.api.state import AppState
+from corral.clock import utcnow
 from corral.manager.loop import Scheduler
 from corral.manager.retry_engine import RetryEngine
 from corral.services import cluster
@@ -38,7 +38,7 @@ log = structlog.get_logger("corral.manager")
 async def prepare_database(engine: AsyncEngine, settings: ManagerSettings) -> None:
     """Migrate, create the bootstrap admin key if one is configured, and refresh agent leases."""
     await upgrade(engine)
-    now = datetime.now(UTC)
+    now = utcnow()
     async with transaction(engine) as conn:
         if settings.bootstrap_admin_key:
             user_id = await auth.ensure_user(conn, "admin", "admin", now)

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from corral.clock import utcnow
 from corral.domain.cluster import nested, settings_of, values_of
 from corral.domain.policy import PolicyError
 from corral.services.errors import InvalidInput
@@ -37,7 +37,7 @@ async def current(engine: AsyncEngine) -> dict[str, Any]:
 
 async def change(engine: AsyncEngine, who: Principal, changes: Mapping[str, Any]) -> dict[str, Any]:
     """Apply already type-checked changes (dotted keys) after checking they make sense together."""
-    now = datetime.now(UTC)
+    now = utcnow()
     async with transaction(engine) as conn:
         values = values_of(await config.cluster_values(conn))
         changes = dict(changes)

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from corral.clock import utcnow
 from corral.domain.preemption import group_settings
 from corral.services.errors import NotFound
 from corral.store import agents, config, preemption
@@ -47,7 +47,7 @@ async def get(engine: AsyncEngine, name: str) -> dict[str, Any]:
 async def update(
     engine: AsyncEngine, who: Principal, name: str, changes: Mapping[str, Any]
 ) -> dict[str, Any]:
-    now = datetime.now(UTC)
+    now = utcnow()
     async with transaction(engine) as conn:
         cfg = await preemption.group_config(conn, name)
         if cfg is None:
