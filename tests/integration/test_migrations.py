@@ -3,6 +3,7 @@ schema holds what it promises."""
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -11,7 +12,7 @@ from typing import Any
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
-from sqlalchemy import insert, select, text
+from sqlalchemy import insert, inspect, select, text
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
@@ -103,3 +104,24 @@ async def test_sessions_and_kernels_leave_room_on_postgresql_pages(
             found = dict((await conn.execute(text(query))).all())
     declared = {t.name: t.dialect_options["postgresql"]["with"] for t in (sessions, kernels)}
     assert found == {name: [f"fillfactor={opts['fillfactor']}"] for name, opts in declared.items()}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_a_retry_parent_and_an_array_id_are_indexed_only_where_set(
+    backend: str, fresh_database: Callable[[str], str]
+) -> None:
+    """Migration 0009's indexes are partial, as the tables declare (alembic compares neither
+    index's condition): a session without a parent or an array adds no entry to them."""
+    async with migrated(fresh_database(backend)) as engine:
+        async with reading(engine) as conn:
+            found = await conn.run_sync(lambda sync: inspect(sync).get_indexes("sessions"))
+    where = f"{'postgresql' if backend == 'postgres' else 'sqlite'}_where"
+    partial = {
+        ix["name"]: re.sub(r"[()\s]+", " ", str(ix["dialect_options"].get(where, ""))).strip().lower()
+        for ix in found
+        if ix["name"] in ("ix_sessions_parent_session_id", "ix_sessions_array_id")
+    }
+    assert partial == {
+        "ix_sessions_parent_session_id": "parent_session_id is not null",
+        "ix_sessions_array_id": "array_id is not null",
+    }
