@@ -15,6 +15,7 @@ from alembic.migration import MigrationContext
 from sqlalchemy import insert, inspect, select, text
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from corral.domain.resources import ResourceSlots
 from corral.domain.spec import SessionSpec
@@ -22,6 +23,7 @@ from corral.services import sessions as session_service
 from corral.store import auth
 from corral.store.auth import Principal
 from corral.store.db import make_engine, reading, transaction, upgrade
+from corral.store.records import SessionRecord
 from corral.store.tables import kernels, metadata, sessions
 from tests.conftest import BACKENDS
 from tests.support.db import migrated
@@ -45,15 +47,21 @@ async def test_migrations_match_the_tables(backend: str, fresh_database: Callabl
     assert diff == [], diff
 
 
+async def _one_session(engine: AsyncEngine) -> SessionRecord:
+    """A session of a new user's, made through the service as a request would."""
+    async with transaction(engine) as conn:
+        user_id = await auth.ensure_user(conn, "alice", "user", datetime.now(UTC))
+    alice = Principal(user_id, "alice", "user", frozenset({"default"}))
+    spec = SessionSpec(command=("true",), resources=ResourceSlots.parse({"cpu": 1}))
+    made, _ = await session_service.create(engine, alice, spec, None, None)
+    return made
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 async def test_a_session_has_one_kernel_a_rank(backend: str, fresh_database: Callable[[str], str]) -> None:
     """A second row for a rank (a placement written twice) is refused by the database itself."""
     async with migrated(fresh_database(backend)) as engine:
-        async with transaction(engine) as conn:
-            user_id = await auth.ensure_user(conn, "alice", "user", datetime.now(UTC))
-        alice = Principal(user_id, "alice", "user", frozenset({"default"}))
-        spec = SessionSpec(command=("true",), resources=ResourceSlots.parse({"cpu": 1}))
-        made, _ = await session_service.create(engine, alice, spec, None, None)
+        made = await _one_session(engine)
         async with reading(engine) as conn:
             row = dict(
                 (await conn.execute(select(kernels).where(kernels.c.session_id == made.id))).one()._mapping
@@ -72,11 +80,7 @@ async def test_creation_ids_and_retry_parents_are_unique(
     """A caller's creation_id twice, or a session retried twice, is refused by the database (the
     retry parent's index is partial since migration 0009); rows without either are many."""
     async with migrated(fresh_database(backend)) as engine:
-        async with transaction(engine) as conn:
-            user_id = await auth.ensure_user(conn, "alice", "user", datetime.now(UTC))
-        alice = Principal(user_id, "alice", "user", frozenset({"default"}))
-        spec = SessionSpec(command=("true",), resources=ResourceSlots.parse({"cpu": 1}))
-        first, _ = await session_service.create(engine, alice, spec, None, None)
+        first = await _one_session(engine)
         async with reading(engine) as conn:
             row = dict((await conn.execute(select(sessions).where(sessions.c.id == first.id))).one()._mapping)
 
