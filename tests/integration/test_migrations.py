@@ -4,9 +4,12 @@ schema holds what it promises."""
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -27,6 +30,7 @@ from corral.store.records import SessionRecord
 from corral.store.tables import kernels, metadata, sessions
 from tests.conftest import BACKENDS
 from tests.support.db import migrated
+from tests.support.postgres import PgServer
 
 
 def _diff(conn: Connection) -> list[Any]:
@@ -129,3 +133,25 @@ async def test_a_retry_parent_and_an_array_id_are_indexed_only_where_set(
         "ix_sessions_parent_session_id": "parent_session_id is not null",
         "ix_sessions_array_id": "array_id is not null",
     }
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_two_upgrades_at_once_both_succeed(backend: str, pg_server: PgServer | str, tmp_path: Path) -> None:
+    """Two managers starting together on an empty database: each migrates or finds it migrated,
+    and neither fails (on PostgreSQL both created the tables, and one died on a duplicate type)."""
+    if backend == "sqlite":
+        url = f"sqlite+aiosqlite:///{tmp_path}/corral.db"
+    elif isinstance(pg_server, str):
+        pytest.skip("needs a server it may create an empty database on (CORRAL_TEST_PG_DSN is one database)")
+    else:
+        name = "empty_" + uuid.uuid4().hex[:12]
+        pg_server.psql(f"CREATE DATABASE {name}")
+        url = pg_server.dsn(name)
+    command = [sys.executable, "-m", "corral", "db", "upgrade", "--database-url", url]
+    both = [
+        subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        for _ in range(2)
+    ]
+    outputs = [p.communicate(timeout=120)[0] for p in both]
+    assert [p.returncode for p in both] == [0, 0], [out[-2000:] for out in outputs]
+    assert all("database is up to date" in out for out in outputs)

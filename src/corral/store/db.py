@@ -326,7 +326,16 @@ def _upgrade(conn: Connection, revision: str) -> None:
     command.upgrade(cfg, revision)
 
 
+MIGRATION_LOCK = 0x636F7272616C
+"""PostgreSQL advisory lock key held while migrating ("corral" in ASCII)."""
+
+
 async def upgrade(engine: AsyncEngine, revision: str = "head") -> None:
-    """Apply Alembic migrations up to `revision` (idempotent)."""
+    """Apply Alembic migrations up to `revision` (idempotent).  Managers starting together migrate
+    one after the other, each finding what the one before did: on PostgreSQL under an advisory
+    lock, taken before Alembic reads the version (both had read none and both created the tables,
+    so one failed); on SQLite under the write lock the transaction's BEGIN IMMEDIATE takes."""
     async with engine.begin() as conn:
+        if conn.dialect.name == "postgresql":
+            await conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK})")
         await conn.run_sync(_upgrade, revision)
