@@ -260,11 +260,13 @@ async def test_rows_written_in_bulk_are_stored_as_sqlalchemys_insert_stores_them
         for in_bulk in (True, False):
             async with transaction(engine) as conn:
                 if in_bulk:
-                    await sessions._insert_all(conn, session_table, [row])
-                    await sessions._insert_all(conn, kernel_table, kernel_rows)
-                    await bulk.insert_rows(
-                        conn, session_events, journal.EVENT_COLUMNS, events, {"created_at": NOW}
-                    )
+                    # As a submit writes them: one statement on PostgreSQL.
+                    parts = [
+                        sessions._every_column(session_table, [row]),
+                        sessions._every_column(kernel_table, kernel_rows),
+                        journal.events(events, NOW),
+                    ]
+                    await bulk.insert_together(conn, parts)
                 else:  # SQLAlchemy's executemany, with its own processing of every value
                     await conn.execute(insert(session_table), [row])
                     await conn.execute(insert(kernel_table), kernel_rows)

@@ -186,8 +186,8 @@ class Coordinator:
         meanwhile.  The room placement leaves itself (a full window, victims asked to stop) is the
         next cycle's: one cycle reads one window and chooses one preemptor."""
         async with reading(self._engine) as conn:
-            present = await sessions.live_statuses(conn, self._rg)
-            await self._read_group(conn)
+            present, group = await sessions.live_statuses(conn, self._rg)
+        self._use_group(group)
         self._requested = 0
         cycle = _Cycle(present, room)
         self.left_out = False
@@ -267,17 +267,16 @@ class Coordinator:
         # a handler's write transaction runs on this thread without giving the loop a turn.
         await asyncio.sleep(0)
 
-    async def _read_group(self, conn: AsyncConnection) -> None:
-        """The group's queue and preemption settings, as they are now: a change takes effect from
-        the next cycle (or handler) run."""
-        group = await preemption.group_config(conn, self._rg) or {}
+    def _use_group(self, group: dict[str, Any]) -> None:
+        """The group's queue and preemption settings, as read now: a change takes effect from the
+        next cycle (or handler) run."""
         self._limits = for_group(self._base_limits, group.get("queue"))
         self._preemption = dict(group.get("preemption") or {})
 
     async def run_handler(self, handler: Handler) -> int:
         """One handler in its own transaction; returns how many sessions changed status."""
         async with reading(self._engine) as conn:
-            await self._read_group(conn)
+            self._use_group(await preemption.group_config(conn, self._rg) or {})
         won, _, _ = await self._run(handler)
         return len({m.session_id for m in won})
 

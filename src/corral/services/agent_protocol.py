@@ -18,7 +18,7 @@ from corral.domain.status import TERMINAL_KERNEL, KernelStatus
 from corral.protocol.messages import LogShipment, kernel_key
 from corral.services.errors import Conflict, Fenced, InvalidInput
 from corral.settings import SchedulerSettings
-from corral.store import agents, kernels, logs, sessions, users
+from corral.store import agents, kernels, logs, order_sources, sessions
 from corral.store.db import reading, statements, transaction
 from corral.store.records import KernelRecord, KernelReport, OrderedKernel, SessionRecord
 from corral.wakeup import Wakeup
@@ -231,18 +231,14 @@ async def _orders(
     with_spec = [
         k for k in mine if k.status in _SPEC_STATUSES and kernel_key(k.id, k.generation) not in started
     ]
-    wanted = sorted({k.session_id for k in with_spec})
-    by_session = {s.id: s for s in await sessions.get_many(conn, wanted)}
-    hosts = {k.agent_id for s in by_session.values() for k in s.kernels if k.agent_id}
-    addresses = await agents.addresses(conn, sorted(hosts)) if hosts else {}
-    run_as = await users.run_as_of(conn, sorted({s.owner for s in by_session.values()}))
-    # A spec is built from the kernel's whole row, read with its session (in this same snapshot).
-    rows = {p.id: p for s in by_session.values() for p in s.kernels}
+    src = await order_sources.read(conn, [k.session_id for k in with_spec])
+    # A spec is built from the kernel's whole row, read with its session.
+    rows = {p.id: p for s in src.sessions.values() for p in s.kernels}
     spec_of = {k.id: rows.get(k.id) for k in with_spec}
     out = []
     for k in mine:
         own = spec_of.get(k.id)
-        spec = _spec(by_session[k.session_id], own, addresses, checkpoint_root, run_as) if own else {}
+        spec = _spec(src.sessions[k.session_id], own, src, checkpoint_root) if own else {}
         out.append(
             {
                 "kernel_id": k.id,
@@ -260,13 +256,9 @@ async def _orders(
 
 
 def _spec(
-    s: SessionRecord,
-    k: KernelRecord,
-    addresses: dict[str, str],
-    checkpoint_root: str,
-    run_as: dict[str, dict[str, Any]],
+    s: SessionRecord, k: KernelRecord, src: order_sources.OrderSources, checkpoint_root: str
 ) -> dict[str, Any]:
-    hosts = [addresses.get(p.agent_id or "", "127.0.0.1") for p in s.kernels]
+    hosts = [src.addresses.get(p.agent_id or "", "127.0.0.1") for p in s.kernels]
     master = s.kernels[0]
     return {
         "session_name": s.name,
@@ -297,7 +289,7 @@ def _spec(
         "root_session_id": s.root_session_id,
         "timeout_grace": 10.0,
         # The owner's uid/gid on agents started as root (else the agent's default account).
-        "run_as": run_as.get(s.owner),
+        "run_as": src.run_as.get(s.owner),
     }
 
 

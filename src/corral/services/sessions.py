@@ -24,7 +24,7 @@ from corral.services import policies
 from corral.services.errors import Conflict, Forbidden, InvalidInput, NotFound
 from corral.store import agents, auth, config, journal, retries, sessions
 from corral.store.auth import Principal
-from corral.store.db import reading, transaction
+from corral.store.db import reading, statements, transaction
 from corral.store.records import HistoryRecord, NewSession, SessionRecord
 
 _KNOWN_SECONDS = 5.0
@@ -109,9 +109,9 @@ class Shared:
         self._cluster: dict[str, Any] | None = None
         self._configs: dict[tuple[str, str], tuple[dict[str, Any], dict[str, Any]]] = {}
 
-    async def cluster_values(self, conn: AsyncConnection) -> dict[str, Any]:
-        if self._cluster is None:
-            self._cluster = await config.cluster_values(conn)
+    def cluster_values(self) -> dict[str, Any]:
+        """The cluster's values, as read with the first submitter's configs."""
+        assert self._cluster is not None, "read with submitter_configs"
         return self._cluster
 
     async def submitter_configs(
@@ -119,18 +119,20 @@ class Shared:
     ) -> tuple[dict[str, Any], dict[str, Any]]:
         found = self._configs.get((project, user_id))
         if found is None:
-            found = self._configs[project, user_id] = await config.submitter_configs(conn, project, user_id)
+            project_cfg, user_cfg, cluster = await config.submitter_configs(conn, project, user_id)
+            found = self._configs[project, user_id] = (project_cfg, user_cfg)
+            if self._cluster is None:
+                self._cluster = cluster
         return found
 
 
-async def _effective_policy(
-    conn: AsyncConnection,
+def _effective_policy(
     spec: SessionSpec,
     retry_fields: Mapping[str, Any] | None,
     project_cfg: Mapping[str, Any],
     shared: Shared,
 ) -> RetryPolicy | None:
-    cluster_defaults = values_of(await shared.cluster_values(conn))["retry.defaults"] or {}
+    cluster_defaults = values_of(shared.cluster_values())["retry.defaults"] or {}
     project_defaults = project_cfg.get("retry_defaults") or {}
     if spec.retry_policy is None and not cluster_defaults and not project_defaults:
         return None
@@ -148,7 +150,9 @@ async def _create(
     arrived: datetime | None,
 ) -> tuple[SessionRecord, bool]:
     now = utcnow()
-    async with transaction(engine) as conn:
+    # Its one write is one statement on PostgreSQL (store/bulk.insert_together), whole or not at
+    # all: no BEGIN and COMMIT round trips around reads that need no snapshot of their own.
+    async with statements(engine) as conn:
         admitted = await admit(conn, who, spec, retry_fields, requested_priority, arrived=arrived)
         if isinstance(admitted, SessionRecord):
             return admitted, False
@@ -207,7 +211,7 @@ async def prepared(
     return replace(
         spec,
         priority=_priority(who, project_cfg, user_cfg, requested_priority),
-        retry_policy=await _effective_policy(conn, spec, retry_fields, project_cfg, shared),
+        retry_policy=_effective_policy(spec, retry_fields, project_cfg, shared),
     )
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -241,15 +240,6 @@ async def capacity_of_group(
 async def alive_ids(conn: AsyncConnection) -> set[str]:
     rows = await conn.execute(select(agents.c.id).where(agents.c.status == str(AgentStatus.ALIVE)))
     return set(rows.scalars())
-
-
-_ADDRESSES = select(agents.c.id, agents.c.address).where(agents.c.id.in_(bindparam("ids", expanding=True)))
-
-
-async def addresses(conn: AsyncConnection, agent_ids: Sequence[str]) -> dict[str, str]:
-    """These agents' addresses (peers reach them there)."""
-    rows = await conn.execute(_ADDRESSES, {"ids": sorted(agent_ids)})
-    return {agent_id: address for agent_id, address in rows}
 
 
 async def _used(conn: AsyncConnection, agent_ids: list[str]) -> dict[str, ResourceSlots]:

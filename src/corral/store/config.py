@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import bindparam, delete, insert, select, update
+from sqlalchemy import bindparam, delete, insert, literal, select, union_all, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.domain.cluster import ClusterSettings, settings_of, values_of
@@ -16,9 +16,11 @@ from corral.store.tables import audit_log, cluster_config, projects, retry_polic
 
 # Read on every submit: built once.
 _CLUSTER_VALUES = select(cluster_config.c.key, cluster_config.c.value)
-_SUBMITTER_CONFIGS = select(
-    select(projects.c.config).where(projects.c.name == bindparam("project")).scalar_subquery(),
-    select(users.c.config).where(users.c.id == bindparam("user_id")).scalar_subquery(),
+# (kind, key, value): the project's config, the user's, and each cluster setting.
+_SUBMITTER_CONFIGS = union_all(
+    select(literal("project"), literal(""), projects.c.config).where(projects.c.name == bindparam("project")),
+    select(literal("user"), literal(""), users.c.config).where(users.c.id == bindparam("user_id")),
+    select(literal("cluster"), cluster_config.c.key, cluster_config.c.value),
 )
 
 
@@ -81,10 +83,16 @@ async def project_config(conn: AsyncConnection, name: str) -> dict[str, Any] | N
 
 async def submitter_configs(
     conn: AsyncConnection, project: str, user_id: str
-) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The project's config and the user's ({} when unset), in one query: every submit needs both."""
-    row = (await conn.execute(_SUBMITTER_CONFIGS, {"project": project, "user_id": user_id})).one()
-    return dict(row[0] or {}), dict(row[1] or {})
+) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """The project's config, the user's ({} when unset) and the cluster's values (cluster_values),
+    in one query: every submit needs all three."""
+    found: dict[str, dict[str, Any]] = {"project": {}, "user": {}, "cluster": {}}
+    for kind, key, value in await conn.execute(_SUBMITTER_CONFIGS, {"project": project, "user_id": user_id}):
+        if kind == "cluster":
+            found[kind][key] = value
+        else:
+            found[kind] = dict(value or {})
+    return found["project"], found["user"], found["cluster"]
 
 
 async def projects_binding(conn: AsyncConnection, policy: str) -> list[str]:

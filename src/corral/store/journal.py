@@ -23,7 +23,12 @@ HISTORY_COLUMNS = ("session_id", "handler", "result", "from_status", "to_status"
 
 
 async def add_events(conn: AsyncConnection, rows: Sequence[EventRow], now: datetime) -> None:
-    await bulk.insert_rows(conn, session_events, EVENT_COLUMNS, rows, {"created_at": now})
+    await bulk.insert_together(conn, [events(rows, now)])
+
+
+def events(rows: Sequence[EventRow], now: datetime) -> bulk.Rows:
+    """Event rows, to insert with others (bulk.insert_together)."""
+    return bulk.Rows(session_events, EVENT_COLUMNS, rows, {"created_at": now})
 
 
 async def add_history(conn: AsyncConnection, rows: Sequence[HistoryRow], now: datetime) -> None:

@@ -46,7 +46,15 @@ from corral.store import agents as agent_store
 from corral.store import bulk, convert, journal
 from corral.store.db import IN_CHUNK, autocommitting, chunks
 from corral.store.records import KernelRecord, Move, NewSession, SessionRecord
-from corral.store.tables import agents, allocations, kernels, session_events, session_history, sessions
+from corral.store.tables import (
+    agents,
+    allocations,
+    kernels,
+    resource_groups,
+    session_events,
+    session_history,
+    sessions,
+)
 
 
 class RefusedTransition(Exception):
@@ -61,8 +69,9 @@ async def insert_session(conn: AsyncConnection, new: NewSession, now: datetime) 
 async def insert_sessions(
     conn: AsyncConnection, news: Sequence[NewSession], now: datetime
 ) -> list[SessionRecord]:
-    """Insert PENDING sessions with their kernels and first events in three statements (an array of
-    a thousand costs what one session does, plus the rows); returns what was written."""
+    """Insert PENDING sessions with their kernels and first events in one statement on PostgreSQL,
+    three on SQLite (an array of a thousand costs what one session does, plus the rows); returns
+    what was written."""
     written = await _insert_new(conn, news, now)
     return [convert.session(row, tuple(convert.kernel(k) for k in ks)) for row, ks in written]
 
@@ -80,16 +89,15 @@ async def _insert_new(
         return []
     rows = [_session_row(new, now) for new in news]
     kernel_rows = [_kernel_rows(new, row["resources"], now) for new, row in zip(news, rows, strict=True)]
-    await _insert_all(conn, sessions, rows)
-    await _insert_all(conn, kernels, [k for ks in kernel_rows for k in ks])
-    await journal.add_events(conn, [(new.id, "session.created", None, "PENDING", {}) for new in news], now)
+    created: list[journal.EventRow] = [(new.id, "session.created", None, "PENDING", {}) for new in news]
+    parts = [_every_column(sessions, rows), _every_column(kernels, [k for ks in kernel_rows for k in ks])]
+    await bulk.insert_together(conn, [*parts, journal.events(created, now)])
     return list(zip(rows, kernel_rows, strict=True))
 
 
-async def _insert_all(conn: AsyncConnection, table: Table, rows: Sequence[dict[str, Any]]) -> None:
-    """Rows giving every column, in one statement on PostgreSQL whatever their count."""
+def _every_column(table: Table, rows: Sequence[dict[str, Any]]) -> bulk.Rows:
     names = tuple(c.name for c in table.columns)
-    await bulk.insert_rows(conn, table, names, [tuple(row[n] for n in names) for row in rows])
+    return bulk.Rows(table, names, [tuple(row[n] for n in names) for row in rows], {})
 
 
 def _session_row(new: NewSession, now: datetime) -> dict[str, Any]:
@@ -538,8 +546,9 @@ _LIVE_PAIRS = [
 
 @lru_cache(maxsize=1)
 def _live_probes() -> Executable:
-    """One probe per pair, each an index seek (ix_sessions_rg_status), in one statement.  Built
-    once: its 26 sub-queries took longer to build (and key for the compiled cache) than to run."""
+    """One probe per pair, each an index seek (ix_sessions_rg_status), and the group's config, in
+    one statement.  Built once: its 26 sub-queries took longer to build (and key for the compiled
+    cache) than to run."""
     group: BindParameter[str] = bindparam("resource_group")
     return select(
         *(
@@ -551,15 +560,19 @@ def _live_probes() -> Executable:
                 else sessions.c.termination_reason.is_(None),
             )
             for status, requested in _LIVE_PAIRS
-        )
+        ),
+        select(resource_groups.c.config).where(resource_groups.c.name == group).scalar_subquery(),
     )
 
 
-async def live_statuses(conn: AsyncConnection, resource_group: str) -> set[tuple[SessionStatus, bool]]:
-    """(status, has a termination request) pairs present among the group's live sessions.  The cost
-    does not grow with the queue (a DISTINCT over 100k pending sessions read all of them)."""
-    found = (await conn.execute(_live_probes(), {"resource_group": resource_group})).one()
-    return {pair for pair, present in zip(_LIVE_PAIRS, found, strict=True) if present}
+async def live_statuses(
+    conn: AsyncConnection, resource_group: str
+) -> tuple[set[tuple[SessionStatus, bool]], dict[str, Any]]:
+    """(status, has a termination request) pairs present among the group's live sessions, and the
+    group's config ({} when unset): what a cycle reads first, in one round trip.  The cost does not
+    grow with the queue (a DISTINCT over 100k pending sessions read all of them)."""
+    *found, config = (await conn.execute(_live_probes(), {"resource_group": resource_group})).one()
+    return {pair for pair, present in zip(_LIVE_PAIRS, found, strict=True) if present}, dict(config or {})
 
 
 async def count_by_status(conn: AsyncConnection, projects: Collection[str] | None = None) -> dict[str, int]:

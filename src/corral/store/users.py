@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import bindparam, delete, insert, select, update
+from sqlalchemy import delete, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.store.records import ApiKeyRecord, UserRecord
@@ -56,17 +56,6 @@ async def set_config(conn: AsyncConnection, user_id: str, cfg: dict[str, Any]) -
 async def config_of(conn: AsyncConnection, user_id: str) -> dict[str, Any]:
     row = (await conn.execute(select(users.c.config).where(users.c.id == user_id))).first()
     return dict(row.config or {}) if row else {}
-
-
-_RUN_AS = select(users.c.name, users.c.config).where(users.c.name.in_(bindparam("names", expanding=True)))
-
-
-async def run_as_of(conn: AsyncConnection, names: Sequence[str]) -> dict[str, dict[str, Any]]:
-    """Each named user's uid/gid mapping (users without one are left out)."""
-    if not names:
-        return {}
-    rows = await conn.execute(_RUN_AS, {"names": list(names)})
-    return {r.name: dict(r.config["run_as"]) for r in rows if r.config and r.config.get("run_as")}
 
 
 async def _memberships(conn: AsyncConnection, user_ids: Sequence[str]) -> dict[str, list[str]]:
