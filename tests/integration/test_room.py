@@ -257,6 +257,49 @@ async def test_room_made_while_a_cycle_runs_is_placed_at_its_end(
             assert not coordinator.room_left  # nothing said room was made: the next cycle waits too
 
 
+class _LooksAtPreparing(LifecycleHandler):
+    """Reads PREPARING sessions, as the promotions after placement do; records what it was given."""
+
+    name = "LooksAtPreparing"
+    target_session_statuses = frozenset({SessionStatus.PREPARING})
+
+    def __init__(self) -> None:
+        self.given: list[str] = []
+
+    @classmethod
+    def status_transitions(cls) -> StatusTransitions:
+        return StatusTransitions(success=None)
+
+    async def execute(self, ctx: HandlerContext, targets: Sequence[SessionRecord]) -> LifecycleResult:
+        self.given += [t.id for t in targets]
+        return LifecycleResult()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_sessions_handed_to_their_agents_wait_for_a_report(
+    backend: str, fresh_database: Callable[[str], str]
+) -> None:
+    """Placed sessions wait for their agents (whose reports wake a cycle): the handlers after
+    placement do not read them in the cycle that placed them, and that cycle asks for no other at
+    once, unless its full window left more to place.  They are read in the next cycle."""
+    async with migrated(fresh_database(backend)) as engine:
+        await _one_agent(engine, cpu=10_000)
+        placed = await _insert(engine, 3, 10, NOW)
+        after = _LooksAtPreparing()
+        coordinator = Coordinator(
+            engine, "default", [ScheduleNewSessions(), after], PhaseLimits(timeouts={}), lambda: NOW
+        )
+        assert await coordinator.run_cycle(timed=False, room=True) == 3
+        assert after.given == [] and coordinator.busy == 0
+        await coordinator.run_cycle(timed=False, room=False)
+        assert sorted(after.given) == sorted(placed)
+        window = ScheduleNewSessions.queue_window
+        assert window is not None
+        await _insert(engine, window + 1, 10, NOW)
+        assert await coordinator.run_cycle(timed=False, room=True) == window
+        assert coordinator.busy == 1  # room left: the next cycle places the last one at once
+
+
 class _SubmittedMeanwhile(LifecycleHandler):
     """Looks at SUSPENDED sessions; while it runs, a session is submitted (as through the API)."""
 

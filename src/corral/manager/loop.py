@@ -77,7 +77,9 @@ class SchedulerLoop:
             await self._wakeup.orders_changed()  # fenced kernels leave their agents' orders
         if moved >= BATCH_MOVES and self._cfg.batch_pause:
             await asyncio.sleep(self._cfg.batch_pause)
-        return moved + changed
+        # Sessions handed to their agents wait for reports, which wake the next cycle: a cycle at
+        # once would only read them again (and hold up those reports).
+        return self.coordinator.busy + changed
 
     async def run(self) -> None:
         await repeat(self.run_once, self._idle, "scheduling cycle failed", resource_group=self._rg)
