@@ -16,7 +16,7 @@ from corral.domain.scheduling import SchedulingResult
 from corral.domain.status import KernelStatus
 from corral.settings import SchedulerSettings
 from corral.store import agents, journal, kernels, sessions
-from corral.store.db import transaction
+from corral.store.db import reading, transaction
 
 log = structlog.get_logger("corral.sweep")
 
@@ -41,8 +41,17 @@ async def _note(
 async def sweep(engine: AsyncEngine, resource_group: str, cfg: SchedulerSettings, now: datetime) -> int:
     """Returns how many things it recorded (so the loop knows to run the handlers)."""
     changed = 0
+    lease = timedelta(seconds=cfg.agent_lease)
+    # Fencing invariant: declared gone only after the agent has certainly killed them.  It kills
+    # at fence_timeout after the send time of its last answered request; we received that request
+    # no earlier, and wait fence_timeout + margin from it.
+    silent = timedelta(seconds=cfg.fence_timeout + cfg.fence_margin)
+    async with reading(engine) as conn:
+        # What becomes due after this read is the next sweep's: later, never earlier.
+        if not await agents.sweep_due(conn, resource_group, lease, silent, now):
+            return 0
     async with transaction(engine) as conn:
-        lost = await agents.mark_lost(conn, timedelta(seconds=cfg.agent_lease), now)
+        lost = await agents.mark_lost(conn, lease, now)
         if lost:
             # Nothing is killed yet: a LOST agent that comes back before the fence keeps its kernels.
             log.warning("agents lost", agents=lost)
@@ -55,10 +64,6 @@ async def sweep(engine: AsyncEngine, resource_group: str, cfg: SchedulerSettings
                 now,
             )
             changed += len(lost)
-        # Fencing invariant: declared gone only after the agent has certainly killed them.  It kills
-        # at fence_timeout after the send time of its last answered request; we received that request
-        # no earlier, and wait fence_timeout + margin from it.
-        silent = timedelta(seconds=cfg.fence_timeout + cfg.fence_margin)
         fenced = await agents.fence_expired(conn, silent, now)
         if fenced:
             gone = await agents.kernels_held_by(conn, fenced)
