@@ -18,12 +18,14 @@ from corral.domain.status import SessionStatus
 from corral.manager.coordinator import Coordinator
 from corral.manager.handlers.base import HandlerContext, LifecycleHandler, LifecycleResult
 from corral.manager.handlers.cancel_pending import CancelPendingSessions
+from corral.manager.handlers.prepare import PrepareSessions
 from corral.manager.handlers.schedule_new import ScheduleNewSessions
 from corral.manager.loop import SchedulerLoop
 from corral.settings import SchedulerSettings
 from corral.store import agents, journal, kernels, sessions
 from corral.store.db import transaction
 from corral.store.records import NewSession, SessionRecord
+from corral.store.tables import agents as agent_table
 from corral.store.tables import kernels as kernel_table
 from corral.store.tables import sessions as session_table
 from corral.wakeup import Wakeup
@@ -298,6 +300,44 @@ async def test_sessions_handed_to_their_agents_wait_for_a_report(
         await _insert(engine, window + 1, 10, NOW)
         assert await coordinator.run_cycle(timed=False, room=True) == window
         assert coordinator.busy == 1  # room left: the next cycle places the last one at once
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_a_session_handed_back_to_the_queue_is_placed_again_at_once(
+    backend: str, fresh_database: Callable[[str], str]
+) -> None:
+    """Only sessions handed over wait for their agents: one PrepareSessions gives up on (an agent
+    of its gang lost while it prepared) goes back to the queue, and the cycle asks for the next at
+    once to place it again (found by a review: it waited for the loop's interval)."""
+    async with migrated(fresh_database(backend)) as engine:
+        async with transaction(engine) as conn:
+            await agents.ensure_resource_group(conn, "default", NOW)
+            for aid in ("a", "b"):
+                await register_agent(conn, aid, {"cpu": 8, "mem": "8G"}, hostname=aid, now=NOW)
+            sid = str(uuid.uuid4())
+            spec = SessionSpec(command=("true",), cluster_size=2)  # no rendezvous port chosen
+            await sessions.insert_session(conn, NewSession(id=sid, name="g", owner="t", spec=spec), NOW)
+        async with transaction(engine) as conn:
+            await conn.execute(update(agent_table).where(agent_table.c.id == "a").values(status="LOST"))
+            await conn.execute(
+                update(session_table)
+                .where(session_table.c.id == sid)
+                .values(status="PREPARING", phase_tries=2)
+            )
+            for rank, aid in enumerate(("a", "b")):
+                await conn.execute(
+                    update(kernel_table)
+                    .where(kernel_table.c.session_id == sid, kernel_table.c.rank == rank)
+                    .values(status="PREPARING", agent_id=aid)
+                )
+        coordinator = Coordinator(
+            engine, "default", [PrepareSessions()], PhaseLimits(timeouts={}), lambda: NOW
+        )
+        assert await coordinator.run_cycle(timed=True, room=False) == 1
+        async with engine.connect() as conn:
+            found = await sessions.get(conn, sid)
+        assert found is not None and found.status is SessionStatus.PENDING
+        assert coordinator.busy == 1
 
 
 class _SubmittedMeanwhile(LifecycleHandler):

@@ -138,7 +138,7 @@ class _Cycle:
     moved: int = 0
     """Sessions moved so far."""
     handed: int = 0
-    """Of those, sessions moved by a handler whose moves await their agents (`awaits_agents`)."""
+    """Of those, sessions handed to their agents, waiting for them (`awaits_agents`)."""
     more: bool = False
     """Placement left room it did not use this cycle (see _step): the next cycle places more."""
 
@@ -265,12 +265,12 @@ class Coordinator:
             cycle.room = cycle.made = True
         # Where each moved session is now (a promotion's `through` steps are passed, not stayed in).
         now_at = {m.session_id: m.dst for m in won}
-        if handler.awaits_agents:
-            # Measured on an idle cluster: the handlers reading them after placement held up the
-            # agent's report of the kernel starting by 4-6 ms.
-            cycle.handed += len(now_at)
-        else:
-            cycle.present |= {(dst, asked) for dst in set(now_at.values()) for asked in (True, False)}
+        # Measured on an idle cluster: the handlers reading them after placement held up the
+        # agent's report of the kernel starting by 4-6 ms.
+        handed = {sid for sid, dst in now_at.items() if dst is handler.awaits_agents}
+        cycle.handed += len(handed)
+        entered = {dst for sid, dst in now_at.items() if sid not in handed}
+        cycle.present |= {(dst, asked) for dst in entered for asked in (True, False)}
         if acted and handler.hands_orders and self._on_change is not None:
             # Agents pull orders: wake their long polls now, not at the end of the cycle.
             await self._on_change()

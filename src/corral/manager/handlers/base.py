@@ -69,10 +69,11 @@ class HandlerOptions:
     with_kernels: ClassVar[bool] = True
     # Whether its successes are orders agents pull (so their long polls are woken at once).
     hands_orders: ClassVar[bool] = False
-    # The sessions it moves wait for their agents (prepare orders): nothing more can happen to them
-    # until a report, which wakes a cycle of its own, so the cycle's later handlers do not look for
-    # them and no cycle runs again at once for them.
-    awaits_agents: ClassVar[bool] = False
+    # The status in which the sessions it hands over wait for their agents (prepare orders):
+    # nothing more can happen to them until a report, which wakes a cycle of its own, so the
+    # cycle's later handlers do not look for them and no cycle runs again at once for them.  Its
+    # other moves (a session given up, back to the queue) are not waiting for anyone.
+    awaits_agents: ClassVar[SessionStatus | None] = None
     # A handler that only exists to bound a status: it is given only sessions past that status's
     # time limit (and is skipped when there is no limit), so it costs nothing in a busy cycle.
     expiry_only: ClassVar[bool] = False

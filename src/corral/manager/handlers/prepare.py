@@ -15,7 +15,7 @@ from corral.store.records import SessionRecord
 class PrepareSessions(LifecycleHandler):
     name = "PrepareSessions"
     hands_orders = True
-    awaits_agents = True
+    awaits_agents = SessionStatus.PREPARING
     target_session_statuses = frozenset({SessionStatus.SCHEDULED, SessionStatus.PREPARING})
     # Sessions already handed over wait for their agents: looked at only when one is lost.
     lost_agent_only = frozenset({SessionStatus.PREPARING})

@@ -36,7 +36,7 @@ class ScheduleNewSessions(LifecycleHandler):
     # A session placed is handed its prepare orders in the same transaction, as PrepareSessions
     # would a moment later: its agents (ALIVE, or it would not be placed there) see them at commit.
     hands_orders = True
-    awaits_agents = True
+    awaits_agents = SessionStatus.PREPARING
     then = (
         Step(
             PrepareSessions.name, SessionStatus.PREPARING, PrepareSessions.handed_over, KernelStatus.PREPARING
