@@ -25,10 +25,16 @@ from tests.support.db import migrated, register_agent
 CFG = SchedulerSettings(agent_lease=15, fence_timeout=30, fence_margin=5)
 
 
-async def _due(engine: AsyncEngine, at: timedelta) -> bool:
+async def _at(engine: AsyncEngine, seconds: float) -> tuple[bool, int]:
+    """Whether the probe finds anything due at NOW + seconds, and what a sweep then records."""
+    at = NOW + timedelta(seconds=seconds)
+    lease, silent = (
+        timedelta(seconds=CFG.agent_lease),
+        timedelta(seconds=CFG.fence_timeout + CFG.fence_margin),
+    )
     async with engine.connect() as conn:
-        silent = timedelta(seconds=CFG.fence_timeout + CFG.fence_margin)
-        return await agents.sweep_due(conn, "default", timedelta(seconds=CFG.agent_lease), silent, NOW + at)
+        due = await sessions.sweep_due(conn, "default", lease, silent, at)
+    return due, await sweep(engine, "default", CFG, at)
 
 
 async def _agent(engine: AsyncEngine) -> tuple[str, str]:
@@ -53,11 +59,9 @@ async def test_the_sweep_finds_each_thing_it_acts_on_and_writes_nothing_else(
 ) -> None:
     async with migrated(fresh_database(backend)) as engine:
         agent, sid = await _agent(engine)
-        assert not await _due(engine, timedelta(seconds=10))  # within the lease: nothing to do
-        assert await sweep(engine, "default", CFG, NOW + timedelta(seconds=10)) == 0
+        assert await _at(engine, 10) == (False, 0)  # within the lease: nothing to do
 
-        assert await _due(engine, timedelta(seconds=16))  # past the lease
-        assert await sweep(engine, "default", CFG, NOW + timedelta(seconds=16)) == 1
+        assert await _at(engine, 16) == (True, 1)  # past the lease
         async with engine.connect() as conn:
             status, epoch = (
                 await conn.execute(
@@ -66,11 +70,9 @@ async def test_the_sweep_finds_each_thing_it_acts_on_and_writes_nothing_else(
             ).one()
         assert status == "LOST"
         # Lost, its kernel kept until the fence: nothing due in between.
-        assert not await _due(engine, timedelta(seconds=20))
-        assert await sweep(engine, "default", CFG, NOW + timedelta(seconds=20)) == 0
+        assert await _at(engine, 20) == (False, 0)
 
-        assert await _due(engine, timedelta(seconds=36))  # past fence_timeout + margin
-        assert await sweep(engine, "default", CFG, NOW + timedelta(seconds=36)) == 1
+        assert await _at(engine, 36) == (True, 1)  # past fence_timeout + margin
         async with engine.connect() as conn:
             fenced = (
                 await conn.execute(select(agent_table.c.epoch).where(agent_table.c.id == agent))
@@ -79,7 +81,7 @@ async def test_the_sweep_finds_each_thing_it_acts_on_and_writes_nothing_else(
                 await conn.execute(select(kernel_table.c.status).where(kernel_table.c.session_id == sid))
             ).scalars()
         assert fenced == epoch + 1 and kernel_status == "ERROR"
-        assert not await _due(engine, timedelta(seconds=40))  # it holds no kernel any more
+        assert await _at(engine, 40) == (False, 0)  # it holds no kernel any more
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -88,15 +90,14 @@ async def test_the_sweep_finds_a_running_session_with_a_time_limit(
 ) -> None:
     async with migrated(fresh_database(backend)) as engine:
         _, sid = await _agent(engine)
-        assert not await _due(engine, timedelta(seconds=1))
+        assert await _at(engine, 1) == (False, 0)
         async with transaction(engine) as conn:
             await conn.execute(
                 update(session_table).where(session_table.c.id == sid).values(timeout=5, started_at=NOW)
             )
-        assert await _due(engine, timedelta(seconds=1))
-        assert await sweep(engine, "default", CFG, NOW + timedelta(seconds=1)) == 0  # not yet past it
-        assert await sweep(engine, "default", CFG, NOW + timedelta(seconds=6)) == 1
+        assert await _at(engine, 1) == (True, 0)  # not yet past it
+        assert await _at(engine, 6) == (True, 1)
         async with engine.connect() as conn:
             found = await sessions.get(conn, sid)
         assert found is not None and found.termination_reason == "deadline_exceeded"
-        assert not await _due(engine, timedelta(seconds=7))  # its request is made: nothing more to do
+        assert await _at(engine, 7) == (False, 0)  # its request is made: nothing more to do

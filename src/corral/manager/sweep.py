@@ -48,7 +48,7 @@ async def sweep(engine: AsyncEngine, resource_group: str, cfg: SchedulerSettings
     silent = timedelta(seconds=cfg.fence_timeout + cfg.fence_margin)
     async with reading(engine) as conn:
         # What becomes due after this read is the next sweep's: later, never earlier.
-        if not await agents.sweep_due(conn, resource_group, lease, silent, now):
+        if not await sessions.sweep_due(conn, resource_group, lease, silent, now):
             return 0
     async with transaction(engine) as conn:
         lost = await agents.mark_lost(conn, lease, now)

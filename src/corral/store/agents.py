@@ -6,16 +6,15 @@ from collections import defaultdict
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Text, and_, bindparam, case, cast, exists, func, insert, select, update
+from sqlalchemy import Text, and_, bindparam, case, cast, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.domain.resources import ResourceSlots
-from corral.domain.status import KERNEL_ON_AGENT, KERNEL_PROCESS, AgentStatus, KernelStatus, SessionStatus
+from corral.domain.status import KERNEL_ON_AGENT, KERNEL_PROCESS, AgentStatus, KernelStatus
 from corral.store import convert, kernels
 from corral.store.records import AgentCapacity, AgentRecord
 from corral.store.tables import agents, allocations, resource_groups
 from corral.store.tables import kernels as kernel_table
-from corral.store.tables import sessions as session_table
 
 _EPOCH = select(agents.c.epoch).where(agents.c.id == bindparam("agent_id"))
 
@@ -122,9 +121,9 @@ async def current_epoch(conn: AsyncConnection, agent_id: str) -> int | None:
     return (await conn.execute(_EPOCH, {"agent_id": agent_id})).scalar()
 
 
-# What mark_lost and fence_expired act on, and what sweep_due probes for.
-_STALE = and_(agents.c.status == str(AgentStatus.ALIVE), agents.c.last_heartbeat < bindparam("before"))
-_FENCE_DUE = and_(
+# What mark_lost and fence_expired act on, and what sessions.sweep_due probes for.
+STALE = and_(agents.c.status == str(AgentStatus.ALIVE), agents.c.last_heartbeat < bindparam("before"))
+FENCE_DUE = and_(
     agents.c.status == str(AgentStatus.LOST),
     agents.c.last_heartbeat < bindparam("silent_before"),
     select(kernel_table.c.id)
@@ -136,32 +135,11 @@ _FENCE_DUE = and_(
 )
 _MARK_LOST = (
     update(agents)
-    .where(_STALE)
+    .where(STALE)
     .values(status=str(AgentStatus.LOST), lost_at=bindparam("now"))
     .returning(agents.c.id)
 )
-_FENCE = update(agents).where(_FENCE_DUE).values(epoch=agents.c.epoch + 1).returning(agents.c.id)
-_SWEEP_DUE = select(
-    exists().where(_STALE),
-    exists().where(_FENCE_DUE),
-    # What sessions.due_deadlines reads (their time is judged in Python).
-    exists().where(
-        session_table.c.resource_group == bindparam("group"),
-        session_table.c.status == str(SessionStatus.RUNNING),
-        session_table.c.timeout.is_not(None),
-        session_table.c.termination_reason.is_(None),
-    ),
-)
-
-
-async def sweep_due(
-    conn: AsyncConnection, resource_group: str, lease: timedelta, fence: timedelta, now: datetime
-) -> bool:
-    """Whether the sweep may find anything now: an agent for mark_lost or fence_expired, or a
-    running session with a time limit.  One read, where finding nothing in a transaction was five
-    round trips on PostgreSQL, several times a second."""
-    params = {"group": resource_group, "before": now - lease, "silent_before": now - fence}
-    return any((await conn.execute(_SWEEP_DUE, params)).one())
+_FENCE = update(agents).where(FENCE_DUE).values(epoch=agents.c.epoch + 1).returning(agents.c.id)
 
 
 async def mark_lost(conn: AsyncConnection, lease: timedelta, now: datetime) -> list[str]:
