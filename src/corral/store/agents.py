@@ -6,13 +6,13 @@ from collections import defaultdict
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Text, and_, bindparam, case, cast, func, insert, select, update
+from sqlalchemy import and_, bindparam, case, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.domain.resources import ResourceSlots
 from corral.domain.status import KERNEL_ON_AGENT, KERNEL_PROCESS, AgentStatus, KernelStatus
 from corral.store import convert, kernels
-from corral.store.records import AgentCapacity, AgentRecord
+from corral.store.records import AgentRecord
 from corral.store.tables import agents, allocations, resource_groups
 from corral.store.tables import kernels as kernel_table
 
@@ -198,43 +198,6 @@ async def list_agents(conn: AsyncConnection, resource_group: str | None = None) 
     rows = (await conn.execute(query)).all()
     used = await _used(conn, [r.id for r in rows])
     return [convert.agent(r, used.get(r.id)) for r in rows]
-
-
-_GROUP_AGENTS = (
-    select(agents.c.id, agents.c.status, cast(agents.c.capacity, Text))
-    .where(agents.c.resource_group == bindparam("group"))
-    .order_by(agents.c.id)
-)
-_GROUP_AGENTS_LOCKED = _GROUP_AGENTS.with_for_update()
-_SHAPE = cast(allocations.c.slots, Text)
-_GROUP_USED = (
-    select(allocations.c.agent_id, _SHAPE, func.count())
-    .where(
-        allocations.c.released_at.is_(None),
-        allocations.c.agent_id.in_(select(agents.c.id).where(agents.c.resource_group == bindparam("group"))),
-    )
-    .group_by(allocations.c.agent_id, _SHAPE)
-)
-
-
-async def capacity_of_group(
-    conn: AsyncConnection, resource_group: str, lock: bool = False
-) -> list[AgentCapacity]:
-    """Every agent of a group with its capacity and its live allocations summed, in id order; with
-    `lock`, the agents' rows are locked first (PostgreSQL; SQLite is one writer), which serialises
-    placement in the group.
-
-    Two queries however many agents and allocations: allocations are counted per agent and slot
-    shape in SQL, and each distinct JSON text is parsed once (most kernels ask for the same few
-    shapes), so a 5,000-agent group costs a few milliseconds of Python, not one object per row."""
-    query = _GROUP_AGENTS_LOCKED if lock and conn.dialect.name == "postgresql" else _GROUP_AGENTS
-    rows = await conn.execute(query, {"group": resource_group})
-    found = [(aid, AgentStatus(status), convert.slots_of(cap)) for aid, status, cap in rows]
-    counted = await conn.execute(_GROUP_USED, {"group": resource_group})
-    used: dict[str, ResourceSlots] = defaultdict(ResourceSlots)
-    for aid, slots, n in counted:
-        used[aid] = used[aid] + convert.slots_of(slots).times(n)
-    return [AgentCapacity(aid, status, cap, used.get(aid, ResourceSlots())) for aid, status, cap in found]
 
 
 async def alive_ids(conn: AsyncConnection) -> set[str]:

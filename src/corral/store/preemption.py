@@ -42,19 +42,6 @@ async def running_in(conn: AsyncConnection, resource_group: str) -> list[Running
     return found
 
 
-async def reservations(conn: AsyncConnection, resource_group: str) -> dict[str, dict[str, Any]]:
-    """Pending preemptors' holds: session id -> {"agents": [...], "victims": [...]}."""
-    # No status in the WHERE: then the partial index of holds (a handful of rows) is the one used,
-    # not the queue's (every pending session).
-    rows = await conn.execute(
-        select(sessions.c.id, sessions.c.status, sessions.c.reservation).where(
-            sessions.c.resource_group == resource_group, sessions.c.reservation.is_not(None)
-        )
-    )
-    pending = str(SessionStatus.PENDING)
-    return {str(r.id): dict(r.reservation) for r in rows if r.reservation and r.status == pending}
-
-
 async def reserve(
     conn: AsyncConnection, session_id: str, agents: Sequence[str], victims: Sequence[str]
 ) -> None:

@@ -26,7 +26,7 @@ from corral.domain.scheduling import Skip, StatusTransitions, TransitionStatus
 from corral.domain.status import AgentStatus, KernelStatus, SessionStatus
 from corral.manager.handlers.base import HandlerContext, LifecycleHandler, LifecycleResult, Step
 from corral.manager.handlers.prepare import PrepareSessions
-from corral.store import agents, journal, preemption, sessions
+from corral.store import journal, placement_view, preemption, sessions
 from corral.store.records import AgentCapacity, Move, RunningRecord, SessionRecord
 
 
@@ -65,14 +65,13 @@ class ScheduleNewSessions(LifecycleHandler):
     async def execute(self, ctx: HandlerContext, targets: Sequence[SessionRecord]) -> LifecycleResult:
         result = LifecycleResult(placements={}, moved={})
         assert result.placements is not None and result.moved is not None
-        # Its agents' rows locked as they are read: placement in a group is serialised.
-        registered = await agents.capacity_of_group(ctx.conn, ctx.resource_group, lock=True)
+        # Its agents' rows locked as they are read: placement in a group is serialised. With them,
+        # the agents a preemptor holds while its victims stop: nobody else is placed there (DESIGN §6).
+        registered, reserved = await placement_view.read(ctx.conn, ctx.resource_group)
         # Read once per cycle; each placement then updates it in memory (no re-sorting, no queries).
         free = FreeCapacity(
             AgentSnapshot(a.id, a.capacity - a.used) for a in registered if a.status is AgentStatus.ALIVE
         )
-        # Agents a preemptor holds while its victims stop: nobody else is placed there (DESIGN §6).
-        reserved = await preemption.reservations(ctx.conn, ctx.resource_group)
         held_by = {aid: sid for sid, r in reserved.items() for aid in r.get("agents", [])}
         # Backfill: a session that does not fit does not block smaller ones behind it, except on the
         # agents held for the first one that does not fit (no starvation; see README).
