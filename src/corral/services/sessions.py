@@ -366,12 +366,19 @@ async def attempts(engine: AsyncEngine, who: Principal, session_id: str) -> list
 async def chain_rows(
     engine: AsyncEngine, records: Sequence[SessionRecord]
 ) -> dict[str, list[dict[str, Any]]]:
-    """Light rows of the chains of these sessions, by root id (one query for a page)."""
-    roots = sorted({s.root_session_id for s in records})
+    """Light rows of the chains of these sessions, by root id (one query for a page).  None for a
+    chain of one, a first attempt nothing followed (most sessions): the chain is the record itself,
+    and reading it cost a follower's every poll a round trip."""
+    roots = sorted({s.root_session_id for s in records if not _alone(s)})
     if not roots:
         return {}
     async with reading(engine) as conn:
         return await retries.chains(conn, roots)
+
+
+def _alone(s: SessionRecord) -> bool:
+    """Every later attempt is written with its parent's next_attempt_id, in one transaction."""
+    return s.root_session_id == s.id and s.next_attempt_id is None
 
 
 async def retry(engine: AsyncEngine, who: Principal, session_id: str) -> SessionRecord:
