@@ -1,8 +1,10 @@
-"""What the specs of an agent's orders are built from, read in two statements.
+"""What the specs of an agent's orders are built from, read in one statement.
 
 Read on the path from a session's placement to its kernels starting: the session with its kernels,
 the agents those are on and the owner's run_as were four round trips (of an idle cluster's 30 ms
-from submit to RUNNING, PostgreSQL spent about 1 ms on each)."""
+from submit to RUNNING, PostgreSQL spent about 1 ms on each).  One row per kernel, its session's
+columns beside it (prefixed s_): most sessions have one kernel, and a gang's repeated session
+columns cost less than a round trip."""
 
 from __future__ import annotations
 
@@ -19,17 +21,23 @@ from corral.store.db import chunks
 from corral.store.records import KernelRecord, SessionRecord
 from corral.store.tables import agents, kernels, sessions, users
 
-_SESSIONS = (
-    select(sessions, users.c.config.label("owner_config"))
-    .outerjoin(users, users.c.name == sessions.c.owner)
-    .where(sessions.c.id.in_(bindparam("ids", expanding=True)))
-)
-_KERNELS = (
-    select(kernels, agents.c.address.label("agent_address"))
+_ONE = (
+    select(
+        *kernels.c,
+        agents.c.address.label("agent_address"),
+        *(c.label(f"s_{c.name}") for c in sessions.c),
+        users.c.config.label("owner_config"),
+    )
+    .join(sessions, sessions.c.id == kernels.c.session_id)
     .outerjoin(agents, agents.c.id == kernels.c.agent_id)
+    .outerjoin(users, users.c.name == sessions.c.owner)
     .where(kernels.c.session_id.in_(bindparam("ids", expanding=True)))
-    .order_by(kernels.c.rank)
+    .order_by(kernels.c.session_id, kernels.c.rank)
 )
+_KERNEL_KEYS = convert.names(tuple(c.name for c in kernels.c))
+_SESSION_KEYS = convert.names(tuple(c.name for c in sessions.c))
+_ADDRESS = len(_KERNEL_KEYS)  # then the session's columns, then the owner's config
+_OWNER = _ADDRESS + 1 + len(_SESSION_KEYS)
 
 
 @dataclass(frozen=True)
@@ -45,18 +53,21 @@ class OrderSources:
 
 
 async def read(conn: AsyncConnection, session_ids: Sequence[str]) -> OrderSources:
+    """Sessions with at least one kernel (each the orders are for has the kernel they are for)."""
     found = OrderSources({}, {}, {})
     for part in chunks(sorted(set(session_ids))):
-        rows = convert.mappings(await conn.execute(_SESSIONS, {"ids": part}))
         by_session: dict[str, list[KernelRecord]] = defaultdict(list)
-        for k in convert.mappings(await conn.execute(_KERNELS, {"ids": part})):
-            address = k.pop("agent_address")
-            if k["agent_id"] and address is not None:
-                found.addresses[k["agent_id"]] = address
+        first: dict[str, Any] = {}
+        for row in await conn.execute(_ONE, {"ids": part}):
+            k = dict(zip(_KERNEL_KEYS, row[:_ADDRESS], strict=True))
+            if k["agent_id"] and row[_ADDRESS] is not None:
+                found.addresses[k["agent_id"]] = row[_ADDRESS]
             by_session[k["session_id"]].append(convert.kernel(k, owned=True))
-        for r in rows:
-            owner_config = r.pop("owner_config") or {}
+            first.setdefault(k["session_id"], row)
+        for sid, row in first.items():
+            r = dict(zip(_SESSION_KEYS, row[_ADDRESS + 1 : _OWNER], strict=True))
+            owner_config = row[_OWNER] or {}
             if owner_config.get("run_as"):
                 found.run_as[r["owner"]] = dict(owner_config["run_as"])
-            found.sessions[r["id"]] = convert.session(r, tuple(by_session[r["id"]]), owned=True)
+            found.sessions[sid] = convert.session(r, tuple(by_session[sid]), owned=True)
     return found
