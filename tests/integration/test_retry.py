@@ -141,6 +141,39 @@ def test_retries_are_exhausted_and_counted(cluster: Cluster) -> None:
     assert any(a["action"] == "retry.manual" for a in cluster.http.get("/api/v1/audit").json())
 
 
+def test_a_get_shows_the_whole_chain_from_any_attempt(cluster: Cluster) -> None:
+    """A first attempt nothing followed is its own chain (read from it alone); once retried, by the
+    engine or by hand, every attempt's GET and listing show the whole chain and where it stands."""
+    lone = cluster.wait(cluster.submit(command=["true"])["id"])
+    assert (lone["retry_chain"], lone["retry_state"]) == ([lone["id"]], "none")
+
+    s = cluster.submit(command=["sh", "-c", "exit 3"], retry_policy={"max_retries": 1, "retry_delay": 0})
+    first, second = settled_chain(cluster, s["id"], 2)
+    ids = [first["id"], second["id"]]
+    for sid in ids:
+        got = cluster.session(sid)
+        assert (got["retry_chain"], got["retry_state"]) == (ids, "exhausted"), got
+    listed = {x["id"]: x for x in cluster.http.get("/api/v1/sessions", params={"limit": 1000}).json()}
+    assert [listed[sid]["retry_chain"] for sid in ids] == [ids, ids]
+
+    # By hand: the lone session becomes the first of two, and says so while the second runs.
+    gate = f"/tmp/chain-{uuid.uuid4().hex[:8]}"
+    plain = cluster.wait(cluster.submit(command=["sh", "-c", f"[ ! -e {gate} ] || sleep 30"])["id"])
+    Path(gate).touch()
+    resp = cluster.http.post(f"/api/v1/sessions/{plain['id']}/retry")
+    assert resp.status_code == 201, resp.text
+    child = resp.json()
+    try:
+        assert child["retry_chain"] == [plain["id"], child["id"]]
+        root = cluster.session(plain["id"])
+        assert root["retry_chain"] == [plain["id"], child["id"]]
+        assert root["retry_state"] in ("scheduled", "running"), root
+    finally:
+        cluster.http.post(f"/api/v1/sessions/{child['id']}/cancel")
+        Path(gate).unlink()
+    cluster.wait(child["id"])
+
+
 def test_a_live_chain_cannot_be_retried_by_hand(cluster: Cluster) -> None:
     s = cluster.submit(command=["sleep", "30"], resources={"cpu": 0.1})
     try:

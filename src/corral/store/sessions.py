@@ -192,7 +192,6 @@ async def select_with_kernels(
 
 
 _BY_IDS = select(sessions).where(sessions.c.id.in_(bindparam("ids", expanding=True)))
-_BY_ID = select(sessions).where(sessions.c.id == bindparam("id"))
 
 
 async def get_many(conn: AsyncConnection, session_ids: list[str]) -> list[SessionRecord]:
@@ -202,9 +201,26 @@ async def get_many(conn: AsyncConnection, session_ids: list[str]) -> list[Sessio
     return found
 
 
+# One session with its kernels in one statement: a row per kernel, the session's columns on each
+# (a client following a session reads it every poll; two round trips were one too many).
+_WITH_KERNELS = (
+    select(*sessions.c, *(c.label(f"k_{c.name}") for c in kernels.c))
+    .outerjoin(kernels, kernels.c.session_id == sessions.c.id)
+    .where(sessions.c.id == bindparam("id"))
+    .order_by(kernels.c.rank)
+)
+_SESSION_KEYS = convert.names(tuple(c.name for c in sessions.c))
+_KERNEL_KEYS = convert.names(tuple(c.name for c in kernels.c))
+
+
 async def get(conn: AsyncConnection, session_id: str) -> SessionRecord | None:
-    found = await select_with_kernels(conn, _BY_ID, {"id": session_id})
-    return found[0] if found else None
+    rows = (await conn.execute(_WITH_KERNELS, {"id": session_id})).all()
+    if not rows:
+        return None
+    split = len(_SESSION_KEYS)
+    ranks = [dict(zip(_KERNEL_KEYS, row[split:], strict=True)) for row in rows]
+    found = tuple(convert.kernel(k, owned=True) for k in ranks if k["id"] is not None)  # outer join
+    return convert.session(dict(zip(_SESSION_KEYS, rows[0][:split], strict=True)), found, owned=True)
 
 
 async def list_sessions(
