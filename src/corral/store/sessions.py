@@ -43,7 +43,7 @@ from corral.domain.status import (
 )
 from corral.domain.transitions import kernel_move_allowed, kernel_sources, session_move_allowed
 from corral.store import agents as agent_store
-from corral.store import bulk, convert, journal
+from corral.store import bulk, convert, joined, journal
 from corral.store.db import IN_CHUNK, autocommitting, chunks
 from corral.store.records import KernelRecord, Move, NewSession, SessionRecord
 from corral.store.tables import (
@@ -201,26 +201,18 @@ async def get_many(conn: AsyncConnection, session_ids: list[str]) -> list[Sessio
     return found
 
 
-# One session with its kernels in one statement: a row per kernel, the session's columns on each
-# (a client following a session reads it every poll; two round trips were one too many).
+# A client following a session reads it every poll: one statement, not two (store/joined.py).
 _WITH_KERNELS = (
-    select(*sessions.c, *(c.label(f"k_{c.name}") for c in kernels.c))
+    select(*joined.COLUMNS)
     .outerjoin(kernels, kernels.c.session_id == sessions.c.id)
     .where(sessions.c.id == bindparam("id"))
     .order_by(kernels.c.rank)
 )
-_SESSION_KEYS = convert.names(tuple(c.name for c in sessions.c))
-_KERNEL_KEYS = convert.names(tuple(c.name for c in kernels.c))
 
 
 async def get(conn: AsyncConnection, session_id: str) -> SessionRecord | None:
-    rows = (await conn.execute(_WITH_KERNELS, {"id": session_id})).all()
-    if not rows:
-        return None
-    split = len(_SESSION_KEYS)
-    ranks = [dict(zip(_KERNEL_KEYS, row[split:], strict=True)) for row in rows]
-    found = tuple(convert.kernel(k, owned=True) for k in ranks if k["id"] is not None)  # outer join
-    return convert.session(dict(zip(_SESSION_KEYS, rows[0][:split], strict=True)), found, owned=True)
+    found = joined.records(await conn.execute(_WITH_KERNELS, {"id": session_id}))
+    return found[session_id][0] if session_id in found else None
 
 
 async def list_sessions(
