@@ -1,44 +1,62 @@
-"""Sessions read with their kernels in one statement: a row per kernel, the session's columns
-first, the kernel's beside them (labelled k_<name>), then whatever else the statement reads.  Most
-sessions have one kernel, and a gang's repeated session columns cost less than a second round trip
-(on an idle cluster each cost about 1 ms of the 30 from a submit to its kernel's start)."""
+"""Sessions read with their kernels: a row per session, its columns and then its first kernel's
+(rank 0, labelled k_<name>), then whatever else the statement reads; a gang's other kernels come in
+one more statement.  Most sessions have one kernel, so most reads are one round trip, not two (on an
+idle cluster each cost about 1 ms of the 30 from a submit to its kernel's start).  Only the first
+kernel rides with its session: a row for every kernel, each repeating the session's columns, made a
+256-kernel gang's read twice as slow as the two statements."""
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
+from sqlalchemy import Select, and_, bindparam, select
+from sqlalchemy.ext.asyncio import AsyncConnection
+
 from corral.store import convert
+from corral.store.db import chunks
 from corral.store.records import KernelRecord, SessionRecord
-from corral.store.tables import kernels, sessions
+from corral.store.tables import agents, kernels, sessions
 
 COLUMNS = (*sessions.c, *(c.label(f"k_{c.name}") for c in kernels.c))
 """What such a statement selects first."""
+FIRST_KERNEL = and_(kernels.c.session_id == sessions.c.id, kernels.c.rank == 0)
+"""Its join of kernels (outer: a row per session, with or without one)."""
 _SESSION_KEYS = convert.names(tuple(c.name for c in sessions.c))
 _KERNEL_KEYS = convert.names(tuple(c.name for c in kernels.c))
 _SPLIT = len(_SESSION_KEYS)
+_CLUSTER_SIZE = _SESSION_KEYS.index("cluster_size")
 END = _SPLIT + len(_KERNEL_KEYS)
 """The position of a statement's first column after COLUMNS."""
+_LATER = (
+    select(kernels, agents.c.address.label("agent_address"))
+    .outerjoin(agents, agents.c.id == kernels.c.agent_id)
+    .where(kernels.c.session_id.in_(bindparam("ids", expanding=True)), kernels.c.rank > 0)
+    .order_by(kernels.c.session_id, kernels.c.rank)
+)
+
+Found = dict[str, tuple[SessionRecord, Sequence[Any]]]
+"""By session id: the session with its kernels in rank order, and its row (for the columns after END)."""
 
 
-def records(rows: Iterable[Sequence[Any]]) -> dict[str, tuple[SessionRecord, Sequence[Any]]]:
-    """Each session of `rows`, in their order, with its kernels in row order (none where an outer
-    join found none), and its first row (for the columns after END)."""
-    first: dict[str, Sequence[Any]] = {}
-    found: dict[str, list[KernelRecord]] = defaultdict(list)
+async def read(
+    conn: AsyncConnection, query: Select[Any], params: dict[str, Any]
+) -> tuple[Found, dict[str, str]]:
+    """The sessions `query` finds, and the address of each agent their later kernels are on."""
+    rows = (await conn.execute(query, params)).all()
+    later: dict[str, list[KernelRecord]] = defaultdict(list)
+    addresses: dict[str, str] = {}
+    for part in chunks([row[0] for row in rows if row[_CLUSTER_SIZE] > 1]):  # row[0]: sessions.c.id
+        for k in convert.mappings(await conn.execute(_LATER, {"ids": part})):
+            address = k.pop("agent_address")
+            if k["agent_id"] and address is not None:
+                addresses[k["agent_id"]] = address
+            later[k["session_id"]].append(convert.kernel(k, owned=True))
+    found: Found = {}
     for row in rows:
-        sid = row[0]  # sessions.c.id
-        first.setdefault(sid, row)
-        k = dict(zip(_KERNEL_KEYS, row[_SPLIT:END], strict=True))
-        if k["id"] is not None:
-            found[sid].append(convert.kernel(k, owned=True))
-    return {
-        sid: (
-            convert.session(
-                dict(zip(_SESSION_KEYS, row[:_SPLIT], strict=True)), tuple(found[sid]), owned=True
-            ),
-            row,
-        )
-        for sid, row in first.items()
-    }
+        first = dict(zip(_KERNEL_KEYS, row[_SPLIT:END], strict=True))
+        ranks = ([convert.kernel(first, owned=True)] if first["id"] is not None else []) + later[row[0]]
+        record = dict(zip(_SESSION_KEYS, row[:_SPLIT], strict=True))
+        found[row[0]] = (convert.session(record, tuple(ranks), owned=True), row)
+    return found, addresses

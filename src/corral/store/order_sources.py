@@ -1,9 +1,8 @@
-"""What the specs of an agent's orders are built from, read in one statement (store/joined.py):
-each kernel with its session, its agent's address and its owner's run_as.
+"""What the specs of an agent's orders are built from: the sessions with their kernels, the
+agents those are on and the owners' run_as, in one statement (two for a gang: store/joined.py).
 
-Read on the path from a session's placement to its kernels starting: the session with its kernels,
-the agents those are on and the owner's run_as were four round trips (of an idle cluster's 30 ms
-from submit to RUNNING, PostgreSQL spent about 1 ms on each)."""
+Read on the path from a session's placement to its kernels starting, where they were four round
+trips (of an idle cluster's 30 ms from submit to RUNNING, PostgreSQL spent about 1 ms on each)."""
 
 from __future__ import annotations
 
@@ -22,11 +21,10 @@ from corral.store.tables import agents, kernels, sessions, users
 _ONE = (
     select(*joined.COLUMNS, agents.c.address, users.c.config)
     .select_from(sessions)
-    .join(kernels, kernels.c.session_id == sessions.c.id)
+    .outerjoin(kernels, joined.FIRST_KERNEL)
     .outerjoin(agents, agents.c.id == kernels.c.agent_id)
     .outerjoin(users, users.c.name == sessions.c.owner)
     .where(sessions.c.id.in_(bindparam("ids", expanding=True)))
-    .order_by(sessions.c.id, kernels.c.rank)
 )
 _ADDRESS, _OWNER_CONFIG = joined.END, joined.END + 1
 
@@ -44,15 +42,15 @@ class OrderSources:
 
 
 async def read(conn: AsyncConnection, session_ids: Sequence[str]) -> OrderSources:
-    """Sessions with at least one kernel (each the orders are for has the kernel they are for)."""
     found = OrderSources({}, {}, {})
     for part in chunks(sorted(set(session_ids))):
-        rows = (await conn.execute(_ONE, {"ids": part})).all()
-        for row in rows:
-            if row.k_agent_id and row[_ADDRESS] is not None:
-                found.addresses[row.k_agent_id] = row[_ADDRESS]
-        for sid, (record, first) in joined.records(rows).items():
-            owner_config = first[_OWNER_CONFIG] or {}
+        rows, addresses = await joined.read(conn, _ONE, {"ids": part})
+        found.addresses.update(addresses)
+        for sid, (record, row) in rows.items():
+            first = record.kernels[0] if record.kernels else None
+            if first is not None and first.rank == 0 and first.agent_id and row[_ADDRESS] is not None:
+                found.addresses[first.agent_id] = row[_ADDRESS]
+            owner_config = row[_OWNER_CONFIG] or {}
             if owner_config.get("run_as"):
                 found.run_as[record.owner] = dict(owner_config["run_as"])
             found.sessions[sid] = record

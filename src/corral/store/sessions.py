@@ -202,16 +202,13 @@ async def get_many(conn: AsyncConnection, session_ids: list[str]) -> list[Sessio
 
 
 # A client following a session reads it every poll: one statement, not two (store/joined.py).
-_WITH_KERNELS = (
-    select(*joined.COLUMNS)
-    .outerjoin(kernels, kernels.c.session_id == sessions.c.id)
-    .where(sessions.c.id == bindparam("id"))
-    .order_by(kernels.c.rank)
+_WITH_FIRST_KERNEL = (
+    select(*joined.COLUMNS).outerjoin(kernels, joined.FIRST_KERNEL).where(sessions.c.id == bindparam("id"))
 )
 
 
 async def get(conn: AsyncConnection, session_id: str) -> SessionRecord | None:
-    found = joined.records(await conn.execute(_WITH_KERNELS, {"id": session_id}))
+    found, _ = await joined.read(conn, _WITH_FIRST_KERNEL, {"id": session_id})
     return found[session_id][0] if session_id in found else None
 
 
