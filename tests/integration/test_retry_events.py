@@ -94,3 +94,24 @@ async def test_a_rolled_back_event_holds_the_position_only_for_a_while(
             assert time.monotonic() < deadline, "the position never passed a rolled-back id"
             assert not await retry.run_once()  # nothing decided again meanwhile
         assert retry._position == start + 2
+
+
+async def test_an_end_whose_row_is_held_when_claimed_is_decided_on_the_next_run(
+    fresh_database: Callable[[str], str],
+) -> None:
+    """An agent storing an attempt's last output holds its session's row, often just as it ends:
+    the claim skips it, and the next run (a second later at most), not the backstop, decides it."""
+    async with migrated(fresh_database("postgres")) as engine:
+        [sid] = await _ended(engine, 1)
+        retry = RetryEngine(engine, Wakeup(), grace=3600.0)  # no backstop within the test
+        async with engine.connect() as shipper:
+            holding = await shipper.begin()
+            await sessions.lock(shipper, sid)
+            async with transaction(engine) as conn:
+                await journal.add_events(conn, [_end(sid)], datetime.now(UTC))
+            assert not await retry.run_once()  # read, claimed, skipped: the row is held
+            assert await _decided(engine) == set()
+            await holding.commit()
+        assert await retry.run_once()  # no new event: tried again because it was skipped
+        assert await _decided(engine) == {sid}
+        assert not await retry.run_once()

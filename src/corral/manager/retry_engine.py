@@ -80,6 +80,8 @@ class RetryEngine:
         """The first missing event id of each gap seen, and when it was first seen."""
         self._behind = False
         """The last run read a full batch: more events wait to be read now."""
+        self._again: set[str] = set()
+        """Ends whose row another transaction held when claimed: tried again in the next run."""
 
     async def run(self) -> None:
         await repeat(self._step, lambda: self._wakeup.wait_retries(self._poll), "retry cycle failed")
@@ -117,6 +119,11 @@ class RetryEngine:
             self._backstop_at = time.monotonic()
             async with reading(self._engine) as conn:
                 ids += await retries.undecided(conn, now - self._grace, self._batch)
+        # A claim skips a row another transaction holds (an agent storing the attempt's last
+        # output, often in the very moment it ends): left to the backstop, its decision came 10-40 s
+        # late.  Another manager deciding it is found decided on the next try.
+        ids += sorted(self._again)
+        self._again = set()
         pending = list(dict.fromkeys(ids))
         decided = 0
         if pending:
@@ -142,6 +149,8 @@ class RetryEngine:
         for session_id in pending:
             try:
                 outcome = await self._decide_one(session_id, settings)
+                if outcome is Claim.BUSY:
+                    self._again.add(session_id)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
@@ -151,7 +160,7 @@ class RetryEngine:
                 self._wakeup.scheduler()  # a child may wait in the queue: place it now
             elif outcome is Claim.DECIDED:
                 metrics.RETRY_ALREADY_DECIDED.inc()
-            # BUSY: another manager is deciding it now (or it failed); the backstop looks again.
+            # BUSY after a failure: the backstop looks again.
         before = self._position
         self._taken |= {i for i, _ in events}
         # Past every event read up to `top` (other kinds included), but not past one that was not
