@@ -47,9 +47,9 @@ async def read(conn: AsyncConnection, session_ids: Sequence[str]) -> OrderSource
         rows, addresses = await joined.read(conn, _ONE, {"ids": part})
         found.addresses.update(addresses)
         for sid, (record, row) in rows.items():
-            first = record.kernels[0] if record.kernels else None
-            if first is not None and first.rank == 0 and first.agent_id and row[_ADDRESS] is not None:
-                found.addresses[first.agent_id] = row[_ADDRESS]
+            # An address only comes with the first kernel's agent (record.kernels[0]).
+            if row[_ADDRESS] is not None and (agent := record.kernels[0].agent_id):
+                found.addresses[agent] = row[_ADDRESS]
             owner_config = row[_OWNER_CONFIG] or {}
             if owner_config.get("run_as"):
                 found.run_as[record.owner] = dict(owner_config["run_as"])
