@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import and_, bindparam, select
+from sqlalchemy import BindParameter, and_, bindparam, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.store import joined
@@ -18,7 +18,7 @@ from corral.store.db import chunks
 from corral.store.records import SessionRecord
 from corral.store.tables import agents, kernels, sessions, users
 
-_IDS = bindparam("ids", expanding=True)
+_IDS: BindParameter[str] = bindparam("ids", expanding=True)
 # The kernels' side of the join names the ids too.  Without it, PostgreSQL's estimate for a young
 # kernels table (a few rows, the statistics of its first minute) made the plan read every first
 # kernel there was for each session: 1,128 of them for a page of 32, 15 ms instead of 0.5.
