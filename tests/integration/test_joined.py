@@ -4,15 +4,17 @@ and an agent's order specs name every kernel's agent address and the owner's run
 
 from __future__ import annotations
 
+import sqlite3
 import uuid
 from collections.abc import Callable
+from typing import Any
 
 import pytest
-from sqlalchemy import select, update
+from sqlalchemy import event, select, update
 
 from corral.domain.spec import SessionSpec
 from corral.store import agents, order_sources, sessions, users
-from corral.store.db import transaction
+from corral.store.db import IN_CHUNK, transaction
 from corral.store.records import NewSession
 from corral.store.tables import kernels as kernel_table
 from corral.store.tables import sessions as session_table
@@ -60,3 +62,31 @@ async def test_a_session_reads_with_all_its_kernels_in_rank_order(
         assert [k.agent_id for k in src.sessions[ids[3]].kernels] == ["b", "a", None]
         assert src.addresses == {"a": "10.0.0.1", "b": "10.0.0.2"}
         assert src.run_as == {"ann": {"uid": 4242}}
+
+
+async def test_order_specs_of_more_sessions_than_an_old_sqlite_binds_in_one_statement(
+    fresh_database: Callable[[str], str],
+) -> None:
+    """SQLite before 3.32 allows 999 parameters a statement: the order specs' read binds its ids
+    twice, so a chunk of them must stay under that (emulated here with setlimit)."""
+    async with migrated(fresh_database("sqlite")) as engine:
+        limited: list[int] = []
+
+        @event.listens_for(engine.sync_engine, "connect")
+        def _old_sqlite(dbapi_connection: Any, record: Any) -> None:
+            sqlite_connection = dbapi_connection._conn  # store/sqlite_inline.py's wrapper holds it
+            sqlite_connection.setlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, 999)
+            limited.append(sqlite_connection.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER))
+
+        await engine.dispose()  # the connections made from here on have the old limit
+        async with transaction(engine) as conn:
+            await agents.ensure_resource_group(conn, "default", NOW)
+            ids = [str(uuid.uuid4()) for _ in range(2 * IN_CHUNK + 1)]
+            spec = SessionSpec(command=("true",))
+            await sessions.insert_many(
+                conn, [NewSession(id=i, name="s", owner="u", spec=spec) for i in ids], NOW
+            )
+        async with engine.connect() as conn:
+            src = await order_sources.read(conn, ids)
+        assert limited and set(limited) == {999}
+        assert sorted(src.sessions) == sorted(ids)

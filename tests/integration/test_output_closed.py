@@ -51,7 +51,7 @@ async def test_only_the_agents_ended_kernels_have_their_output_closed(
             await kernels.close_output_of(conn, "a")
         async with engine.connect() as conn:
             rows = await conn.execute(select(kernel_table.c.session_id, kernel_table.c.logs_done))
-            done_by_name = {name: None for name in ids}
+            done_by_name: dict[str, bool | None] = {name: None for name in ids}
             by_id = {sid: name for name, sid in ids.items()}
             for sid, done in rows:
                 done_by_name[by_id[sid]] = bool(done)

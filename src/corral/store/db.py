@@ -33,7 +33,8 @@ _INLINE: WeakSet[Engine] = WeakSet()
 T = TypeVar("T")
 
 IN_CHUNK = 500
-"""Values per IN list: far below SQLite's bound on a statement's parameters, whatever else it binds."""
+"""Values per IN list: below SQLite's bound on a statement's parameters (999 before 3.32), whatever
+else a statement binds, as long as it binds the list once."""
 
 
 def chunks(values: Sequence[T], size: int = IN_CHUNK) -> Iterator[list[T]]:
@@ -105,7 +106,7 @@ def make_engine(url: str, pool_size: int = 10) -> AsyncEngine:
             engine.sync_engine.dialect.statement_compiler
         )
         _ping_when_idle(engine)
-        _plan_for_cache(engine)
+        _prepare_connections(engine)
         return engine
     # One writer connection: SQLite has one writer anyway, and a single connection means no
     # "database is locked" between our own coroutines.  BEGIN IMMEDIATE takes the write lock up
@@ -178,13 +179,14 @@ def _ping_when_idle(engine: AsyncEngine) -> None:
 # The array types the store binds (store/unnest.py, `= ANY`).  asyncpg learns a type it has no
 # codec for by a catalog query, once per connection: found one statement at a time, that was four or
 # five queries for each connection the pool opened under load, each 4-11 ms of the server's time (its
-# planning, in a backend whose catalog caches are cold).  Named here, they are learnt in one.
+# planning, in a backend whose catalog caches are cold).  Named here, they are learnt in one (text[]
+# needs none: asyncpg has its codec).
 _ARRAYS = "SELECT " + ", ".join(
-    f"NULL::{t}[]" for t in ("varchar", "text", "boolean", "integer", "bigint", "float8", "timestamptz")
+    f"NULL::{t}[]" for t in ("varchar", "boolean", "integer", "bigint", "float8", "timestamptz")
 )
 
 
-def _plan_for_cache(engine: AsyncEngine) -> None:
+def _prepare_connections(engine: AsyncEngine) -> None:
     """RANDOM_PAGE_COST on each new connection, unless the server's value was set by someone; and
     the array types learnt up front (_ARRAYS)."""
 

@@ -14,7 +14,7 @@ from sqlalchemy import BindParameter, and_, bindparam, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.store import joined
-from corral.store.db import chunks
+from corral.store.db import IN_CHUNK, chunks
 from corral.store.records import SessionRecord
 from corral.store.tables import agents, kernels, sessions, users
 
@@ -47,7 +47,8 @@ class OrderSources:
 
 async def read(conn: AsyncConnection, session_ids: Sequence[str]) -> OrderSources:
     found = OrderSources({}, {}, {})
-    for part in chunks(sorted(set(session_ids))):
+    # Half a chunk: the ids are bound twice, and an older SQLite allows 999 parameters a statement.
+    for part in chunks(sorted(set(session_ids)), IN_CHUNK // 2):
         rows, addresses = await joined.read(conn, _ONE, {"ids": part})
         found.addresses.update(addresses)
         for sid, (record, row) in rows.items():
