@@ -359,12 +359,14 @@ class _SubmittedMeanwhile(LifecycleHandler):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("placement_first", [False, True])
 async def test_a_session_submitted_while_a_cycle_runs_is_placed_by_it(
-    backend: str, fresh_database: Callable[[str], str]
+    backend: str, placement_first: bool, fresh_database: Callable[[str], str]
 ) -> None:
     """Placement reads PENDING even when no session was PENDING as the cycle began (only a
     SUSPENDED one that does not fit): a session submitted meanwhile, whose submission signalled
-    room, is placed by the same cycle, not left for the next timed one."""
+    room, is placed by the same cycle, not left for the next timed one; also when it is submitted
+    while a handler after placement's own place runs (placement runs again right after it)."""
     async with migrated(fresh_database(backend)) as engine:
         await _one_agent(engine, cpu=1)
         [big] = await _insert_sized(engine, 1, priority=5, cpu=2)
@@ -388,7 +390,7 @@ async def test_a_session_submitted_while_a_cycle_runs_is_placed_by_it(
         coordinator = Coordinator(
             engine,
             "default",
-            [_SubmittedMeanwhile(submit), ScheduleNewSessions()],
+            [ScheduleNewSessions(), _SubmittedMeanwhile(submit)][:: 1 if placement_first else -1],
             PhaseLimits(timeouts={}),
             lambda: NOW,
             room_version=lambda: version[0],
