@@ -365,11 +365,12 @@ async def test_a_session_submitted_while_a_cycle_runs_is_placed_by_it(
 ) -> None:
     """Placement reads PENDING even when no session was PENDING as the cycle began (only a
     SUSPENDED one that does not fit): a session submitted meanwhile, whose submission signalled
-    room, is placed by the same cycle, not left for the next timed one; also when it is submitted
-    while a handler after placement's own place runs (placement runs again right after it)."""
+    room, is placed by the same cycle, not left for the next timed one.  While the queue flows (a
+    session placed at the cycle's start), one submitted while a handler after placement's own
+    place runs is placed right after that handler."""
     async with migrated(fresh_database(backend)) as engine:
-        await _one_agent(engine, cpu=1)
-        [big] = await _insert_sized(engine, 1, priority=5, cpu=2)
+        await _one_agent(engine, cpu=2)
+        [big] = await _insert_sized(engine, 1, priority=5, cpu=3)
         async with transaction(engine) as conn:
             await conn.execute(
                 update(session_table).where(session_table.c.id == big).values(status="SUSPENDED")
@@ -387,6 +388,7 @@ async def test_a_session_submitted_while_a_cycle_runs_is_placed_by_it(
             )
             version[0] += 1  # a submission's wake-up: room
 
+        [flowing] = await _insert_sized(engine, 1, priority=5, cpu=1) if placement_first else [None]
         coordinator = Coordinator(
             engine,
             "default",
@@ -398,7 +400,65 @@ async def test_a_session_submitted_while_a_cycle_runs_is_placed_by_it(
         await coordinator.run_cycle(timed=False, room=True)
         async with engine.connect() as conn:
             found = await sessions.get(conn, submitted[0])
+            first = await sessions.get(conn, flowing) if flowing else None
         assert found is not None and found.status is SessionStatus.PREPARING
+        assert flowing is None or (first is not None and first.status is SessionStatus.PREPARING)
+
+
+class _CountedPlacement(ScheduleNewSessions):
+    """Placement that counts its runs, and fails on each when `broken`."""
+
+    def __init__(self, broken: bool) -> None:
+        self.runs = 0
+        self._broken = broken
+
+    async def execute(self, ctx: HandlerContext, targets: Sequence[SessionRecord]) -> LifecycleResult:
+        self.runs += 1
+        if self._broken:
+            raise RuntimeError("placement broke")
+        return await super().execute(ctx, targets)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("broken", [False, True])
+async def test_a_placement_that_places_nothing_is_not_repeated_between_handlers(
+    backend: str, broken: bool, fresh_database: Callable[[str], str]
+) -> None:
+    """Room signalled during every handler (reports of kernels ending, under load) makes placement
+    run again between handlers only until such a run places nothing: a queue whose head does not
+    fit is tried once more than before a cycle, and a placement that fails no more than before,
+    not after every handler (each run locks the group's agents and reads the queue)."""
+    async with migrated(fresh_database(backend)) as engine:
+        await _one_agent(engine, cpu=1)
+        [big] = await _insert_sized(engine, 1, priority=5, cpu=2)  # never fits
+        version = [1]
+
+        async def signal(conn: AsyncConnection) -> None:
+            version[0] += 1  # a report's wake-up: room (too little for the head)
+
+        [suspended] = await _insert_sized(engine, 1, priority=5, cpu=3)  # for the handlers to look at
+        async with transaction(engine) as conn:
+            await conn.execute(
+                update(session_table).where(session_table.c.id == suspended).values(status="SUSPENDED")
+            )
+        placement = _CountedPlacement(broken)
+        handlers = [_SubmittedMeanwhile(signal) for _ in range(5)]
+        coordinator = Coordinator(
+            engine,
+            "default",
+            [*handlers[:3], placement, *handlers[3:]],
+            PhaseLimits(timeouts={}),
+            lambda: NOW,
+            room_version=lambda: version[0],
+        )
+        await coordinator.run_cycle(timed=False, room=True)
+        # The cycle's start, once between handlers (it placed nothing: no more), and its own place
+        # (room was signalled since); a failed run is not tried again (its room stays unseen for
+        # the next cycle).
+        assert placement.runs == (1 if broken else 3)
+        async with engine.connect() as conn:
+            waiting = await sessions.get(conn, big)
+        assert waiting is not None and waiting.status is SessionStatus.PENDING
 
 
 class _BrokenPlacement(ScheduleNewSessions):

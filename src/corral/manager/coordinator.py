@@ -139,6 +139,9 @@ class _Cycle:
     """Sessions moved so far."""
     handed: int = 0
     """Of those, sessions handed to their agents, waiting for them (`awaits_agents`)."""
+    flowing: bool = True
+    """Room signalled is worth a placement run between handlers: none such has placed nothing this
+    cycle, and placement has not failed (a queue whose head does not fit waits for its own place)."""
     more: bool = False
     """Placement left room it did not use this cycle (see _step): the next cycle places more."""
 
@@ -188,14 +191,16 @@ class Coordinator:
         is made before it; `room_left` says whether room was left after it.
 
         Room signalled since placement last ran (`room_version`: under load, agents' reports of
-        kernels ending, many a second) is placed first, and again after any handler during which
-        more was signalled: a freed CPU waited for the promotions, 63 ms on average, and with
-        placement only at the cycle's start and its own place the slots of a busy PostgreSQL
+        kernels ending, many a second) is placed first: a freed CPU waited for the promotions, 63
+        ms on average.  It is placed again after any handler once more was signalled: with
+        placement only at the cycle's start and its own place, the CPUs of a busy PostgreSQL
         installation (cycles of 100-150 ms) stood empty a third of the time (bench/throughput.py).
-        Placement also runs at its own place if the handlers before it made room, or room was
-        signalled while it ran earlier in the cycle.  The room placement leaves itself (a full
-        window, victims asked to stop) is the next cycle's: one placement reads one window and
-        chooses one preemptor."""
+        Once such a run places nothing (the queue's head does not fit) or placement fails, the
+        cycle stops doing so: a full cluster costs one placement run a cycle more than before at
+        most, a failing placement none.  Placement runs at its own place if the handlers before it
+        made room, or room was signalled since it last ran.  The room a placement leaves itself (a
+        full window, victims asked to stop) is for a later run: one run reads one window and
+        chooses at most one preemptor."""
         async with reading(self._engine) as conn:
             present, group = await sessions.live_statuses(conn, self._rg)
         self._use_group(group)
@@ -204,16 +209,19 @@ class Coordinator:
         self.left_out = False
         placement = next((h for h in self._handlers if h.waits_for_room), None)
 
-        async def place_signalled() -> None:
-            if placement is not None and self._signalled():
+        async def place_signalled(between: bool) -> None:
+            if placement is not None and self._signalled() and (cycle.flowing or not between):
                 cycle.room = True
+                moved = cycle.moved
                 await self._place(placement, cycle, timed)
+                if between and cycle.moved == moved:
+                    cycle.flowing = False
 
-        await place_signalled()
+        await place_signalled(between=False)
         for handler in self._handlers:
             if handler is not placement:
                 await self._step(handler, cycle, timed)
-                await place_signalled()
+                await place_signalled(between=True)
             elif not cycle.placed:
                 await self._place(handler, cycle, timed)  # if room, or in a timed cycle
             elif cycle.made or self._signalled():
@@ -239,6 +247,7 @@ class Coordinator:
         except Exception:
             log.exception("placement failed; the cycle goes on", resource_group=self._rg)
             cycle.room = cycle.made = False  # tried again at the cycle's end if a later handler makes room
+            cycle.flowing = False
 
     async def _step(self, handler: Handler, cycle: _Cycle, timed: bool) -> None:
         """One handler's turn in a cycle."""

@@ -206,8 +206,9 @@ async def _preempt(
 ) -> dict[str, str]:
     """For the first waiting session (in queue order) that running work of lower priority can make
     room for: ask a minimal set of victims to stop and hold the agents they free.  One preemptor per
-    placement run (at most two a cycle); a preemptor whose victims are still stopping waits (no
-    second round).  Returns why each preempting session waits."""
+    placement run (a cycle runs placement at its start and its own place, and between its handlers
+    only while those runs place sessions: Coordinator.run_cycle); a preemptor whose victims are
+    still stopping waits (no second round).  Returns why each preempting session waits."""
     waiting: dict[str, str] = {}
     for s in unplaced:
         hold = reserved.get(s.id)
@@ -265,7 +266,7 @@ async def _preempt(
             f"preempting {len(ids)} session(s) of priority {min(v.priority for v in victims)}"
             f" ({settings.preemption_mode}): {', '.join(ids)}; agents {agents_held} held"
         )
-        break  # one round per cycle: the next preemptor sees what this one freed and holds
+        break  # one round per run: the next preemptor sees what this one freed and holds
     return waiting
 
 
