@@ -87,6 +87,45 @@ async def test_many_rows_are_written_as_given(backend: str, fresh_database: Call
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+async def test_repeated_outcomes_collapse_into_one_counted_row_per_session_and_reason(
+    backend: str, fresh_database: Callable[[str], str]
+) -> None:
+    """add_collapsed (placement's SKIPPED rows; on PostgreSQL one statement): a (session, reason)
+    already recorded by this handler with this result is counted again, on its newest row only;
+    the others are inserted; rows of another handler or result are left alone."""
+    later = NOW + timedelta(seconds=5)
+    skip = "ScheduleNewSessions"
+    before = [
+        ("s1", skip, "SKIPPED", "PENDING", None, "no room"),
+        ("s1", skip, "SKIPPED", "PENDING", None, "no room"),  # two managers raced: the newest counts
+        ("s1", "Other", "SKIPPED", "PENDING", None, "no room"),
+        ("s2", skip, "EXPIRED", "PENDING", None, "no room"),
+    ]
+    given = [("s1", "PENDING", "no room"), ("s2", "PENDING", "no room"), ("s1", "PENDING", "held")]
+    async with migrated(fresh_database(backend)) as engine:
+        async with transaction(engine) as conn:
+            await journal.add_history(conn, before, NOW)
+        for at in (later, later + timedelta(seconds=1)):
+            async with transaction(engine) as conn:
+                await journal.add_collapsed(conn, skip, "SKIPPED", given, at)
+        async with engine.connect() as conn:
+            written = await conn.execute(select(session_history).order_by(session_history.c.id))
+            rows = [
+                (r.session_id, r.handler, r.result, r.message, r.count, r.created_at, r.last_at)
+                for r in written
+            ]
+    end = later + timedelta(seconds=1)
+    assert rows == [
+        ("s1", skip, "SKIPPED", "no room", 1, NOW, NOW),
+        ("s1", skip, "SKIPPED", "no room", 3, NOW, end),
+        ("s1", "Other", "SKIPPED", "no room", 1, NOW, NOW),
+        ("s2", skip, "EXPIRED", "no room", 1, NOW, NOW),
+        ("s2", skip, "SKIPPED", "no room", 2, later, end),
+        ("s1", skip, "SKIPPED", "held", 2, later, end),
+    ]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 async def test_a_move_writes_its_kernels_events_and_history_only_if_it_wins(
     backend: str, fresh_database: Callable[[str], str]
 ) -> None:

@@ -353,12 +353,12 @@ class Coordinator:
             pages, asked = [targets], [page or 0]
 
             async def more(wanted: int = 0) -> list[SessionRecord]:
-                """The window's next page (`wanted` sessions if more than a page), or nothing once
-                the window (or the queue) is read."""
+                """The window's next `wanted` sessions (a page if none said), or nothing once the
+                window (or the queue) is read."""
                 read_so_far = sum(map(len, pages))
                 if window is None or page is None or len(pages[-1]) < asked[-1] or read_so_far >= window:
                     return []
-                asked.append(min(max(page, wanted), window - read_so_far))
+                asked.append(min(wanted if wanted > 0 else page, window - read_so_far))
                 pages.append(await read(asked[-1], sessions.queue_key(pages[-1][-1])))
                 return pages[-1]
 

@@ -56,7 +56,7 @@ class RetryEngine:
         engine: AsyncEngine,
         wakeup: Wakeup,
         clock: Callable[[], datetime] = utcnow,
-        batch: int = 200,
+        batch: int = 1000,
         poll: float = 1.0,
         grace: float = 10.0,
     ) -> None:
@@ -64,6 +64,8 @@ class RetryEngine:
         self._wakeup = wakeup
         self._clock = clock
         self._batch = batch
+        """Events read a run, of every kind: a session's life writes about eight, so 200 was 25 ends
+        a run, and a busy cycle's ends took several runs of a round trip or two each."""
         self._poll = poll
         self._rng = random.Random()
         self._errors: dict[str, int] = {}
@@ -106,8 +108,7 @@ class RetryEngine:
             durable = self._durable
             if self._position is None or self._position < durable:
                 self._position = durable
-            top = await retries.last_event_id(conn)
-            rows = await retries.since(conn, self._position, self._batch, top)
+            rows = await retries.since(conn, self._position, self._batch)
             read_at = time.monotonic()
         now = self._clock()
         events = [(i, sid) for i, sid in rows if sid is not None and i not in self._taken]
@@ -163,9 +164,10 @@ class RetryEngine:
             # BUSY after a failure: the backstop looks again.
         before = self._position
         self._taken |= {i for i, _ in events}
-        # Past every event read up to `top` (other kinds included), but not past one that was not
-        # committed yet (a gap in the ids): it is read again next time, not passed over.
-        self._position = self._contiguous(self._position, rows, read_at) if rows else max(self._position, top)
+        # Past every event read (other kinds included), but not past one that was not committed yet
+        # (a gap in the ids): it is read again next time, not passed over.
+        if rows:
+            self._position = self._contiguous(self._position, rows, read_at)
         self._taken = {i for i in self._taken if i > self._position}
         if self._position > durable and time.monotonic() - self._saved_at >= 1.0:
             # Stored only over events older than the grace: a restart re-reads the recent ones.

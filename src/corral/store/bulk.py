@@ -67,7 +67,7 @@ def unnest_insert(
 ) -> Insert:
     """PostgreSQL's INSERT ... SELECT FROM unnest(one array per column, each bound as prefix +
     column), plus the values every row shares (`same`), of the rows `kept` keeps (all without it)."""
-    fields = _fields(table, columns, prefix)
+    fields = unnest_fields(table, columns, prefix)
     unnested = unnest.rows(fields)
     picked = [unnest.picked(unnested, name, type_) for name, type_ in fields]
     query = select(*picked, *same.values())
@@ -80,11 +80,12 @@ def unnest_params(
     table: Table, columns: tuple[str, ...], prefix: str, rows: Sequence[tuple[Any, ...]]
 ) -> dict[str, list[Any]]:
     """unnest_insert's arrays for these rows."""
-    return unnest.arrays(_fields(table, columns, prefix), rows)
+    return unnest.arrays(unnest_fields(table, columns, prefix), rows)
 
 
 @cache
-def _fields(table: Table, columns: tuple[str, ...], prefix: str) -> tuple[tuple[str, Any], ...]:
+def unnest_fields(table: Table, columns: tuple[str, ...], prefix: str) -> tuple[tuple[str, Any], ...]:
+    """The unnest fields (store/unnest.py) of these columns, each named prefix + column."""
     return tuple((prefix + c, table.c[c].type) for c in columns)
 
 

@@ -54,25 +54,22 @@ async def reset(conn: AsyncConnection, consumer: str, position: int, now: dateti
     )
 
 
-_LAST_EVENT = select(func.max(session_events.c.id))
 _ENDED = and_(session_events.c.kind == "session.status_changed", session_events.c.to_status.in_(_TERMINAL))
 _SINCE = (
     select(session_events.c.id, case((_ENDED, session_events.c.session_id), else_=None))
-    .where(session_events.c.id > bindparam("position"), session_events.c.id <= bindparam("upto"))
+    .where(session_events.c.id > bindparam("position"))
     .order_by(session_events.c.id)
     .limit(bindparam("limit", type_=Integer))
 )
 
 
-async def last_event_id(conn: AsyncConnection) -> int:
-    return int((await conn.execute(_LAST_EVENT)).scalar() or 0)
-
-
-async def since(conn: AsyncConnection, position: int, limit: int, upto: int) -> list[tuple[int, str | None]]:
-    """(event id, session id if the event is a session's end, else None) of every event after
-    `position` and up to `upto`, in id order: a missing id is an event not committed (yet), or
-    rolled back (ids come from a sequence without a cache, BIGSERIAL's default: one per row)."""
-    rows = await conn.execute(_SINCE, {"position": position, "upto": upto, "limit": limit})
+async def since(conn: AsyncConnection, position: int, limit: int) -> list[tuple[int, str | None]]:
+    """(event id, session id if the event is a session's end, else None) of the first `limit`
+    events after `position`, in id order: a missing id is an event not committed (yet), or rolled
+    back (ids come from a sequence without a cache, BIGSERIAL's default: one per row).  None found:
+    no event after `position` is committed (one statement sees one snapshot; the highest id was a
+    statement of its own, a round trip in every run)."""
+    rows = await conn.execute(_SINCE, {"position": position, "limit": limit})
     return [(int(i), None if s is None else str(s)) for i, s in rows]
 
 

@@ -32,8 +32,8 @@ class HandlerContext:
     limits: PhaseLimits
     """Per-status limits (for handlers that need them)."""
     more: Callable[[int], Awaitable[list[SessionRecord]]] | None = None
-    """The next page of a paged queue window (`queue_page`, or the number asked for if more, within
-    the window); empty once the window is read."""
+    """The next part of a paged queue window: the number asked for (`queue_page` if none), within
+    the window; empty once the window is read."""
     preemption: Mapping[str, Any] = field(default_factory=dict)
     """The group's stored preemption settings, as the cycle read them at its start."""
 

@@ -122,8 +122,12 @@ class ScheduleNewSessions(LifecycleHandler):
                 if not await _victims_below(ctx, running, page[-1].priority):
                     break
             # As many as could still fit, were they all as small as the smallest read so far: under
-            # load placement places dozens a cycle, and every page is a round trip.
-            page = await ctx.more(int(free.cpu_free() // smallest) if smallest > 0 else 0)
+            # load placement places dozens a cycle, and every page is a round trip.  Exactly that
+            # many while all read so far fit (one more would only be read to be skipped, and the
+            # skips written: a round trip or two in most runs of a busy cluster); at least a page
+            # once one did not (a smaller one further back may fit).
+            fit = int(free.cpu_free() // smallest) if smallest > 0 else 0
+            page = await ctx.more(fit if not unplaced else max(fit, self.queue_page))
         placed = set(result.placements)
         await preemption.release(ctx.conn, [sid for sid in reserved if sid in placed])
         preempting = await _preempt(ctx, unplaced, free.snapshot(), reserved, held_by, result, running)
