@@ -347,9 +347,10 @@ class Agent:
         while True:
             await wait_set(self._wake_push, 0.25)
             self._wake_push.clear()
-            await self._await_starts()
+            # The spacing first: a kernel that starts meanwhile still has its RUNNING waited for.
             if (spacing := self._next_push - time.monotonic()) > 0:
                 await asyncio.sleep(spacing)
+            await self._await_starts()
             epoch = self.epoch  # what _push_once sends (it reads it before any wait)
             try:
                 await self._push_once()
@@ -366,7 +367,8 @@ class Agent:
     async def _await_starts(self) -> None:
         """A kernel being started reports RUNNING a millisecond or two after CREATING: when that is
         all there is to say, wait for it (briefly) so that both go in one request, not two round
-        trips.  Anything else in the outbox (a kernel's end, above all) goes at once."""
+        trips.  Anything else in the outbox (a kernel's end, above all) goes without this wait
+        (after the pushes' spacing under load: REPORT_SPACING)."""
         deadline = time.monotonic() + START_COALESCE
         while self._only_starts():
             remaining = deadline - time.monotonic()
@@ -382,7 +384,8 @@ class Agent:
         return bool(starting) and all(r["kernel_id"] in starting for r in self.outbox)
 
     async def _push_once(self) -> None:
-        # A kernel's end is reported at once: its output follows on its own (the ship loop).
+        # A kernel's end is reported without waiting for its output, which follows on its own (the
+        # ship loop).
         reports = list(self.outbox)
         if not reports:
             return
