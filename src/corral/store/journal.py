@@ -52,21 +52,23 @@ async def add_collapsed(
     if not rows:
         return
     ids = [s for s, _, _ in rows]
+    new: list[HistoryRow] = [(s, handler, result, st, None, m) for s, st, m in rows]
     if conn.dialect.name == "postgresql":
         # One statement, not a read then an update then an insert: under load placement writes these
         # for the sessions it read and could not place in nearly every run, three round trips of the
         # run's ten (bench/throughput.py --postgres).
-        new = [(s, handler, result, st, None, m) for s, st, m in rows]
         params = bulk.unnest_params(session_history, HISTORY_COLUMNS, _C, new)
         which = {"c_ids": ids, "c_of_handler": handler, "c_of_result": result, "c_now": now}
         await conn.execute(_collapse(), {**params, **which})
         return
     existing = await conn.execute(
-        select(session_history.c.id, session_history.c.session_id, session_history.c.message).where(
+        select(session_history.c.id, session_history.c.session_id, session_history.c.message)
+        .where(
             session_history.c.session_id.in_(ids),
             session_history.c.handler == handler,
             session_history.c.result == result,
         )
+        .order_by(session_history.c.id)  # the newest of a (session, message) counts, as _collapse's
     )
     known = {(r.session_id, r.message): r.id for r in existing}
     bump = [known[(s, m)] for s, _, m in rows if (s, m) in known]
@@ -76,9 +78,7 @@ async def add_collapsed(
             .where(session_history.c.id.in_(bump))
             .values(count=session_history.c.count + 1, last_at=now)
         )
-    await add_history(
-        conn, [(s, handler, result, st, None, m) for s, st, m in rows if (s, m) not in known], now
-    )
+    await add_history(conn, [h for h in new if (h[0], h[5]) not in known], now)
 
 
 async def latest_skip(conn: AsyncConnection, session_id: str) -> str | None:
