@@ -27,6 +27,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from contextlib import ExitStack
 from datetime import datetime
 from pathlib import Path
@@ -60,7 +61,7 @@ def submit_array(http: httpx.Client, n: int, name: str = "bench") -> float:
     return time.monotonic() - first
 
 
-async def submit_all(url: str, key: str, n: int, concurrency: int) -> float:
+async def submit_all(url: str, key: str, n: int, concurrency: int, name: str = "bench") -> float:
     headers = {"Authorization": f"Bearer {key}"}
     queue: asyncio.Queue[int] = asyncio.Queue()
     for i in range(n):
@@ -70,7 +71,7 @@ async def submit_all(url: str, key: str, n: int, concurrency: int) -> float:
         async def worker() -> None:
             while not queue.empty():
                 i = queue.get_nowait()
-                body = {"command": ["true"], "resources": {"cpu": 1}, "name": f"bench-{i}"}
+                body = {"command": ["true"], "resources": {"cpu": 1}, "name": f"{name}-{i}"}
                 resp = await http.post("/api/v1/sessions", json=body)
                 resp.raise_for_status()
 
@@ -94,7 +95,7 @@ def server_span(http: httpx.Client) -> tuple[float, int]:
         if not page:
             break
         for s in page:
-            if s["name"].startswith(WARMUP + "["):
+            if s["name"].startswith(WARMUP):
                 continue
             created.append(datetime.fromisoformat(s["created_at"]))
             ended.append(datetime.fromisoformat(s["terminated_at"]))
@@ -127,8 +128,9 @@ def main() -> int:
         "--warmup",
         type=int,
         default=128,
-        help="jobs each system runs (one array, waited for) before the measured ones: a figure of a"
-        " running installation, not of its first seconds (0: none)",
+        help="jobs each system runs before the measured ones, waited for (Corral: submitted as the"
+        " measured ones are; Slurm: one array): a figure of a running installation, not of its first"
+        " seconds (0: none)",
     )
     parser.add_argument(
         "--keep", action="store_true", help="keep the work dir (database, logs) and print where it is"
@@ -222,12 +224,13 @@ def wait_ended(
         time.sleep(every)
 
 
-def warm(http: httpx.Client, n: int) -> int:
-    """Run N sessions as one array and wait until nothing runs: the manager's pooled connections
-    have prepared and planned their statements, the agents have started kernels, before the
-    measure.  Returns how many sessions had ended then (the measure counts from there)."""
+def warm(http: httpx.Client, n: int, submit: Callable[[int, str], object]) -> int:
+    """Run N sessions as the measure submits them and wait until nothing runs: the manager's pool
+    has grown to the load's width and its connections have planned their statements, the agents
+    have started kernels, before the measure.  Returns how many sessions had ended then (the
+    measure counts from there)."""
     first = time.monotonic()
-    submit_array(http, n, WARMUP)
+    submit(n, WARMUP)
     done = wait_ended(http, n, 0, 0.1, "the warm-up is stuck")
     print(f"warm-up: {n} sessions in {time.monotonic() - first:.1f}s", flush=True)
     return done
@@ -309,7 +312,13 @@ def run_corral(args: argparse.Namespace) -> tuple[float, int, Reading]:
                 raise SystemExit(f"an agent or the manager exited; see the logs in {work}")
             time.sleep(0.1)
         print(machine(database_url), flush=True)
-        before = warm(http, args.warmup) if args.warmup else 0
+
+        def submit(n: int, name: str = "bench") -> float:
+            if args.array:
+                return submit_array(http, n, name)
+            return asyncio.run(submit_all(url, key, n, args.concurrency, name))
+
+        before = warm(http, args.warmup, submit) if args.warmup else 0
         print(
             f"corral bench: {args.n} sessions, 2 agents x {args.cpus} CPUs, "
             f"{'one array' if args.array else 'N submits'}",
@@ -324,10 +333,7 @@ def run_corral(args: argparse.Namespace) -> tuple[float, int, Reading]:
         )
         used = meter.read()
         started = time.monotonic()
-        if args.array:
-            submit_seconds = submit_array(http, args.n)
-        else:
-            submit_seconds = asyncio.run(submit_all(url, key, args.n, args.concurrency))
+        submit_seconds = submit(args.n)
         print(f"submitted in {submit_seconds:.2f}s ({args.n / submit_seconds:.0f} submits/s)", flush=True)
         stuck = f"stuck; run again with --keep to keep the logs ({work})"
         wait_ended(http, args.n, before, 0.5, stuck, since=started)

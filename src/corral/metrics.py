@@ -16,3 +16,7 @@ RETRY_ALREADY_DECIDED = Counter(
 RETRY_DECISIONS = Counter(
     "corral_retry_decisions", "Decisions the retry engine took, by policy and verdict", ["policy", "decision"]
 )
+DB_CONNECTIONS_OPENED = Counter(
+    "corral_db_connections_opened",
+    "PostgreSQL connections the pool opened; rising under steady load means CORRAL_DB_POOL_SIZE is too small",
+)

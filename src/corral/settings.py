@@ -25,6 +25,12 @@ class ManagerSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="CORRAL_", extra="ignore")
 
     database_url: str = ""
+    # PostgreSQL connections each manager keeps open (as many again may open for a burst, each
+    # closed when it is handed back).  An opened connection costs the server a process, its
+    # catalog caches and five plannings of every statement before its plan is cached; with 10,
+    # 8 concurrent submitters kept opening and closing 2-3 a second (bench/throughput.py).
+    # SQLite ignores it: one writer connection.
+    db_pool_size: Annotated[int, Field(ge=1, le=1000)] = 16
     host: str = "127.0.0.1"
     port: int = 8470
     agent_token: str = ""

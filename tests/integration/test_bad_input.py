@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -205,3 +209,26 @@ def test_cli_bad_input_exits_nonzero_with_the_field(cluster: Cluster) -> None:
     assert "resources.cpu" in done.stderr and "Traceback" not in done.stderr
     done = cluster.corral("run")
     assert done.returncode != 0 and "no command" in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "says"),
+    [
+        ("CORRAL_DB_POOL_SIZE", "0", "greater than or equal to 1"),
+        ("CORRAL_LONG_POLL", "soon", "valid number"),
+        ("CORRAL_SWEEP_INTERVAL", "60", "less than or equal to 5"),  # a scheduler setting
+    ],
+)
+def test_a_bad_setting_stops_the_manager_naming_it(tmp_path: Path, name: str, value: str, says: str) -> None:
+    """Before it serves: exit 2 and one line naming the variable, no traceback, not the value."""
+    env = {**os.environ, name: value, "CORRAL_AGENT_TOKEN": "t", "CORRAL_HOME": str(tmp_path)}
+    done = subprocess.run(
+        [sys.executable, "-m", "corral", "manager", "--port", "1"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2, done
+    assert name in done.stderr and says in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr and f"'{value}'" not in done.stderr, done.stderr

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import httpx
 import pytest
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
@@ -207,3 +208,36 @@ async def test_the_planner_costs_pages_as_cached_unless_the_operator_said_otherw
         assert await _page_cost(engine) == "2.5"
     finally:
         await engine.dispose()
+
+
+def _opened(c: Cluster) -> float:
+    for line in c.http.get("/metrics").text.splitlines():
+        if line.startswith("corral_db_connections_opened_total "):
+            return float(line.split()[1])
+    raise AssertionError("no corral_db_connections_opened_total in /metrics")
+
+
+async def _bursts(c: Cluster, times: int, width: int) -> None:
+    """`times` rounds of `width` creates sent at once, each round answered before the next."""
+    async with httpx.AsyncClient(base_url=c.url, headers=c.http.headers, timeout=30) as http:
+        for _ in range(times):
+            sent = [http.post("/api/v1/sessions", json=SPEC) for _ in range(width)]
+            assert all(r.status_code == 201 for r in await asyncio.gather(*sent))
+
+
+@pytest.mark.parametrize(("pool", "churns"), [(None, False), ("3", True)])
+async def test_load_within_the_pool_opens_no_more_connections_than_it_keeps(
+    fresh_database: Callable[[str], str], tmp_path: Path, pool: str | None, churns: bool
+) -> None:
+    """Bursts of 10 creates (and the scheduling loop beside them) against the default pool, which
+    keeps 16: at most 16 connections are ever opened, each kept for the next burst.  A connection
+    opened for a burst and closed after it costs the server a process and a plan of every statement
+    it runs.  With a pool narrower than the load, connections are opened again at every burst, and
+    the count shows it to an operator (/metrics)."""
+    c = Cluster(fresh_database("postgres"), tmp_path, env={"CORRAL_DB_POOL_SIZE": pool} if pool else {})
+    try:
+        c.start_manager()
+        await _bursts(c, 9, 10)
+        assert (_opened(c) > 16) is churns, _opened(c)
+    finally:
+        c.close()

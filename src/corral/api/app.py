@@ -72,7 +72,7 @@ def create_app(
         gc.collect()
         gc.freeze()
         url = settings.resolved_database_url()
-        engine = make_engine(url)
+        engine = make_engine(url, settings.db_pool_size)
         await prepare_database(engine, settings)
         reader = make_reader(engine)
         wakeup = Wakeup()

@@ -283,10 +283,30 @@ def upgrade(database_url: DatabaseOpt = None) -> None:
 
 
 def main() -> None:
+    from pydantic import ValidationError
+
     from corral.logsetup import configure
 
     configure()
-    app(prog_name="corral")
+    try:
+        app(prog_name="corral")
+    except ValidationError as exc:
+        prefix = _ENV_PREFIXES.get(exc.title)
+        if prefix is None:
+            raise
+        # Each variable and what is wrong with it, never its value (it may be a secret).
+        for error in exc.errors(include_input=False):
+            name = prefix + "_".join(str(part) for part in error["loc"]).upper()
+            typer.echo(f"error: {name}: {error['msg']}", err=True)
+        raise SystemExit(2) from None
+
+
+# The settings read from the environment, and their variables' prefix.
+_ENV_PREFIXES = {
+    "ManagerSettings": "CORRAL_",
+    "SchedulerSettings": "CORRAL_",
+    "AgentSettings": "CORRAL_AGENT_",
+}
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.sqltypes import TupleType
 
+from corral.metrics import DB_CONNECTIONS_OPENED
 from corral.store import sqlite_inline
 from corral.store.inline_engine import InlineEngine
 
@@ -82,7 +83,7 @@ _PLANNER = (
 )
 
 
-def make_engine(url: str, pool_size: int = 10) -> AsyncEngine:
+def make_engine(url: str, pool_size: int = 16) -> AsyncEngine:
     if not is_sqlite(url):
         # PostgreSQL's own plan caching (a generic plan after five runs, if it costs no more): with
         # `id IN` as `= ANY(array)` (_in_as_any) the generic plan of `id = ANY($1) AND status = $2`
@@ -188,10 +189,11 @@ _ARRAYS = "SELECT " + ", ".join(
 
 def _prepare_connections(engine: AsyncEngine) -> None:
     """RANDOM_PAGE_COST on each new connection, unless the server's value was set by someone; and
-    the array types learnt up front (_ARRAYS)."""
+    the array types learnt up front (_ARRAYS).  Counted: churn shows in /metrics."""
 
     @event.listens_for(engine.sync_engine.pool, "connect")
     def _set(dbapi_connection: Any, record: Any) -> None:
+        DB_CONNECTIONS_OPENED.inc()
         dbapi_connection.run_async(lambda conn: conn.execute(_PLANNER, RANDOM_PAGE_COST))
         dbapi_connection.run_async(lambda conn: conn.fetchrow(_ARRAYS))
 
