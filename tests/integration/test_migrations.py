@@ -24,12 +24,13 @@ from corral.domain.resources import ResourceSlots
 from corral.domain.spec import SessionSpec
 from corral.services import sessions as session_service
 from corral.store import auth
+from corral.store import kernels as kernel_store
 from corral.store.auth import Principal
 from corral.store.db import make_engine, reading, transaction, upgrade
 from corral.store.records import SessionRecord
 from corral.store.tables import kernels, metadata, sessions
 from tests.conftest import BACKENDS
-from tests.support.db import migrated
+from tests.support.db import migrated, register_agent
 from tests.support.postgres import PgServer
 
 
@@ -70,6 +71,7 @@ async def test_a_session_has_one_kernel_a_rank(backend: str, fresh_database: Cal
             row = dict(
                 (await conn.execute(select(kernels).where(kernels.c.session_id == made.id))).one()._mapping
             )
+            del row["ended"]  # computed by the database
         with pytest.raises(IntegrityError):
             async with transaction(engine) as conn:
                 await conn.execute(insert(kernels).values({**row, "id": str(uuid.uuid4())}))
@@ -155,3 +157,40 @@ def test_two_upgrades_at_once_both_succeed(backend: str, pg_server: PgServer | s
     outputs = [p.communicate(timeout=120)[0] for p in both]
     assert [p.returncode for p in both] == [0, 0], [out[-2000:] for out in outputs]
     assert all("database is up to date" in out for out in outputs)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_kernels_written_before_0010_are_found_by_its_index_of_live_kernels(
+    backend: str, pg_server: PgServer | str, tmp_path: Path
+) -> None:
+    """A database at 0009 with a running and an ended kernel on an agent: after the upgrade each
+    has its `ended`, and the agent's orders are its running kernel alone."""
+    if backend == "sqlite":
+        url = f"sqlite+aiosqlite:///{tmp_path}/corral.db"
+    elif isinstance(pg_server, str):
+        pytest.skip("needs a server it may create an empty database on (CORRAL_TEST_PG_DSN is one database)")
+    else:
+        name = "old_" + uuid.uuid4().hex[:12]
+        pg_server.psql(f"CREATE DATABASE {name}")
+        url = pg_server.dsn(name)
+    engine = make_engine(url)
+    try:
+        await upgrade(engine, "0009")
+        async with transaction(engine) as conn:
+            user_id = await auth.ensure_user(conn, "alice", "user", datetime.now(UTC))
+        alice = Principal(user_id, "alice", "user", frozenset({"default"}))
+        spec = SessionSpec(command=("true",))
+        made = [(await session_service.create(engine, alice, spec, None, None))[0] for _ in range(2)]
+        async with transaction(engine) as conn:
+            epoch = await register_agent(conn, "a", {"cpu": 4})
+            for record, status in zip(made, ("RUNNING", "TERMINATED"), strict=True):
+                where = kernels.c.session_id == record.id
+                await conn.execute(kernels.update().where(where).values(agent_id="a", status=status))
+        await upgrade(engine)
+        async with reading(engine) as conn:
+            ended = dict((await conn.execute(select(kernels.c.session_id, kernels.c.ended))).all())
+            orders = await kernel_store.orders_for(conn, "a", epoch)
+        assert ended == {made[0].id: False, made[1].id: True}
+        assert orders is not None and [k.session_id for k in orders] == [made[0].id]
+    finally:
+        await engine.dispose()

@@ -21,6 +21,7 @@ from corral.domain.placement import Placement
 from corral.domain.resources import ResourceSlots
 from corral.domain.spec import Backoff, RetryPolicy, SessionSpec
 from corral.domain.status import KernelStatus, SessionStatus
+from corral.store import agents as agent_store
 from corral.store import bulk, driver_rows, journal, kernels, sessions
 from corral.store.db import transaction
 from corral.store.records import Move, NewSession
@@ -28,7 +29,7 @@ from corral.store.tables import allocations, session_events, session_history
 from corral.store.tables import kernels as kernel_table
 from corral.store.tables import sessions as session_table
 from tests.conftest import BACKENDS
-from tests.support.db import migrated
+from tests.support.db import migrated, register_agent
 
 NOW = datetime(2026, 11, 25, 12, 0, tzinfo=UTC)
 BY_IDS = select(session_table.c.id).where(session_table.c.id.in_(bindparam("ids", expanding=True)))
@@ -408,3 +409,79 @@ async def test_a_placement_whose_ranks_do_not_match_the_kernels_writes_nothing(
         async with engine.connect() as conn:
             assert list(await conn.execute(select(allocations))) == []
             assert set((await conn.execute(select(kernel_table.c.agent_id))).scalars()) == {None}
+
+
+def _removed_from(plan: dict[str, Any], table: str) -> int:
+    """Rows of `table` a plan read only to drop them (its filters, not its index conditions)."""
+    own = plan.get("Rows Removed by Filter", 0) if plan.get("Relation Name") == table else 0
+    return own + sum(_removed_from(p, table) for p in plan.get("Plans", []))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("statistics", [False, True])
+async def test_an_agents_polls_and_sweeps_never_read_the_kernels_it_ran_before(
+    backend: str, statistics: bool, fresh_database: Callable[[str], str]
+) -> None:
+    """An agent that ran 2,000 kernels and holds 3: its order poll finds the 3, and neither the poll
+    nor the sweeps' reads of what it holds read a kernel that has ended (they did, by the agent's
+    index: a poll's time grew with the agent's history), with or without planner statistics."""
+    async with migrated(fresh_database(backend)) as engine:
+        news = [
+            NewSession(id=str(uuid.uuid4()), name="s", owner="t", spec=SessionSpec(command=("true",)))
+            for _ in range(2003)
+        ]
+        async with transaction(engine) as conn:
+            epoch = await register_agent(conn, "a", {"cpu": 4})
+            await sessions.insert_sessions(conn, news, NOW)
+            await conn.execute(update(kernel_table).values(agent_id="a", status="TERMINATED"))
+            held = [n.id for n in news[:3]]
+            await conn.execute(
+                update(kernel_table).where(kernel_table.c.session_id.in_(held)).values(status="RUNNING")
+            )
+        if statistics:
+            async with transaction(engine) as conn:
+                await conn.execute(text("ANALYZE"))
+        sent: list[tuple[str, Any]] = []
+
+        def record_statement(*args: Any) -> None:
+            if args[2].startswith("SELECT"):
+                sent.append((args[2], args[3]))
+
+        async with engine.connect() as conn:
+            event.listen(engine.sync_engine, "before_cursor_execute", record_statement)
+            orders = await kernels.orders_for(conn, "a", epoch)
+            held_kernels = await agent_store.kernels_held_by(conn, ["a"])
+            on = await kernels.sessions_on(conn, agent_ids=["a"])
+            event.remove(engine.sync_engine, "before_cursor_execute", record_statement)
+            assert orders is not None and sorted(k.session_id for k in orders) == sorted(held)
+            assert len(held_kernels) == 3 and sorted(s for s, *_ in on) == sorted(held)
+            assert len(sent) == 3
+            for statement, params in sent:
+                if backend == "postgres":
+                    explain = f"EXPLAIN (ANALYZE, FORMAT JSON) {statement}"
+                    [plan] = (await conn.exec_driver_sql(explain, params)).scalar()
+                    assert _removed_from(plan["Plan"], "kernels") < 10, statement
+                else:
+                    plan = (await conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {statement}", params)).all()
+                    assert any("ix_kernels_live_on_agent" in row[-1] for row in plan), (statement, plan)
+
+
+async def test_a_kernels_steps_are_heap_only_writes_on_postgresql(
+    fresh_database: Callable[[str], str],
+) -> None:
+    """A status change that does not end the kernel leaves its `ended` as it was, so PostgreSQL
+    writes it without an entry in any index (there is room on the page); its ending leaves the
+    index of live kernels, so it is written with one."""
+    async with migrated(fresh_database("postgres")) as engine:
+        new = NewSession(id=str(uuid.uuid4()), name="s", owner="t", spec=SessionSpec(command=("true",)))
+        async with transaction(engine) as conn:
+            await sessions.insert_sessions(conn, [new], NOW)
+            await conn.execute(update(kernel_table).values(agent_id="a", status="PREPARING"))
+        hot = text("SELECT pg_stat_get_xact_tuples_hot_updated('kernels'::regclass)")
+        async with transaction(engine) as conn:
+            for status in ("PREPARED", "CREATING", "RUNNING", "TERMINATING"):
+                await conn.execute(update(kernel_table).values(status=status))
+            assert (await conn.execute(hot)).scalar() == 4
+            await conn.execute(update(kernel_table).values(status="TERMINATED"))
+            assert (await conn.execute(hot)).scalar() == 4
+            assert (await conn.execute(select(kernel_table.c.ended))).scalar() is True

@@ -13,7 +13,7 @@ from corral.domain.resources import ResourceSlots
 from corral.domain.status import KERNEL_ON_AGENT, KERNEL_PROCESS, AgentStatus, KernelStatus
 from corral.store import convert, kernels
 from corral.store.records import AgentRecord
-from corral.store.tables import agents, allocations, resource_groups
+from corral.store.tables import LIVE_KERNEL, agents, allocations, resource_groups
 from corral.store.tables import kernels as kernel_table
 
 _EPOCH = select(agents.c.epoch).where(agents.c.id == bindparam("agent_id"))
@@ -178,7 +178,9 @@ async def _kernels_on(
 ) -> list[str]:
     rows = await conn.execute(
         select(kernel_table.c.id).where(
-            kernel_table.c.agent_id.in_(agent_ids), kernel_table.c.status.in_([str(s) for s in statuses])
+            kernel_table.c.agent_id.in_(agent_ids),
+            LIVE_KERNEL,
+            kernel_table.c.status.in_([str(s) for s in statuses]),
         )
     )
     return list(rows.scalars())

@@ -68,6 +68,7 @@ def _slots_of_items(items: tuple[tuple[str, Any], ...]) -> ResourceSlots:
 
 def kernel(row: Source, owned: bool = False) -> KernelRecord:
     m = _fields(row, owned)
+    m.pop("ended", None)  # the database's own, computed from the status
     m["status"] = _KERNEL_STATUS[m["status"]]
     m["resources"] = _slots(m["resources"])
     return KernelRecord(**m)

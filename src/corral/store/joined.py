@@ -19,12 +19,13 @@ from corral.store.db import chunks
 from corral.store.records import KernelRecord, SessionRecord
 from corral.store.tables import agents, kernels, sessions
 
-COLUMNS = (*sessions.c, *(c.label(f"k_{c.name}") for c in kernels.c))
+_KERNEL_COLUMNS = [c for c in kernels.c if c.computed is None]
+COLUMNS = (*sessions.c, *(c.label(f"k_{c.name}") for c in _KERNEL_COLUMNS))
 """What such a statement selects first."""
 FIRST_KERNEL = and_(kernels.c.session_id == sessions.c.id, kernels.c.rank == 0)
 """Its join of kernels (outer: a row per session, with or without one)."""
 _SESSION_KEYS = convert.names(tuple(c.name for c in sessions.c))
-_KERNEL_KEYS = convert.names(tuple(c.name for c in kernels.c))
+_KERNEL_KEYS = convert.names(tuple(c.name for c in _KERNEL_COLUMNS))
 _SPLIT = len(_SESSION_KEYS)
 _CLUSTER_SIZE = _SESSION_KEYS.index("cluster_size")
 END = _SPLIT + len(_KERNEL_KEYS)

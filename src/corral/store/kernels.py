@@ -44,7 +44,7 @@ from corral.domain.transitions import kernel_sources
 from corral.store import convert, report_statement, unnest
 from corral.store.db import chunks
 from corral.store.records import KernelRecord, KernelReport, OrderedKernel
-from corral.store.tables import agents, allocations, kernels, sessions
+from corral.store.tables import LIVE_KERNEL, agents, allocations, kernels, sessions
 
 log = structlog.get_logger("corral.store.kernels")
 
@@ -672,7 +672,11 @@ _ORDERS = (
     .select_from(
         agents.outerjoin(
             kernels,
-            and_(kernels.c.agent_id == agents.c.id, kernels.c.status.in_([str(s) for s in KERNEL_ON_AGENT])),
+            and_(
+                kernels.c.agent_id == agents.c.id,
+                LIVE_KERNEL,
+                kernels.c.status.in_([str(s) for s in KERNEL_ON_AGENT]),
+            ),
         )
     )
     .where(agents.c.id == bindparam("k_agent"))
@@ -724,7 +728,7 @@ async def sessions_on(
         query = query.where(
             kernels.c.agent_id.in_(agent_ids),
             sessions.c.status.not_in([str(s) for s in TERMINAL_SESSION]),
-            kernels.c.status.not_in([str(s) for s in TERMINAL_KERNEL]),
+            LIVE_KERNEL,
         )
     if kernel_ids is not None:
         query = query.where(kernels.c.id.in_(kernel_ids))

@@ -96,7 +96,7 @@ async def _insert_new(
 
 
 def _every_column(table: Table, rows: Sequence[dict[str, Any]]) -> bulk.Rows:
-    names = tuple(c.name for c in table.columns)
+    names = tuple(c.name for c in table.columns if c.computed is None)  # the database computes the rest
     return bulk.Rows(table, names, [tuple(row[n] for n in names) for row in rows], {})
 
 
@@ -135,7 +135,7 @@ def _session_row(new: NewSession, now: datetime) -> dict[str, Any]:
 def _kernel_rows(new: NewSession, resources: Any, now: datetime) -> list[dict[str, Any]]:
     kernel_rows: list[dict[str, Any]] = []
     for rank in range(new.spec.cluster_size):
-        k: dict[str, Any] = {c.name: None for c in kernels.columns}
+        k: dict[str, Any] = {c.name: None for c in kernels.columns if c.computed is None}
         k.update(
             id=str(uuid.uuid4()),
             session_id=new.id,

@@ -11,6 +11,7 @@ from sqlalchemy import (
     BigInteger,
     Boolean,
     Column,
+    Computed,
     DateTime,
     Float,
     ForeignKey,
@@ -28,6 +29,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.sqlite import DATETIME as SQLITE_DATETIME
 from sqlalchemy.engine import Dialect
+
+from corral.domain.status import TERMINAL_KERNEL
 
 
 class _SQLiteStamp(SQLITE_DATETIME):
@@ -256,6 +259,11 @@ Index(
     postgresql_where=sessions.c.reservation.is_not(None),
 )
 
+KERNEL_ENDED = "status IN (" + ", ".join(f"'{s}'" for s in sorted(TERMINAL_KERNEL)) + ")"
+"""SQL: the kernel's status is terminal (its `ended` column)."""
+LIVE = "NOT ended"
+"""SQL: the condition of the index of live kernels."""
+
 kernels = Table(
     "kernels",
     metadata,
@@ -288,11 +296,21 @@ kernels = Table(
     Column("termination_message", Text, nullable=True),
     Column("error_record", JSON, nullable=True),
     Column("detail", JSON, nullable=False, default=dict),
+    # Computed by the database from `status`: it changes when the kernel ends and at no other status
+    # change, which PostgreSQL may then still write as a heap-only version (an index whose condition
+    # named `status` would take an entry at every status change).
+    Column("ended", Boolean, Computed(KERNEL_ENDED, persisted=True)),
     # One kernel a rank in a session (a re-placement is a new generation of the same row); it is
     # also the look-up of a session's kernels.
     Index("uq_kernels_session_rank", "session_id", "rank", unique=True),
+    # The kernels an agent holds: what its order polls and sweeps read, not every kernel it ever ran
+    # (the polls' time grew with the agent's history: 0.23 ms a poll after 600 kernels, 0.45 after 1,100).
+    Index("ix_kernels_live_on_agent", "agent_id", sqlite_where=text(LIVE), postgresql_where=text(LIVE)),
     postgresql_with={"fillfactor": FILLFACTOR},
 )
+LIVE_KERNEL = text("NOT kernels.ended")
+"""The kernel has not ended, written as the index's condition is: only then do the planners (SQLite's
+in particular, which would write `ended = 0`) know that index holds every row the statement wants."""
 
 allocations = Table(
     "allocations",

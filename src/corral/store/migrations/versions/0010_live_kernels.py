@@ -1,0 +1,35 @@
+"""kernels: `ended` (computed from the status), and an index of the kernels on each agent that have
+not ended
+
+Revision ID: 0010
+Revises: 0009
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0010"
+down_revision = "0009"
+branch_labels = None
+depends_on = None
+
+ENDED = "status IN ('CANCELLED', 'ERROR', 'TERMINATED')"
+"""The kernel's status is terminal; must match `store/tables.py`."""
+LIVE = sa.text("NOT ended")
+
+
+def upgrade() -> None:
+    # PostgreSQL keeps a computed column's value in the row (and rewrites the table to add it);
+    # SQLite can only add one computed when read, which its index then holds.
+    stored = op.get_bind().dialect.name == "postgresql"
+    op.add_column("kernels", sa.Column("ended", sa.Boolean(), sa.Computed(ENDED, persisted=stored or None)))
+    op.create_index(
+        "ix_kernels_live_on_agent", "kernels", ["agent_id"], sqlite_where=LIVE, postgresql_where=LIVE
+    )
+
+
+def downgrade() -> None:
+    op.drop_index("ix_kernels_live_on_agent", table_name="kernels")
+    op.execute("ALTER TABLE kernels DROP COLUMN ended")
