@@ -194,10 +194,10 @@ async def test_a_value_longer_than_its_column_is_never_stored_cut(
             assert list((await conn.execute(select(session_history.c.session_id))).scalars()) == [long_id]
 
 
-def _removed_from_sessions(plan: dict[str, Any]) -> int:
-    """Rows of `sessions` a plan read only to drop them (its filters, not its index conditions)."""
-    own = plan.get("Rows Removed by Filter", 0) if plan.get("Relation Name") == "sessions" else 0
-    return own + sum(_removed_from_sessions(p) for p in plan.get("Plans", []))
+def _removed_from(plan: dict[str, Any], table: str) -> int:
+    """Rows of `table` a plan read only to drop them (its filters, not its index conditions)."""
+    own = plan.get("Rows Removed by Filter", 0) if plan.get("Relation Name") == table else 0
+    return own + sum(_removed_from(p, table) for p in plan.get("Plans", []))
 
 
 async def test_a_read_of_several_statuses_reads_no_ended_session_before_any_statistics(
@@ -255,7 +255,7 @@ async def test_a_read_of_several_statuses_reads_no_ended_session_before_any_stat
             for statement, params in sent:
                 explained = await conn.exec_driver_sql(f"EXPLAIN (ANALYZE, FORMAT JSON) {statement}", params)
                 [plan] = explained.scalar()
-                assert _removed_from_sessions(plan["Plan"]) < 10, statement
+                assert _removed_from(plan["Plan"], "sessions") < 10, statement
         assert len(sent) == 2
 
 
@@ -409,12 +409,6 @@ async def test_a_placement_whose_ranks_do_not_match_the_kernels_writes_nothing(
         async with engine.connect() as conn:
             assert list(await conn.execute(select(allocations))) == []
             assert set((await conn.execute(select(kernel_table.c.agent_id))).scalars()) == {None}
-
-
-def _removed_from(plan: dict[str, Any], table: str) -> int:
-    """Rows of `table` a plan read only to drop them (its filters, not its index conditions)."""
-    own = plan.get("Rows Removed by Filter", 0) if plan.get("Relation Name") == table else 0
-    return own + sum(_removed_from(p, table) for p in plan.get("Plans", []))
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
