@@ -18,5 +18,6 @@ RETRY_DECISIONS = Counter(
 )
 DB_CONNECTIONS_OPENED = Counter(
     "corral_db_connections_opened",
-    "PostgreSQL connections the pool opened; rising under steady load means CORRAL_DB_POOL_SIZE is too small",
+    "PostgreSQL connections this process opened (its pool's, and one to migrate at start); rising"
+    " under a steady load means CORRAL_DB_POOL_SIZE is too small",
 )

@@ -212,23 +212,31 @@ def test_cli_bad_input_exits_nonzero_with_the_field(cluster: Cluster) -> None:
 
 
 @pytest.mark.parametrize(
-    ("name", "value", "says"),
+    ("command", "name", "value", "says"),
     [
-        ("CORRAL_DB_POOL_SIZE", "0", "greater than or equal to 1"),
-        ("CORRAL_LONG_POLL", "soon", "valid number"),
-        ("CORRAL_SWEEP_INTERVAL", "60", "less than or equal to 5"),  # a scheduler setting
+        ("manager", "CORRAL_DB_POOL_SIZE", "0", "greater than or equal to 1"),
+        ("manager", "CORRAL_LONG_POLL", "soon", "valid number"),
+        ("manager", "CORRAL_SWEEP_INTERVAL", "60", "less than or equal to 5"),  # a scheduler setting
+        ("up", "CORRAL_SWEEP_INTERVAL", "60", "less than or equal to 5"),
+        ("agent", "CORRAL_AGENT_SLOTS", "{gpu: 1", "not valid JSON"),
+        ("agent", "CORRAL_AGENT_SLOTS", '{"gpu": "many"}', "valid number"),  # named as set, not by its key
     ],
 )
-def test_a_bad_setting_stops_the_manager_naming_it(tmp_path: Path, name: str, value: str, says: str) -> None:
-    """Before it serves: exit 2 and one line naming the variable, no traceback, not the value."""
-    env = {**os.environ, name: value, "CORRAL_AGENT_TOKEN": "t", "CORRAL_HOME": str(tmp_path)}
+def test_a_bad_setting_stops_the_command_naming_it(
+    tmp_path: Path, command: str, name: str, value: str, says: str
+) -> None:
+    """Before anything starts or is made: exit 2 and a line naming the variable as it is set, no
+    traceback, not the value."""
+    env = {**os.environ, name: value, "CORRAL_AGENT_TOKEN": "t", "CORRAL_HOME": str(tmp_path / "home")}
+    args = {"manager": ["--port", "1"], "up": ["--port", "1"], "agent": ["--manager", "http://127.0.0.1:1"]}
     done = subprocess.run(
-        [sys.executable, "-m", "corral", "manager", "--port", "1"],
+        [sys.executable, "-m", "corral", command, *args[command]],
         env=env,
         capture_output=True,
         text=True,
         timeout=60,
     )
     assert done.returncode == 2, done
-    assert name in done.stderr and says in done.stderr, done.stderr
-    assert "Traceback" not in done.stderr and f"'{value}'" not in done.stderr, done.stderr
+    assert f"error: {name}: " in done.stderr and says in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr and value not in done.stderr, done.stderr
+    assert not (tmp_path / "home").exists()  # nothing made

@@ -22,6 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from corral.domain.resources import ResourceSlots
 from corral.domain.spec import SessionSpec
+from corral.domain.status import TERMINAL_KERNEL, KernelStatus
 from corral.services import sessions as session_service
 from corral.store import auth
 from corral.store import kernels as kernel_store
@@ -194,3 +195,20 @@ async def test_kernels_written_before_0010_are_found_by_its_index_of_live_kernel
         assert orders is not None and [k.session_id for k in orders] == [made[0].id]
     finally:
         await engine.dispose()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_a_kernel_has_ended_exactly_when_its_status_is_terminal(
+    backend: str, fresh_database: Callable[[str], str]
+) -> None:
+    """`ended` is the database's own (migration 0010), which alembic's comparison does not read:
+    set to every status, a kernel has ended exactly in the statuses the code calls terminal."""
+    async with migrated(fresh_database(backend)) as engine:
+        made = await _one_session(engine)
+        found = {}
+        for status in KernelStatus:
+            async with transaction(engine) as conn:
+                where = kernels.c.session_id == made.id
+                await conn.execute(kernels.update().where(where).values(status=str(status)))
+                found[status] = (await conn.execute(select(kernels.c.ended).where(where))).scalar_one()
+    assert found == {status: status in TERMINAL_KERNEL for status in KernelStatus}

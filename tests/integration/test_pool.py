@@ -230,7 +230,8 @@ async def test_load_within_the_pool_opens_no_more_connections_than_it_keeps(
     fresh_database: Callable[[str], str], tmp_path: Path, pool: str | None, churns: bool
 ) -> None:
     """Bursts of 10 creates (and the scheduling loop beside them) against the default pool, which
-    keeps 16: at most 16 connections are ever opened, each kept for the next burst.  A connection
+    keeps 16: at most 17 connections are ever opened (the 16, and the one the manager migrated
+    with), each kept for the next burst.  A connection
     opened for a burst and closed after it costs the server a process and a plan of every statement
     it runs.  With a pool narrower than the load, connections are opened again at every burst, and
     the count shows it to an operator (/metrics)."""
@@ -238,6 +239,6 @@ async def test_load_within_the_pool_opens_no_more_connections_than_it_keeps(
     try:
         c.start_manager()
         await _bursts(c, 9, 10)
-        assert (_opened(c) > 16) is churns, _opened(c)
+        assert (_opened(c) > 17) is churns, _opened(c)
     finally:
         c.close()

@@ -4,11 +4,17 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import httpx
 import typer
+
+if TYPE_CHECKING:
+    from pydantic_settings import BaseSettings
+
+S = TypeVar("S", bound="BaseSettings")
 
 
 def config_path() -> Path:
@@ -50,6 +56,25 @@ def load_config() -> tuple[str, str]:
 def fail(message: str, code: int = 1) -> typer.Exit:
     typer.echo(f"error: {message}", err=True)
     return typer.Exit(code)
+
+
+def from_env(kind: type[S], **given: Any) -> S:
+    """Settings read from the environment (and `given`); one that does not parse or is out of range
+    exits 2 naming its variable and what is wrong, never its value (it may be a secret)."""
+    from pydantic import ValidationError
+    from pydantic_settings import SettingsError
+
+    prefix = str(kind.model_config.get("env_prefix", ""))
+    try:
+        return kind(**given)
+    except ValidationError as exc:
+        wrong = [(str(e["loc"][0]), e["msg"]) for e in exc.errors(include_input=False)]
+    except SettingsError as exc:  # a value that is not JSON where JSON is read (a mapping)
+        found = re.search(r'field "(\w+)"', str(exc))
+        wrong = [(found.group(1) if found else "?", "not valid JSON")]
+    for field, message in wrong:
+        typer.echo(f"error: {prefix}{field.upper()}: {message}", err=True)
+    raise typer.Exit(2)
 
 
 class Api:

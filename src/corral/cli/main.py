@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 
 from corral.cli import admin, arrays, groups, session, users
-from corral.cli.client import Api, fail, load_saved, save_config
+from corral.cli.client import Api, fail, from_env, load_saved, save_config
 from corral.cli.output import Format, OutputOpt, emit
 from corral.cli.run import run
 
@@ -67,6 +67,8 @@ def up(
     from corral.store.auth import new_key
 
     os.umask(0o077)
+    # Read first: a bad setting stops `up` before it makes an account, a key or a directory.
+    settings, scheduler = from_env(ManagerSettings, host=host, port=port), from_env(SchedulerSettings)
     data = private_dir(data_dir())
     url = f"http://{host}:{port}"
     saved_url, saved_key = load_saved()
@@ -80,9 +82,7 @@ def up(
     if created:
         typer.echo(f"corral: {created}", err=True)
     kernels = kernel_tree(data)
-    settings = ManagerSettings(
-        host=host, port=port, agent_token=token, bootstrap_admin_key=key, rotate_admin_key=rotate_key
-    )
+    settings.agent_token, settings.bootstrap_admin_key, settings.rotate_admin_key = token, key, rotate_key
     # Every local agent sees the same checkpoint directory per retry chain.
     settings.checkpoint_root = str(kernels / "checkpoints")
     if kernels != data:
@@ -100,7 +100,7 @@ def up(
 
     try:
         with contextlib.suppress(KeyboardInterrupt):
-            asyncio.run(serve_embedded(settings, SchedulerSettings(), agents, kernels))
+            asyncio.run(serve_embedded(settings, scheduler, agents, kernels))
     except StartupError as exc:
         raise fail(str(exc)) from None
 
@@ -114,9 +114,9 @@ def manager(
     """Run a manager (API + scheduling loops); settings from CORRAL_* variables."""
     from corral.cli.serve import serve_manager
     from corral.services.cluster import StartupError
-    from corral.settings import ManagerSettings
+    from corral.settings import ManagerSettings, SchedulerSettings
 
-    settings = ManagerSettings()
+    settings, scheduler = from_env(ManagerSettings), from_env(SchedulerSettings)
     for attr, value in (("database_url", database_url), ("host", host), ("port", port)):
         if value is not None:
             setattr(settings, attr, value)
@@ -127,7 +127,7 @@ def manager(
     os.umask(0o077)
     add_secret(settings.agent_token, settings.bootstrap_admin_key)
     try:
-        serve_manager(settings)
+        serve_manager(settings, scheduler)
     except StartupError as exc:
         raise fail(str(exc)) from None
 
@@ -176,7 +176,7 @@ def agent(
     from corral.agent.agent import Agent
     from corral.agent.settings import AgentSettings
 
-    cfg = AgentSettings()
+    cfg = from_env(AgentSettings)
     overrides = {
         "manager": manager,
         "token": token or os.environ.get("CORRAL_AGENT_TOKEN"),
@@ -269,7 +269,7 @@ def upgrade(database_url: DatabaseOpt = None) -> None:
     from corral.store.db import make_engine
     from corral.store.db import upgrade as do_upgrade
 
-    url = database_url or ManagerSettings().resolved_database_url()
+    url = database_url or from_env(ManagerSettings).resolved_database_url()
 
     async def go() -> None:
         engine = make_engine(url)
@@ -283,30 +283,10 @@ def upgrade(database_url: DatabaseOpt = None) -> None:
 
 
 def main() -> None:
-    from pydantic import ValidationError
-
     from corral.logsetup import configure
 
     configure()
-    try:
-        app(prog_name="corral")
-    except ValidationError as exc:
-        prefix = _ENV_PREFIXES.get(exc.title)
-        if prefix is None:
-            raise
-        # Each variable and what is wrong with it, never its value (it may be a secret).
-        for error in exc.errors(include_input=False):
-            name = prefix + "_".join(str(part) for part in error["loc"]).upper()
-            typer.echo(f"error: {name}: {error['msg']}", err=True)
-        raise SystemExit(2) from None
-
-
-# The settings read from the environment, and their variables' prefix.
-_ENV_PREFIXES = {
-    "ManagerSettings": "CORRAL_",
-    "SchedulerSettings": "CORRAL_",
-    "AgentSettings": "CORRAL_AGENT_",
-}
+    app(prog_name="corral")
 
 
 if __name__ == "__main__":

@@ -20,6 +20,10 @@ ENDED = "status IN ('CANCELLED', 'ERROR', 'TERMINATED')"
 LIVE = sa.text("NOT ended")
 
 
+# A later migration that rebuilds kernels on SQLite (batch_alter_table copies every column) must drop
+# the index and `ended` first and add them back after: SQLite refuses a copy into a computed column.
+
+
 def upgrade() -> None:
     # PostgreSQL keeps a computed column's value in the row (and rewrites the table to add it);
     # SQLite can only add one computed when read, which its index then holds.
