@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import asyncio
 import math
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
 import httpx
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import func, select, text
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from corral.domain.resources import ResourceSlots
@@ -22,7 +24,7 @@ from corral.services.errors import Conflict, InvalidInput
 from corral.services.intake import BATCH_MOST, Ask, Intake
 from corral.store import auth
 from corral.store.auth import Principal
-from corral.store.db import reading, transaction
+from corral.store.db import make_engine, reading, transaction
 from corral.store.records import SessionRecord
 from corral.store.tables import kernels, sessions
 from tests.conftest import BACKENDS
@@ -269,27 +271,39 @@ async def test_a_shared_transaction_the_database_refuses_sends_each_request_alon
         assert await _rows(engine) == (2, 2)
 
 
-async def test_a_shared_transaction_that_fails_at_its_commit_is_never_written_twice(
+async def test_a_batch_whose_connection_is_lost_as_it_writes_is_never_sent_again(
     fresh_database: Callable[[str], str],
 ) -> None:
-    """PostgreSQL only: a deferred constraint trigger is checked at COMMIT, the one way to make a
-    commit fail on demand (SQLite has no deferred triggers)."""
-    async with migrated(fresh_database("postgres")) as engine:
+    """PostgreSQL only: there a batch's write is one statement, its own commit.  Its connection
+    ended while the statement waits (on a lock this test holds, as a server restart would end it):
+    the client cannot know whether it was written, so going alone could write each session twice;
+    every request of the batch fails as one alone would, none is sent again."""
+    url = fresh_database("postgres")
+    async with migrated(url) as engine:
         alice = await _principal(engine)
-        async with transaction(engine) as conn:
-            await conn.exec_driver_sql(_REFUSE_ON_INSERT["postgres"][0])
-            await conn.exec_driver_sql(
-                "CREATE CONSTRAINT TRIGGER refuse_at_commit AFTER INSERT ON sessions"
-                " DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION refuse_on_insert()"
-            )
         intake = Intake(engine, busy_gap=math.inf)  # as under load: every submit waits for others
-        asks = [Ask(_spec(i, name="refused" if i == 1 else None), None, None, who=alice) for i in range(3)]
-        answers = await _all(intake, asks)
-
-        # A failed commit may, in general, have been written: going alone could write a session
-        # twice, so every request of the batch fails as one alone would, and none is retried.
+        asks = [Ask(_spec(i), None, None, who=alice) for i in range(3)]
+        holder = make_engine(url)
+        try:
+            async with transaction(holder) as conn:
+                await conn.execute(text("LOCK TABLE sessions IN SHARE MODE"))  # inserts wait
+                sent = asyncio.ensure_future(_all(intake, asks))
+                waiting = text(
+                    "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                    " AND query LIKE '%INSERT INTO sessions%' AND pid <> pg_backend_pid()"
+                )
+                deadline = time.monotonic() + 30
+                while not (pids := list((await conn.execute(waiting)).scalars())):
+                    assert time.monotonic() < deadline and not sent.done(), "the batch never wrote"
+                    await conn.execute(text("SELECT pg_stat_clear_snapshot()"))
+                    await asyncio.sleep(0.02)
+                assert len(pids) == 1  # one statement for the three
+                await conn.execute(text("SELECT pg_terminate_backend(:p)"), {"p": pids[0]})
+            answers = await sent
+        finally:
+            await holder.dispose()
         for answer in answers:
-            assert isinstance(answer, Exception) and "refused by the database" in str(answer)
+            assert isinstance(answer, DBAPIError) and answer.connection_invalidated, answer
         assert await _rows(engine) == (0, 0)
         # The door stays open: the next request is written.
         made, created = await intake.create(Ask(_spec(3), None, None, who=alice))

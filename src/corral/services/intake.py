@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from corral.clock import utcnow
@@ -24,7 +25,7 @@ from corral.services.arrays import BulkItem
 from corral.services.errors import CorralError
 from corral.store import sessions
 from corral.store.auth import Principal
-from corral.store.db import transaction
+from corral.store.db import autocommitting, statements
 from corral.store.records import NewSession, SessionRecord
 
 Made = tuple[SessionRecord, bool]
@@ -68,7 +69,8 @@ class _Together(Exception):
 
 
 class _AtCommit(Exception):
-    """The shared transaction failed at its commit: it may have been written (the cause says why)."""
+    """The shared write may have been written (the cause says why): it failed at its commit, or its
+    connection was lost while the statement that is its own commit ran."""
 
 
 class Intake:
@@ -166,7 +168,9 @@ async def _together(engine: AsyncEngine, asks: Sequence[Ask]) -> list[Made | Cor
     news: list[NewSession] = []
     committing = False
     try:
-        async with transaction(engine) as conn:
+        # As a lone create: the one write is one statement on PostgreSQL (no BEGIN and COMMIT round
+        # trips: two of a batch's four), one transaction on SQLite.
+        async with statements(engine) as conn:
             shared = session_service.Shared()
             for ask in asks:
                 try:
@@ -181,7 +185,14 @@ async def _together(engine: AsyncEngine, asks: Sequence[Ask]) -> list[Made | Cor
                     answers.append(None)
                 else:
                     answers.append((admitted, False))
-            made = iter(await sessions.insert_sessions(conn, news, utcnow()))
+            try:
+                made = iter(await sessions.insert_sessions(conn, news, utcnow()))
+            except DBAPIError as exc:
+                # Outside a transaction the statement is its own commit: with no answer from the
+                # server (the connection lost), it may have been written.
+                if exc.connection_invalidated and autocommitting(conn):
+                    raise _AtCommit from exc
+                raise
             committing = True
     except Exception as exc:
         if committing:
