@@ -219,6 +219,7 @@ def test_cli_bad_input_exits_nonzero_with_the_field(cluster: Cluster) -> None:
         ("manager", "CORRAL_SWEEP_INTERVAL", "60", "less than or equal to 5"),  # a scheduler setting
         ("up", "CORRAL_SWEEP_INTERVAL", "60", "less than or equal to 5"),
         ("agent", "CORRAL_AGENT_SLOTS", "{gpu: 1", "not valid JSON"),
+        ("up", "CORRAL_AGENT_SLOTS", "{gpu: 1", "not valid JSON"),  # its agents' settings
         ("agent", "CORRAL_AGENT_SLOTS", '{"gpu": "many"}', "valid number"),  # named as set, not by its key
     ],
 )

@@ -271,6 +271,28 @@ async def test_a_shared_transaction_the_database_refuses_sends_each_request_alon
         assert await _rows(engine) == (2, 2)
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_a_failure_after_the_batch_is_written_never_sends_it_again(
+    backend: str, fresh_database: Callable[[str], str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A failure once the write has run (here: making the records it answers with) may leave the
+    batch written (PostgreSQL: the statement was its own commit; SQLite rolls it back): every
+    request fails, none is sent again alone, so no session is ever written twice."""
+    from corral.store import sessions as session_store
+
+    def broken(written: Any) -> Any:
+        raise RuntimeError("after the write")
+
+    async with migrated(fresh_database(backend)) as engine:
+        alice = await _principal(engine)
+        intake = Intake(engine, busy_gap=math.inf)  # as under load: every submit waits for others
+        monkeypatch.setattr(session_store, "records_of", broken)
+        answers = await _all(intake, [Ask(_spec(i), None, None, who=alice) for i in range(3)])
+        monkeypatch.undo()
+        assert all(isinstance(a, RuntimeError) for a in answers), answers
+        assert await _rows(engine) == ((3, 3) if backend == "postgres" else (0, 0))
+
+
 async def test_a_batch_whose_connection_is_lost_as_it_writes_is_never_sent_again(
     fresh_database: Callable[[str], str],
 ) -> None:

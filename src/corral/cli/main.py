@@ -61,14 +61,17 @@ def up(
     Its files (database, keys, kernel logs) are readable by their owner only.
     """
     from corral.agent.identity import IdentityError, ensure_account
+    from corral.agent.settings import AgentSettings
     from corral.cli.serve import agent_token_file, kernel_tree, private_dir, serve_embedded
     from corral.logsetup import add_secret
     from corral.settings import ManagerSettings, SchedulerSettings, data_dir
     from corral.store.auth import new_key
 
     os.umask(0o077)
-    # Read first: a bad setting stops `up` before it makes an account, a key or a directory.
+    # Read first: a bad setting stops `up` before it makes an account, a key or a directory (its
+    # agents read theirs from the same environment).
     settings, scheduler = from_env(ManagerSettings, host=host, port=port), from_env(SchedulerSettings)
+    from_env(AgentSettings)
     data = private_dir(data_dir())
     url = f"http://{host}:{port}"
     saved_url, saved_key = load_saved()

@@ -160,7 +160,8 @@ def _forget(made: asyncio.Future[Made | None]) -> None:
 
 
 async def _together(engine: AsyncEngine, asks: Sequence[Ask]) -> list[Made | CorralError]:
-    """Every ask in one transaction: each one's session, its earlier one, or its own refusal."""
+    """Every ask in one write (one statement on PostgreSQL, one transaction on SQLite): each one's
+    session, its earlier one, or its own refusal."""
     keys = [(a.who.name, a.spec.creation_id) for a in asks if a.spec.creation_id]
     if len(set(keys)) < len(keys):
         raise _Together
@@ -186,16 +187,19 @@ async def _together(engine: AsyncEngine, asks: Sequence[Ask]) -> list[Made | Cor
                 else:
                     answers.append((admitted, False))
             try:
-                made = iter(await sessions.insert_sessions(conn, news, utcnow()))
+                written = await sessions.insert_rows(conn, news, utcnow())
             except DBAPIError as exc:
                 # Outside a transaction the statement is its own commit: with no answer from the
                 # server (the connection lost), it may have been written.
                 if exc.connection_invalidated and autocommitting(conn):
                     raise _AtCommit from exc
                 raise
+            # From here on (PostgreSQL: written already) any failure may leave it written.
             committing = True
+            made = iter(sessions.records_of(written))
+            together = [answer if answer is not None else (next(made), True) for answer in answers]
     except Exception as exc:
         if committing:
             raise _AtCommit from exc
         raise
-    return [answer if answer is not None else (next(made), True) for answer in answers]
+    return together

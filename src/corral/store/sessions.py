@@ -72,7 +72,20 @@ async def insert_sessions(
     """Insert PENDING sessions with their kernels and first events in one statement on PostgreSQL,
     three on SQLite (an array of a thousand costs what one session does, plus the rows); returns
     what was written."""
-    written = await _insert_new(conn, news, now)
+    return records_of(await _insert_new(conn, news, now))
+
+
+Written = list[tuple[dict[str, Any], list[dict[str, Any]]]]
+"""Each new session's row and its kernels' rows, as inserted."""
+
+
+async def insert_rows(conn: AsyncConnection, news: Sequence[NewSession], now: datetime) -> Written:
+    """insert_sessions, the records left to make (records_of): for a caller that must tell a
+    failure of the write from one after it."""
+    return await _insert_new(conn, news, now)
+
+
+def records_of(written: Written) -> list[SessionRecord]:
     return [convert.session(row, tuple(convert.kernel(k) for k in ks)) for row, ks in written]
 
 
@@ -81,10 +94,7 @@ async def insert_many(conn: AsyncConnection, news: Sequence[NewSession], now: da
     await _insert_new(conn, news, now)
 
 
-async def _insert_new(
-    conn: AsyncConnection, news: Sequence[NewSession], now: datetime
-) -> list[tuple[dict[str, Any], list[dict[str, Any]]]]:
-    """Each session's row and its kernels' rows, as inserted."""
+async def _insert_new(conn: AsyncConnection, news: Sequence[NewSession], now: datetime) -> Written:
     if not news:
         return []
     rows = [_session_row(new, now) for new in news]
