@@ -21,6 +21,7 @@ from corral.manager.handlers.base import SessionPromotionHandler
 from corral.manager.handlers.detect_termination import DetectTermination
 from corral.manager.handlers.promote_ended import PromoteEnded
 from corral.manager.handlers.promote_prepared import PromoteToPrepared
+from corral.manager.handlers.promote_running_alone import PromoteRunningAlone
 from corral.manager.handlers.promote_started import PromoteStartedAlone
 from corral.manager.handlers.promote_terminated import PromoteToTerminated
 from corral.manager.handlers.schedule_new import ScheduleNewSessions
@@ -226,6 +227,58 @@ async def test_a_session_started_alone_passes_prepared_to_creating_in_one_step(
                 assert _history_rows(history) == expected[name], name
                 if moves:
                     assert found.status_changed_at == NOW, name
+
+
+# PromoteRunningAlone: every kernel runs (or ran) by itself and none failed -> RUNNING in one step,
+# passing PREPARED and CREATING (a session already at one goes on from it); the rest is left to
+# PromoteStartedAlone or the handlers one by one.
+RUNNING_ALONE = {
+    "one kernel, running": ("PREPARING", ["RUNNING"], False, True),
+    "scheduled, already running": ("SCHEDULED", ["RUNNING"], False, True),
+    "gang pulled, both running": ("PULLING", ["RUNNING", "RUNNING"], False, True),
+    "already prepared": ("PREPARED", ["RUNNING"], False, True),
+    "exited 0 before a cycle saw it": ("PREPARING", ["TERMINATED:0"], False, True),
+    "a rank stopping, one running": ("PREPARING", ["TERMINATING", "RUNNING"], False, True),
+    "one kernel, creating": ("PREPARING", ["CREATING"], False, False),
+    "gang, one running one creating": ("PULLING", ["RUNNING", "CREATING"], False, False),
+    "exited 1": ("PREPARING", ["TERMINATED:1"], False, False),
+    "a rank in ERROR": ("PREPARING", ["RUNNING", "ERROR"], False, False),
+    "waits for its start order": ("PREPARED", ["PREPARED", "PREPARED"], False, False),
+    "a rank still preparing": ("PREPARING", ["RUNNING", "PREPARING"], False, False),
+    "being stopped": ("PREPARING", ["RUNNING"], True, False),
+    "creating: PromoteToRunning's": ("CREATING", ["RUNNING"], False, False),
+}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_a_session_running_alone_passes_prepared_and_creating_to_running_in_one_step(
+    backend: str, status_only: bool, fresh_database: Callable[[str], str]
+) -> None:
+    """The same statuses and history rows as PromoteStartedAlone then PromoteToRunning, in one update."""
+    assert PromoteRunningAlone().decided_by_kernel_statuses is status_only  # the path under test is taken
+    path = [*_PATH, ("PromoteToRunning", "RUNNING", "")]
+    async with migrated(fresh_database(backend)) as engine:
+        ids = await _scenario(engine, RUNNING_ALONE)
+        coordinator = Coordinator(
+            engine, "default", [PromoteRunningAlone()], PhaseLimits(timeouts={}), lambda: NOW
+        )
+        expected: dict[str, list[tuple[str, str, str, str, str]]] = {}
+        on_path = [to for _, to, _ in path]
+        for name, (status, _, _, moves) in RUNNING_ALONE.items():
+            steps = path[on_path.index(status) + 1 if status in on_path else 0 :] if moves else []
+            froms = [status] + [to for _, to, _ in steps]
+            expected[name] = [
+                (h, "SUCCESS", src, to, m) for (h, to, m), src in zip(steps, froms, strict=False)
+            ]
+        moved = sum(moves for *_, moves in RUNNING_ALONE.values())
+        assert await coordinator.run_cycle() == moved
+        async with engine.connect() as conn:
+            for name, (status, _, _, moves) in RUNNING_ALONE.items():
+                found = await sessions.get(conn, ids[name])
+                history = await journal.history_of(conn, ids[name])
+                assert found is not None
+                assert str(found.status) == ("RUNNING" if moves else status), name
+                assert _history_rows(history) == expected[name], name
 
 
 # PromoteEnded: a RUNNING session whose kernels all ended ends in one step; the same outcome and

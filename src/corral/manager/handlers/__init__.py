@@ -13,6 +13,7 @@ from corral.manager.handlers.promote_ended import PromoteEnded
 from corral.manager.handlers.promote_prepared import PromoteToPrepared
 from corral.manager.handlers.promote_pulling import PromoteToPulling
 from corral.manager.handlers.promote_running import PromoteToRunning
+from corral.manager.handlers.promote_running_alone import PromoteRunningAlone
 from corral.manager.handlers.promote_started import PromoteStartedAlone
 from corral.manager.handlers.promote_terminated import PromoteToTerminated
 from corral.manager.handlers.schedule_new import ScheduleNewSessions
@@ -30,6 +31,7 @@ def cycle_handlers() -> list[LifecycleHandler | SessionPromotionHandler]:
         CancelPendingSessions(),
         ApplyTerminationRequests(),
         PromoteToPulling(),
+        PromoteRunningAlone(),
         PromoteStartedAlone(),
         PromoteToPrepared(),
         PromoteToRunning(),
