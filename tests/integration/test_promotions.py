@@ -370,11 +370,20 @@ async def test_a_move_passing_statuses_is_every_hop_or_nothing(
             assert list(events) == (list(pairwise(hops)) if legal else [])
 
 
+@pytest.mark.parametrize(
+    ("handler", "moved_to"),
+    [(PromoteStartedAlone(), SessionStatus.CREATING), (PromoteRunningAlone(), SessionStatus.RUNNING)],
+    ids=lambda v: v.name if isinstance(v, SessionPromotionHandler) else str(v),
+)
 @pytest.mark.parametrize("backend", BACKENDS)
 async def test_a_session_started_alone_on_a_lost_agent_takes_the_long_way(
-    backend: str, status_only: bool, fresh_database: Callable[[str], str]
+    backend: str,
+    status_only: bool,
+    fresh_database: Callable[[str], str],
+    handler: SessionPromotionHandler,
+    moved_to: SessionStatus,
 ) -> None:
-    """StartSessions fails a session whose agent is not ALIVE: the one-step promotion leaves such a
+    """StartSessions fails a session whose agent is not ALIVE: each one-step promotion leaves such a
     session to it, and moves its twin on a live agent."""
     async with migrated(fresh_database(backend)) as engine:
         ids = await _scenario(
@@ -388,14 +397,12 @@ async def test_a_session_started_alone_on_a_lost_agent_takes_the_long_way(
                 await conn.execute(
                     update(kernel_table).where(kernel_table.c.session_id == ids[name]).values(agent_id=agent)
                 )
-        coordinator = Coordinator(
-            engine, "default", [PromoteStartedAlone()], PhaseLimits(timeouts={}), lambda: NOW
-        )
+        coordinator = Coordinator(engine, "default", [handler], PhaseLimits(timeouts={}), lambda: NOW)
         assert await coordinator.run_cycle() == 1
         async with engine.connect() as conn:
             lost, alive = await sessions.get(conn, ids["lost"]), await sessions.get(conn, ids["alive"])
         assert lost is not None and alive is not None
-        assert (lost.status, alive.status) == (SessionStatus.PREPARING, SessionStatus.CREATING)
+        assert (lost.status, alive.status) == (SessionStatus.PREPARING, moved_to)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
