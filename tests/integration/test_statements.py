@@ -25,7 +25,7 @@ from corral.store import agents as agent_store
 from corral.store import bulk, driver_rows, journal, kernels, sessions
 from corral.store.db import transaction
 from corral.store.records import Move, NewSession
-from corral.store.tables import allocations, session_events, session_history
+from corral.store.tables import UNSHIPPED, allocations, session_events, session_history
 from corral.store.tables import kernels as kernel_table
 from corral.store.tables import sessions as session_table
 from tests.conftest import BACKENDS
@@ -416,9 +416,11 @@ async def test_a_placement_whose_ranks_do_not_match_the_kernels_writes_nothing(
 async def test_an_agents_polls_and_sweeps_never_read_the_kernels_it_ran_before(
     backend: str, statistics: bool, fresh_database: Callable[[str], str]
 ) -> None:
-    """An agent that ran 2,000 kernels and holds 3: its order poll finds the 3, and neither the poll
-    nor the sweeps' reads of what it holds read a kernel that has ended (they did, by the agent's
-    index: a poll's time grew with the agent's history), with or without planner statistics."""
+    """An agent that ran 2,000 kernels, holds 3 and owes the output of 2 that ended: its order poll
+    finds the 3, a new incarnation's registration marks the 2 (the rest were shipped), and neither
+    these nor the sweeps' reads of what it holds read a kernel that has ended and been shipped (they
+    did, by the agent's index: a poll's time grew with the agent's history), with or without
+    planner statistics."""
     async with migrated(fresh_database(backend)) as engine:
         news = [
             NewSession(id=str(uuid.uuid4()), name="s", owner="t", spec=SessionSpec(command=("true",)))
@@ -427,10 +429,15 @@ async def test_an_agents_polls_and_sweeps_never_read_the_kernels_it_ran_before(
         async with transaction(engine) as conn:
             epoch = await register_agent(conn, "a", {"cpu": 4})
             await sessions.insert_sessions(conn, news, NOW)
-            await conn.execute(update(kernel_table).values(agent_id="a", status="TERMINATED"))
-            held = [n.id for n in news[:3]]
+            await conn.execute(update(kernel_table).values(agent_id="a", status="TERMINATED", logs_done=True))
+            held, owed = [n.id for n in news[:3]], [n.id for n in news[3:5]]
             await conn.execute(
-                update(kernel_table).where(kernel_table.c.session_id.in_(held)).values(status="RUNNING")
+                update(kernel_table)
+                .where(kernel_table.c.session_id.in_(held))
+                .values(status="RUNNING", logs_done=False)
+            )
+            await conn.execute(
+                update(kernel_table).where(kernel_table.c.session_id.in_(owed)).values(logs_done=False)
             )
         if statistics:
             async with transaction(engine) as conn:
@@ -438,7 +445,7 @@ async def test_an_agents_polls_and_sweeps_never_read_the_kernels_it_ran_before(
         sent: list[tuple[str, Any]] = []
 
         def record_statement(*args: Any) -> None:
-            if args[2].startswith("SELECT"):
+            if args[2].startswith(("SELECT", "UPDATE")):
                 sent.append((args[2], args[3]))
 
         async with engine.connect() as conn:
@@ -446,18 +453,23 @@ async def test_an_agents_polls_and_sweeps_never_read_the_kernels_it_ran_before(
             orders = await kernels.orders_for(conn, "a", epoch)
             held_kernels = await agent_store.kernels_held_by(conn, ["a"])
             on = await kernels.sessions_on(conn, agent_ids=["a"])
+            await kernels.close_output_of(conn, "a")
+            marked = (await conn.execute(select(kernel_table.c.session_id).where(UNSHIPPED))).scalars()
+            assert sorted(marked) == sorted(held)  # the 2 owed are marked, the running are not
+            await conn.rollback()  # the statement is explained (run) again below
             event.remove(engine.sync_engine, "before_cursor_execute", record_statement)
             assert orders is not None and sorted(k.session_id for k in orders) == sorted(held)
             assert len(held_kernels) == 3 and sorted(s for s, *_ in on) == sorted(held)
-            assert len(sent) == 3
-            for statement, params in sent:
+            sent = [(statement, params) for statement, params in sent if "pg_" not in statement]
+            assert len(sent) == 5  # three reads, the close, the test's own read
+            for statement, params in sent[:4]:
                 if backend == "postgres":
                     explain = f"EXPLAIN (ANALYZE, FORMAT JSON) {statement}"
                     [plan] = (await conn.exec_driver_sql(explain, params)).scalar()
                     assert _removed_from(plan["Plan"], "kernels") < 10, statement
                 else:
                     plan = (await conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {statement}", params)).all()
-                    assert any("ix_kernels_live_on_agent" in row[-1] for row in plan), (statement, plan)
+                    assert any("ix_kernels_on_agent" in row[-1] for row in plan), (statement, plan)
 
 
 async def test_a_kernels_steps_are_heap_only_writes_on_postgresql(

@@ -44,7 +44,7 @@ from corral.domain.transitions import kernel_sources
 from corral.store import convert, report_statement, unnest
 from corral.store.db import chunks
 from corral.store.records import KernelRecord, KernelReport, OrderedKernel
-from corral.store.tables import LIVE_KERNEL, agents, allocations, kernels, sessions
+from corral.store.tables import LIVE_KERNEL, UNSHIPPED, agents, allocations, kernels, sessions
 
 log = structlog.get_logger("corral.store.kernels")
 
@@ -279,7 +279,7 @@ async def close_output_of(conn: AsyncConnection, agent_id: str) -> None:
         .where(
             kernels.c.agent_id == agent_id,
             kernels.c.status.in_([str(s) for s in TERMINAL_KERNEL]),
-            kernels.c.logs_done.is_(False),
+            UNSHIPPED,
         )
         .values(logs_done=True)
     )

@@ -261,8 +261,8 @@ Index(
 
 KERNEL_ENDED = "status IN (" + ", ".join(f"'{s}'" for s in sorted(TERMINAL_KERNEL)) + ")"
 """SQL: the kernel's status is terminal (its `ended` column)."""
-LIVE = "NOT ended"
-"""SQL: the condition of the index of live kernels."""
+ON_AGENT = "NOT ended OR NOT logs_done"
+"""SQL: the condition of the index of kernels by agent (migration 0010)."""
 
 kernels = Table(
     "kernels",
@@ -271,7 +271,7 @@ kernels = Table(
     Column("session_id", ID, ForeignKey("sessions.id"), nullable=False),
     Column("rank", Integer, nullable=False),
     Column("role", String(16), nullable=False),
-    Column("agent_id", String(128), nullable=True, index=True),
+    Column("agent_id", String(128), nullable=True),
     Column("status", String(16), nullable=False),
     Column("status_changed_at", UTCDateTime, nullable=False),
     Column("resources", JSON, nullable=False),
@@ -303,14 +303,18 @@ kernels = Table(
     # One kernel a rank in a session (a re-placement is a new generation of the same row); it is
     # also the look-up of a session's kernels.
     Index("uq_kernels_session_rank", "session_id", "rank", unique=True),
-    # The kernels an agent holds: what its order polls and sweeps read, not every kernel it ever ran
-    # (the polls' time grew with the agent's history: 0.23 ms a poll after 600 kernels, 0.45 after 1,100).
-    Index("ix_kernels_live_on_agent", "agent_id", sqlite_where=text(LIVE), postgresql_where=text(LIVE)),
+    # An agent's kernels that have not ended or whose output it still owes: what its order polls,
+    # the sweeps and its registration read, never every kernel it ever ran (the polls' time grew
+    # with the agent's history: 0.23 ms a poll after 600 kernels, 0.45 after 1,100).  The only index
+    # of agent_id: a placement writes one entry a kernel.
+    Index("ix_kernels_on_agent", "agent_id", sqlite_where=text(ON_AGENT), postgresql_where=text(ON_AGENT)),
     postgresql_with={"fillfactor": FILLFACTOR},
 )
 LIVE_KERNEL = text("NOT kernels.ended")
-"""The kernel has not ended, written as the index's condition is: only then do the planners (SQLite's
+"""The kernel has not ended, written as in the index's condition: only then do the planners (SQLite's
 in particular, which would write `ended = 0`) know that index holds every row the statement wants."""
+UNSHIPPED = text("NOT kernels.logs_done")
+"""The kernel's output is not all shipped, written as in the index's condition."""
 
 allocations = Table(
     "allocations",

@@ -1,5 +1,5 @@
-"""kernels: `ended` (computed from the status), and an index of the kernels on each agent that have
-not ended
+"""kernels: `ended` (computed from the status); the kernels by agent indexed only while not ended
+or their output is not all shipped
 
 Revision ID: 0010
 Revises: 0009
@@ -17,7 +17,8 @@ depends_on = None
 
 ENDED = "status IN ('CANCELLED', 'ERROR', 'TERMINATED')"
 """The kernel's status is terminal; must match `store/tables.py`."""
-LIVE = sa.text("NOT ended")
+ON_AGENT = sa.text("NOT ended OR NOT logs_done")
+"""Must match `store/tables.py`."""
 
 
 # A later migration that rebuilds kernels on SQLite (batch_alter_table copies every column) must drop
@@ -29,11 +30,12 @@ def upgrade() -> None:
     # SQLite can only add one computed when read, which its index then holds.
     stored = op.get_bind().dialect.name == "postgresql"
     op.add_column("kernels", sa.Column("ended", sa.Boolean(), sa.Computed(ENDED, persisted=stored or None)))
-    op.create_index(
-        "ix_kernels_live_on_agent", "kernels", ["agent_id"], sqlite_where=LIVE, postgresql_where=LIVE
-    )
+    where = {"sqlite_where": ON_AGENT, "postgresql_where": ON_AGENT}
+    op.create_index("ix_kernels_on_agent", "kernels", ["agent_id"], **where)
+    op.drop_index("ix_kernels_agent_id", table_name="kernels")
 
 
 def downgrade() -> None:
-    op.drop_index("ix_kernels_live_on_agent", table_name="kernels")
+    op.create_index("ix_kernels_agent_id", "kernels", ["agent_id"])
+    op.drop_index("ix_kernels_on_agent", table_name="kernels")
     op.execute("ALTER TABLE kernels DROP COLUMN ended")
