@@ -30,8 +30,9 @@ def upgrade() -> None:
     # SQLite can only add one computed when read, which its index then holds.
     stored = op.get_bind().dialect.name == "postgresql"
     op.add_column("kernels", sa.Column("ended", sa.Boolean(), sa.Computed(ENDED, persisted=stored or None)))
-    where = {"sqlite_where": ON_AGENT, "postgresql_where": ON_AGENT}
-    op.create_index("ix_kernels_on_agent", "kernels", ["agent_id"], **where)
+    op.create_index(
+        "ix_kernels_on_agent", "kernels", ["agent_id"], sqlite_where=ON_AGENT, postgresql_where=ON_AGENT
+    )
     op.drop_index("ix_kernels_agent_id", table_name="kernels")
 
 
