@@ -26,6 +26,7 @@ from corral.store import bulk, driver_rows, journal, kernels, sessions
 from corral.store.db import transaction
 from corral.store.records import Move, NewSession
 from corral.store.tables import UNSHIPPED, allocations, session_events, session_history
+from corral.store.tables import agents as agent_table
 from corral.store.tables import kernels as kernel_table
 from corral.store.tables import sessions as session_table
 from tests.conftest import BACKENDS
@@ -418,9 +419,10 @@ async def test_an_agents_polls_and_sweeps_never_read_the_kernels_it_ran_before(
 ) -> None:
     """An agent that ran 2,000 kernels, holds 3 and owes the output of 2 that ended: its order poll
     finds the 3, a new incarnation's registration marks the 2 (the rest were shipped), and neither
-    these nor the sweeps' reads of what it holds read a kernel that has ended and been shipped (they
-    did, by the agent's index: a poll's time grew with the agent's history), with or without
-    planner statistics."""
+    these nor the sweeps' reads of what it holds (nor their probe for a LOST agent's kernels to
+    declare gone, every sweep) read a kernel that has ended and been shipped (they did, by the
+    agent's index: a poll's time grew with the agent's history), with or without planner
+    statistics."""
     async with migrated(fresh_database(backend)) as engine:
         news = [
             NewSession(id=str(uuid.uuid4()), name="s", owner="t", spec=SessionSpec(command=("true",)))
@@ -453,6 +455,12 @@ async def test_an_agents_polls_and_sweeps_never_read_the_kernels_it_ran_before(
             orders = await kernels.orders_for(conn, "a", epoch)
             held_kernels = await agent_store.kernels_held_by(conn, ["a"])
             on = await kernels.sessions_on(conn, agent_ids=["a"])
+            # The sweep's probe of LOST agents whose kernels are due to be declared gone.
+            await conn.execute(update(agent_table).values(status="LOST"))
+            due = select(agent_table.c.id).where(agent_store.FENCE_DUE)
+            later = datetime.now(UTC) + timedelta(days=1)
+            fenced = (await conn.execute(due, {"silent_before": later})).scalars()
+            assert list(fenced) == ["a"]
             await kernels.close_output_of(conn, "a")
             marked = (await conn.execute(select(kernel_table.c.session_id).where(UNSHIPPED))).scalars()
             assert sorted(marked) == sorted(held)  # the 2 owed are marked, the running are not
@@ -461,8 +469,8 @@ async def test_an_agents_polls_and_sweeps_never_read_the_kernels_it_ran_before(
             assert orders is not None and sorted(k.session_id for k in orders) == sorted(held)
             assert len(held_kernels) == 3 and sorted(s for s, *_ in on) == sorted(held)
             sent = [(statement, params) for statement, params in sent if "pg_" not in statement]
-            assert len(sent) == 5  # three reads, the close, the test's own read
-            for statement, params in sent[:4]:
+            assert len(sent) == 7  # three reads, the test's update, the probe, the close, a read
+            for statement, params in sent[:3] + sent[4:6]:
                 if backend == "postgres":
                     explain = f"EXPLAIN (ANALYZE, FORMAT JSON) {statement}"
                     [plan] = (await conn.exec_driver_sql(explain, params)).scalar()

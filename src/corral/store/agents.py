@@ -129,6 +129,7 @@ FENCE_DUE = and_(
     select(kernel_table.c.id)
     .where(
         kernel_table.c.agent_id == agents.c.id,
+        LIVE_KERNEL,  # by the index of kernels on agents, not the whole table (it runs every sweep)
         kernel_table.c.status.in_([str(s) for s in KERNEL_ON_AGENT]),
     )
     .exists(),

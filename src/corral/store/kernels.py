@@ -197,6 +197,7 @@ async def _assign_rendezvous(conn: AsyncConnection, placed: dict[str, Placement]
         .where(
             agents.c.address.in_(sorted(held)),
             allocations.c.released_at.is_(None),
+            LIVE_KERNEL,  # an ended kernel holds no port; and by the index of kernels on agents
             kernels.c.rank == 0,
             kernels.c.master_port.is_not(None),
         )
