@@ -138,18 +138,22 @@ async def test_a_retry_parent_and_an_array_id_are_indexed_only_where_set(
     }
 
 
+def _empty_database(backend: str, pg_server: PgServer | str, tmp_path: Path) -> str:
+    """A database with nothing in it (the PostgreSQL test databases are migrated already)."""
+    if backend == "sqlite":
+        return f"sqlite+aiosqlite:///{tmp_path}/corral.db"
+    if isinstance(pg_server, str):
+        pytest.skip("needs a server it may create an empty database on (CORRAL_TEST_PG_DSN is one database)")
+    name = "empty_" + uuid.uuid4().hex[:12]
+    pg_server.psql(f"CREATE DATABASE {name}")
+    return pg_server.dsn(name)
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_two_upgrades_at_once_both_succeed(backend: str, pg_server: PgServer | str, tmp_path: Path) -> None:
     """Two managers starting together on an empty database: each migrates or finds it migrated,
     and neither fails (on PostgreSQL both created the tables, and one died on a duplicate type)."""
-    if backend == "sqlite":
-        url = f"sqlite+aiosqlite:///{tmp_path}/corral.db"
-    elif isinstance(pg_server, str):
-        pytest.skip("needs a server it may create an empty database on (CORRAL_TEST_PG_DSN is one database)")
-    else:
-        name = "empty_" + uuid.uuid4().hex[:12]
-        pg_server.psql(f"CREATE DATABASE {name}")
-        url = pg_server.dsn(name)
+    url = _empty_database(backend, pg_server, tmp_path)
     command = [sys.executable, "-m", "corral", "db", "upgrade", "--database-url", url]
     both = [
         subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -166,14 +170,7 @@ async def test_kernels_written_before_0010_are_found_by_its_index_of_live_kernel
 ) -> None:
     """A database at 0009 with a running and an ended kernel on an agent: after the upgrade each
     has its `ended`, and the agent's orders are its running kernel alone."""
-    if backend == "sqlite":
-        url = f"sqlite+aiosqlite:///{tmp_path}/corral.db"
-    elif isinstance(pg_server, str):
-        pytest.skip("needs a server it may create an empty database on (CORRAL_TEST_PG_DSN is one database)")
-    else:
-        name = "old_" + uuid.uuid4().hex[:12]
-        pg_server.psql(f"CREATE DATABASE {name}")
-        url = pg_server.dsn(name)
+    url = _empty_database(backend, pg_server, tmp_path)
     engine = make_engine(url)
     try:
         await upgrade(engine, "0009")

@@ -199,36 +199,6 @@ _PATH = [
 ]
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-async def test_a_session_started_alone_passes_prepared_to_creating_in_one_step(
-    backend: str, status_only: bool, fresh_database: Callable[[str], str]
-) -> None:
-    assert PromoteStartedAlone().decided_by_kernel_statuses is status_only  # the path under test is taken
-    async with migrated(fresh_database(backend)) as engine:
-        ids = await _scenario(engine, STARTED)
-        coordinator = Coordinator(
-            engine, "default", [PromoteStartedAlone()], PhaseLimits(timeouts={}), lambda: NOW
-        )
-        expected: dict[str, list[tuple[str, str, str, str, str]]] = {}
-        on_path = [to for _, to, _ in _PATH]
-        for name, (status, _, _, moves) in STARTED.items():
-            steps = _PATH[on_path.index(status) + 1 if status in on_path else 0 :] if moves else []
-            froms = [status] + [to for _, to, _ in steps]
-            expected[name] = [
-                (h, "SUCCESS", src, to, m) for (h, to, m), src in zip(steps, froms, strict=False)
-            ]
-        assert await coordinator.run_cycle() == sum(moves for *_, moves in STARTED.values())
-        async with engine.connect() as conn:
-            for name, (status, _, _, moves) in STARTED.items():
-                found = await sessions.get(conn, ids[name])
-                history = await journal.history_of(conn, ids[name])
-                assert found is not None
-                assert str(found.status) == ("CREATING" if moves else status), name
-                assert _history_rows(history) == expected[name], name
-                if moves:
-                    assert found.status_changed_at == NOW, name
-
-
 # PromoteRunningAlone: every kernel runs (or ran) by itself and none failed -> RUNNING in one step,
 # passing PREPARED and CREATING (a session already at one goes on from it); the rest is left to
 # PromoteStartedAlone or the handlers one by one.
@@ -250,35 +220,46 @@ RUNNING_ALONE = {
 }
 
 
+@pytest.mark.parametrize(
+    ("handler", "cases", "path"),
+    [
+        (PromoteStartedAlone(), STARTED, _PATH),
+        (PromoteRunningAlone(), RUNNING_ALONE, [*_PATH, ("PromoteToRunning", "RUNNING", "")]),
+    ],
+    ids=["started alone", "running alone"],
+)
 @pytest.mark.parametrize("backend", BACKENDS)
-async def test_a_session_running_alone_passes_prepared_and_creating_to_running_in_one_step(
-    backend: str, status_only: bool, fresh_database: Callable[[str], str]
+async def test_a_session_moved_alone_passes_its_steps_in_one(
+    backend: str,
+    status_only: bool,
+    fresh_database: Callable[[str], str],
+    handler: SessionPromotionHandler,
+    cases: dict[str, tuple[str, list[str], bool, bool]],
+    path: list[tuple[str, str, str]],
 ) -> None:
-    """The same statuses and history rows as PromoteStartedAlone then PromoteToRunning, in one update."""
-    assert PromoteRunningAlone().decided_by_kernel_statuses is status_only  # the path under test is taken
-    path = [*_PATH, ("PromoteToRunning", "RUNNING", "")]
+    """Each one-step promotion writes the statuses and history rows its handlers one by one would."""
+    assert handler.decided_by_kernel_statuses is status_only  # the path under test is taken
     async with migrated(fresh_database(backend)) as engine:
-        ids = await _scenario(engine, RUNNING_ALONE)
-        coordinator = Coordinator(
-            engine, "default", [PromoteRunningAlone()], PhaseLimits(timeouts={}), lambda: NOW
-        )
+        ids = await _scenario(engine, cases)
+        coordinator = Coordinator(engine, "default", [handler], PhaseLimits(timeouts={}), lambda: NOW)
         expected: dict[str, list[tuple[str, str, str, str, str]]] = {}
         on_path = [to for _, to, _ in path]
-        for name, (status, _, _, moves) in RUNNING_ALONE.items():
+        for name, (status, _, _, moves) in cases.items():
             steps = path[on_path.index(status) + 1 if status in on_path else 0 :] if moves else []
             froms = [status] + [to for _, to, _ in steps]
             expected[name] = [
                 (h, "SUCCESS", src, to, m) for (h, to, m), src in zip(steps, froms, strict=False)
             ]
-        moved = sum(moves for *_, moves in RUNNING_ALONE.values())
-        assert await coordinator.run_cycle() == moved
+        assert await coordinator.run_cycle() == sum(moves for *_, moves in cases.values())
         async with engine.connect() as conn:
-            for name, (status, _, _, moves) in RUNNING_ALONE.items():
+            for name, (status, _, _, moves) in cases.items():
                 found = await sessions.get(conn, ids[name])
                 history = await journal.history_of(conn, ids[name])
                 assert found is not None
-                assert str(found.status) == ("RUNNING" if moves else status), name
+                assert str(found.status) == (on_path[-1] if moves else status), name
                 assert _history_rows(history) == expected[name], name
+                if moves:
+                    assert found.status_changed_at == NOW, name
 
 
 # PromoteEnded: a RUNNING session whose kernels all ended ends in one step; the same outcome and

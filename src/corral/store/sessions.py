@@ -72,17 +72,11 @@ async def insert_sessions(
     """Insert PENDING sessions with their kernels and first events in one statement on PostgreSQL,
     three on SQLite (an array of a thousand costs what one session does, plus the rows); returns
     what was written."""
-    return records_of(await _insert_new(conn, news, now))
+    return records_of(await insert_rows(conn, news, now))
 
 
 Written = list[tuple[dict[str, Any], list[dict[str, Any]]]]
 """Each new session's row and its kernels' rows, as inserted."""
-
-
-async def insert_rows(conn: AsyncConnection, news: Sequence[NewSession], now: datetime) -> Written:
-    """insert_sessions, the records left to make (records_of): for a caller that must tell a
-    failure of the write from one after it."""
-    return await _insert_new(conn, news, now)
 
 
 def records_of(written: Written) -> list[SessionRecord]:
@@ -91,10 +85,12 @@ def records_of(written: Written) -> list[SessionRecord]:
 
 async def insert_many(conn: AsyncConnection, news: Sequence[NewSession], now: datetime) -> None:
     """insert_sessions without the records back (a job array answers with its ids)."""
-    await _insert_new(conn, news, now)
+    await insert_rows(conn, news, now)
 
 
-async def _insert_new(conn: AsyncConnection, news: Sequence[NewSession], now: datetime) -> Written:
+async def insert_rows(conn: AsyncConnection, news: Sequence[NewSession], now: datetime) -> Written:
+    """insert_sessions, the records left to make (records_of): for a caller that must tell a
+    failure of the write from one after it."""
     if not news:
         return []
     rows = [_session_row(new, now) for new in news]
