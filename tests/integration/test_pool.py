@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
 import pytest
-from sqlalchemy import text
+from sqlalchemy import make_url, text
 from sqlalchemy.exc import DBAPIError
 
 from corral.store import db
@@ -185,8 +186,14 @@ async def _migrate(url: str) -> None:
 
 
 async def _page_cost(engine: object) -> str:
-    async with db.transaction(engine) as conn:  # type: ignore[arg-type]
-        return str((await conn.execute(text("SHOW random_page_cost"))).scalar_one())
+    """The setting as every use of the connection sees it, the first a read outside a transaction
+    (once, the connect hook's own transaction was rolled back by that first use, with the setting)."""
+    seen = []
+    for use in (db.reading, db.transaction, db.reading):
+        async with use(engine) as conn:  # type: ignore[arg-type]
+            seen.append(str((await conn.execute(text("SHOW random_page_cost"))).scalar_one()))
+    assert len(set(seen)) == 1, seen
+    return seen[0]
 
 
 async def test_the_planner_costs_pages_as_cached_unless_the_operator_said_otherwise(
@@ -242,3 +249,28 @@ async def test_load_within_the_pool_opens_no_more_connections_than_it_keeps(
         assert (_opened(c) > 17) is churns, _opened(c)
     finally:
         c.close()
+
+
+async def test_a_connection_whose_setup_fails_is_unavailable_not_an_error(
+    fresh_database: Callable[[str], str],
+) -> None:
+    """The manager's own set-up of each new connection (its planner setting, asyncpg's array types)
+    failing on the server is a connection that could not be made: DatabaseUnavailable (503), as a
+    refused connect is, not an unhandled driver error (500).  Here the role may not read
+    pg_settings, which the set-up reads."""
+    url = make_url(fresh_database("postgres"))
+    role = "r_" + uuid.uuid4().hex[:12]
+    engine = db.make_engine(url.render_as_string(hide_password=False), pool_size=1)
+    try:
+        async with db.transaction(engine) as conn:
+            await conn.execute(text(f"CREATE ROLE {role} LOGIN"))
+            await conn.execute(text("REVOKE SELECT ON pg_catalog.pg_settings FROM PUBLIC"))
+    finally:
+        await engine.dispose()
+    plain = db.make_engine(url.set(username=role).render_as_string(hide_password=False), pool_size=1)
+    try:
+        with pytest.raises(db.DatabaseUnavailable, match="pg_settings"):
+            async with db.reading(plain):
+                pass
+    finally:
+        await plain.dispose()

@@ -189,13 +189,23 @@ _ARRAYS = "SELECT " + ", ".join(
 
 def _prepare_connections(engine: AsyncEngine) -> None:
     """RANDOM_PAGE_COST on each new connection, unless the server's value was set by someone; and
-    the array types learnt up front (_ARRAYS).  Counted: churn shows in /metrics."""
+    the array types learnt up front (_ARRAYS).  Counted: churn shows in /metrics.  Through the
+    DBAPI cursor, not asyncpg itself: a failure here (the server going away, a privilege refused) is
+    then the DBAPI's error, which SQLAlchemy raises from `connect()` as it does a refused connection
+    (a 503), not asyncpg's own (a 500)."""
 
     @event.listens_for(engine.sync_engine.pool, "connect")
     def _set(dbapi_connection: Any, record: Any) -> None:
         DB_CONNECTIONS_OPENED.inc()
-        dbapi_connection.run_async(lambda conn: conn.execute(_PLANNER, RANDOM_PAGE_COST))
-        dbapi_connection.run_async(lambda conn: conn.fetchrow(_ARRAYS))
+        cursor = dbapi_connection.cursor()
+        try:
+            cursor.execute(_PLANNER, (RANDOM_PAGE_COST,))
+            cursor.execute(_ARRAYS)
+        finally:
+            cursor.close()
+        # The cursor began a transaction: rolled back (as a first use outside a transaction, a
+        # `reading`, did), the setting was undone.
+        dbapi_connection.commit()
 
 
 def sqlite_file(engine: AsyncEngine) -> Path | None:
