@@ -182,6 +182,28 @@ def test_missing_or_wrong_key_is_401(cluster: Cluster, headers: dict[str, str]) 
     assert count_sessions(cluster) == before
 
 
+@pytest.mark.parametrize(
+    "body", [{"command": 5}, {"command": ["true"], "array": "1-x"}, {"command": ["true"], "env": {"A": 1}}]
+)
+def test_an_unknown_key_is_401_before_its_body_is_judged(cluster: Cluster, body: dict[str, Any]) -> None:
+    """POST /sessions looks its caller up where it writes; a body it refuses is refused for an
+    unknown key first, as on every other route: nobody unknown learns what the API accepts.  (A
+    body that is not JSON at all is a 400 for anyone, on every route: FastAPI parses it first.)"""
+    before = count_sessions(cluster)
+    for key, status in (("wrong", 401), (cluster.key, None)):
+        resp = httpx.post(
+            cluster.url + "/api/v1/sessions",
+            json=body,
+            headers={"Authorization": f"Bearer {key}"},
+        )
+        if status is None:  # the same body from a known caller: refused for itself
+            assert resp.status_code == 422, resp.text
+        else:
+            assert resp.status_code == status, resp.text
+            assert resp.json()["error"]["details"]["field"] == "authorization"
+    assert count_sessions(cluster) == before
+
+
 def test_cancel_of_a_finished_session_is_409(cluster: Cluster) -> None:
     s = cluster.submit(command=["true"])
     cluster.wait(s["id"])

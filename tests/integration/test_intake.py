@@ -20,10 +20,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from corral.domain.resources import ResourceSlots
 from corral.domain.spec import SessionSpec
 from corral.services import intake as intake_module
-from corral.services.errors import Conflict, InvalidInput
+from corral.services.errors import Conflict, InvalidInput, Unauthorized
 from corral.services.intake import BATCH_MOST, Ask, Intake
 from corral.store import auth
-from corral.store.auth import Principal
 from corral.store.db import make_engine, reading, transaction
 from corral.store.records import SessionRecord
 from corral.store.tables import kernels, sessions
@@ -36,10 +35,13 @@ def _spec(n: int, **fields: Any) -> SessionSpec:
     return SessionSpec(command=("echo", str(n)), resources=ResourceSlots.parse({"cpu": 1}), **fields)
 
 
-async def _principal(engine: AsyncEngine, name: str = "alice") -> Principal:
+async def _principal(engine: AsyncEngine, name: str = "alice") -> str:
+    """A new user (a member of the default project) and an API key of theirs."""
+    key = auth.new_key()
     async with transaction(engine) as conn:
         user_id = await auth.ensure_user(conn, name, "user", datetime.now(UTC))
-    return Principal(user_id, name, "user", frozenset({"default"}))
+        await auth.insert_key(conn, user_id, key, datetime.now(UTC))
+    return key
 
 
 async def _rows(engine: AsyncEngine) -> tuple[int, int]:
@@ -61,15 +63,15 @@ async def test_creates_that_arrive_together_are_one_transaction_each_answered_al
     async with migrated(fresh_database(backend)) as engine:
         alice = await _principal(engine)
         intake = Intake(engine, busy_gap=math.inf)  # as under load: every submit waits for others
-        kept, created = await intake.create(Ask(_spec(0, creation_id="kept"), None, None, who=alice))
-        other, _ = await intake.create(Ask(_spec(0, creation_id="other"), None, None, who=alice))
+        kept, created = await intake.create(Ask(_spec(0, creation_id="kept"), None, None, key=alice))
+        other, _ = await intake.create(Ask(_spec(0, creation_id="other"), None, None, key=alice))
         assert created
         asks = [
-            *(Ask(_spec(i), None, None, who=alice) for i in range(1, 7)),
-            Ask(_spec(7, project="nowhere"), None, None, who=alice),
-            Ask(_spec(8, resource_group="nowhere"), None, None, who=alice),
-            Ask(_spec(0, creation_id="kept"), None, None, who=alice),
-            Ask(_spec(9, creation_id="other"), None, None, who=alice),
+            *(Ask(_spec(i), None, None, key=alice) for i in range(1, 7)),
+            Ask(_spec(7, project="nowhere"), None, None, key=alice),
+            Ask(_spec(8, resource_group="nowhere"), None, None, key=alice),
+            Ask(_spec(0, creation_id="kept"), None, None, key=alice),
+            Ask(_spec(9, creation_id="other"), None, None, key=alice),
         ]
         answers = await _all(intake, asks)
 
@@ -96,9 +98,9 @@ async def test_two_requests_with_one_creation_id_in_a_batch_make_one_session(
     async with migrated(fresh_database(backend)) as engine:
         alice, bob = await _principal(engine, "alice"), await _principal(engine, "bob")
         intake = Intake(engine, busy_gap=math.inf)  # as under load: every submit waits for others
-        same = [Ask(_spec(1, creation_id="k"), None, None, who=alice) for _ in range(3)]
-        different = Ask(_spec(2, creation_id="k"), None, None, who=alice)
-        bobs = Ask(_spec(1, creation_id="k"), None, None, who=bob)  # keys are per caller
+        same = [Ask(_spec(1, creation_id="k"), None, None, key=alice) for _ in range(3)]
+        different = Ask(_spec(2, creation_id="k"), None, None, key=alice)
+        bobs = Ask(_spec(1, creation_id="k"), None, None, key=bob)  # keys are per caller
         answers = await _all(intake, [*same, different, bobs])
 
         # They then go alone, at once: whichever commits first is the caller's one session for
@@ -126,9 +128,9 @@ async def test_a_request_that_gives_up_while_waiting_is_not_written_and_the_rest
         alice = await _principal(engine)
         intake = Intake(engine, busy_gap=math.inf)  # as under load: every submit waits for others
         # The first holds the door for one loop turn; the second gives up while it waits behind it.
-        first = asyncio.create_task(intake.create(Ask(_spec(1), None, None, who=alice)))
-        second = asyncio.create_task(intake.create(Ask(_spec(2), None, None, who=alice)))
-        third = asyncio.create_task(intake.create(Ask(_spec(3), None, None, who=alice)))
+        first = asyncio.create_task(intake.create(Ask(_spec(1), None, None, key=alice)))
+        second = asyncio.create_task(intake.create(Ask(_spec(2), None, None, key=alice)))
+        third = asyncio.create_task(intake.create(Ask(_spec(3), None, None, key=alice)))
         await asyncio.sleep(0)
         second.cancel()
         made = [await first, await third]
@@ -138,14 +140,56 @@ async def test_a_request_that_gives_up_while_waiting_is_not_written_and_the_rest
         assert await _rows(engine) == (2, 2)
 
         # The one holding the door gives up: the others are written by the next in line.
-        leader = asyncio.create_task(intake.create(Ask(_spec(4), None, None, who=alice)))
-        others = [asyncio.create_task(intake.create(Ask(_spec(n), None, None, who=alice))) for n in (5, 6)]
+        leader = asyncio.create_task(intake.create(Ask(_spec(4), None, None, key=alice)))
+        others = [asyncio.create_task(intake.create(Ask(_spec(n), None, None, key=alice))) for n in (5, 6)]
         await asyncio.sleep(0)
         leader.cancel()
         with pytest.raises(asyncio.CancelledError):
             await leader
         assert [(await t)[0].spec.command for t in others] == [("echo", "5"), ("echo", "6")]
         assert await _rows(engine) == (4, 4)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_a_batch_looks_its_callers_up_as_it_writes_and_refuses_only_unknown_keys(
+    backend: str, fresh_database: Callable[[str], str]
+) -> None:
+    """The callers are read with the write: a key nobody has, or one revoked after its request
+    arrived, is that request's 401 and writes nothing; the batch's other requests are made.  Two
+    keys of one user are one caller: their creation_id is theirs alike."""
+    async with migrated(fresh_database(backend)) as engine:
+        alice = await _principal(engine)
+        second = auth.new_key()
+        revoked = auth.new_key()
+        async with transaction(engine) as conn:
+            alice_id = await auth.ensure_user(conn, "alice", "user", datetime.now(UTC))
+            await auth.insert_key(conn, alice_id, second, datetime.now(UTC))
+            bob_id = await auth.ensure_user(conn, "bob", "user", datetime.now(UTC))
+            await auth.insert_key(conn, bob_id, revoked, datetime.now(UTC))
+        intake = Intake(engine, busy_gap=math.inf)  # as under load: every submit waits for others
+        async with transaction(engine) as conn:  # revoked after the requests were read
+            await conn.execute(text("DELETE FROM api_keys WHERE user_id = :u"), {"u": bob_id})
+        answers = await _all(
+            intake,
+            [
+                Ask(_spec(1), None, None, key=alice),
+                Ask(_spec(2), None, None, key="crl_nobody"),
+                Ask(_spec(3), None, None, key=revoked),
+                Ask(_spec(4), None, None, key=second),
+            ],
+        )
+        made, nobody, gone, other_key = answers
+        assert isinstance(nobody, Unauthorized) and nobody.details["field"] == "authorization"
+        assert isinstance(gone, Unauthorized)
+        assert not isinstance(made, BaseException) and made[0].owner == "alice"
+        assert not isinstance(other_key, BaseException) and other_key[0].owner == "alice"
+        assert await _rows(engine) == (2, 2)
+
+        same = [Ask(_spec(5, creation_id="k"), None, None, key=k) for k in (alice, second, alice)]
+        again = await _all(intake, same)
+        assert not any(isinstance(a, BaseException) for a in again), again
+        assert len({a[0].id for a in again if not isinstance(a, BaseException)}) == 1
+        assert await _rows(engine) == (3, 3)
 
 
 def _field(resp: httpx.Response) -> str:
@@ -195,8 +239,8 @@ async def test_a_batch_taken_is_written_once_and_answered_even_if_its_taker_give
     async with migrated(fresh_database(backend)) as engine:
         alice = await _principal(engine)
         intake = Intake(engine, busy_gap=math.inf)  # as under load: every submit waits for others
-        taker = asyncio.create_task(intake.create(Ask(_spec(1), None, None, who=alice)))
-        others = [asyncio.create_task(intake.create(Ask(_spec(n), None, None, who=alice))) for n in (2, 3)]
+        taker = asyncio.create_task(intake.create(Ask(_spec(1), None, None, key=alice)))
+        others = [asyncio.create_task(intake.create(Ask(_spec(n), None, None, key=alice))) for n in (2, 3)]
         await asyncio.sleep(0)  # the taker holds the door, the others queue behind it
         await asyncio.sleep(0)  # the taker has taken the batch and waits for its write
         taker.cancel()
@@ -217,7 +261,7 @@ async def test_more_requests_than_a_batch_holds_are_all_written_in_several(
         alice = await _principal(engine)
         intake = Intake(engine, busy_gap=math.inf)  # as under load: every submit waits for others
         n = BATCH_MOST + 44
-        answers = await _all(intake, [Ask(_spec(i), None, None, who=alice) for i in range(n)])
+        answers = await _all(intake, [Ask(_spec(i), None, None, key=alice) for i in range(n)])
         made = [a for a in answers if not isinstance(a, BaseException)]
         assert [r.spec.command for r, _ in made] == [("echo", str(i)) for i in range(n)]
         assert len({r.created_at for r, _ in made}) == 2  # two transactions: a full one, the rest
@@ -259,7 +303,7 @@ async def test_a_shared_transaction_the_database_refuses_sends_each_request_alon
             for ddl in _REFUSE_ON_INSERT[backend]:
                 await conn.exec_driver_sql(ddl)
         intake = Intake(engine, busy_gap=math.inf)  # as under load: every submit waits for others
-        asks = [Ask(_spec(i, name="refused" if i == 1 else None), None, None, who=alice) for i in range(3)]
+        asks = [Ask(_spec(i, name="refused" if i == 1 else None), None, None, key=alice) for i in range(3)]
         first, refused, last = await _all(intake, asks)
 
         # They were tried together, and nothing of that was written; each then went alone: the
@@ -287,7 +331,7 @@ async def test_a_failure_after_the_batch_is_written_never_sends_it_again(
         alice = await _principal(engine)
         intake = Intake(engine, busy_gap=math.inf)  # as under load: every submit waits for others
         monkeypatch.setattr(session_store, "records_of", broken)
-        answers = await _all(intake, [Ask(_spec(i), None, None, who=alice) for i in range(3)])
+        answers = await _all(intake, [Ask(_spec(i), None, None, key=alice) for i in range(3)])
         monkeypatch.undo()
         assert all(isinstance(a, RuntimeError) for a in answers), answers
         assert await _rows(engine) == ((3, 3) if backend == "postgres" else (0, 0))
@@ -304,7 +348,7 @@ async def test_a_batch_whose_connection_is_lost_as_it_writes_is_never_sent_again
     async with migrated(url) as engine:
         alice = await _principal(engine)
         intake = Intake(engine, busy_gap=math.inf)  # as under load: every submit waits for others
-        asks = [Ask(_spec(i), None, None, who=alice) for i in range(3)]
+        asks = [Ask(_spec(i), None, None, key=alice) for i in range(3)]
         holder = make_engine(url)
         try:
             async with transaction(holder) as conn:
@@ -328,6 +372,6 @@ async def test_a_batch_whose_connection_is_lost_as_it_writes_is_never_sent_again
             assert isinstance(answer, DBAPIError) and answer.connection_invalidated, answer
         assert await _rows(engine) == (0, 0)
         # The door stays open: the next request is written.
-        made, created = await intake.create(Ask(_spec(3), None, None, who=alice))
+        made, created = await intake.create(Ask(_spec(3), None, None, key=alice))
         assert created and made.spec.command == ("echo", "3")
         assert await _rows(engine) == (1, 1)

@@ -12,6 +12,7 @@ from sqlalchemy.exc import DBAPIError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from corral.protocol.types import safe_text
+from corral.services import users
 from corral.services.errors import CorralError
 from corral.store.db import DatabaseUnavailable
 
@@ -44,7 +45,15 @@ def install(app: FastAPI) -> None:
         return JSONResponse(error_body(exc.code, exc.message, exc.details), status_code=exc.status)
 
     @app.exception_handler(RequestValidationError)
-    async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        key = getattr(request.state, "unchecked_key", None)
+        if key is not None:
+            # A route that checks its caller's key as it writes (state.Key): an unknown caller
+            # learns nothing of its body.
+            try:
+                await users.identify(request.app.state.corral.reader, key)
+            except CorralError as refused:
+                return await _corral(request, refused)
         errors = exc.errors()
         if any(e.get("type") == "json_invalid" for e in errors):
             return JSONResponse(

@@ -9,13 +9,12 @@ from typing import Annotated
 from fastapi import Depends, Request
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from corral.services import users
 from corral.services.agent_protocol import AgentProtocol
 from corral.services.errors import Forbidden, Unauthorized
 from corral.services.intake import Intake
 from corral.settings import ManagerSettings, SchedulerSettings
-from corral.store import auth
 from corral.store.auth import Principal
-from corral.store.db import reading
 from corral.wakeup import Wakeup
 
 
@@ -54,17 +53,23 @@ def _bearer(request: Request) -> str:
 
 
 async def principal(request: Request, state: State) -> Principal:
-    key = _bearer(request)
-    # Looked up on every request, never cached: a revoked key is refused from its next request, on
-    # every manager.
-    async with reading(state.reader) as conn:
-        who = await auth.principal_for(conn, key)
-    if who is None:
-        raise Unauthorized("unknown API key", {"field": "authorization"})
-    return who
+    return await users.identify(state.reader, _bearer(request))
 
 
 Caller = Annotated[Principal, Depends(principal)]
+
+
+async def deferred_key(request: Request) -> str:
+    """The API key of a request that checks it where it writes (POST /sessions: a batch of creates
+    looks up its callers in one read).  Marked on the request, so that a request refused for its
+    body is refused for its key first (errors.py), as with Caller: a body is never judged for a
+    caller nobody knows."""
+    key = _bearer(request)
+    request.state.unchecked_key = key
+    return key
+
+
+Key = Annotated[str, Depends(deferred_key)]
 
 
 async def admin(who: Caller) -> Principal:

@@ -21,10 +21,10 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from corral.clock import utcnow
 from corral.services import sessions as session_service
+from corral.services import users
 from corral.services.arrays import BulkItem
 from corral.services.errors import CorralError
-from corral.store import sessions
-from corral.store.auth import Principal
+from corral.store import auth, sessions
 from corral.store.db import autocommitting, statements
 from corral.store.records import NewSession, SessionRecord
 
@@ -44,8 +44,9 @@ class Ask(BulkItem):
     """One POST /sessions of a single session, as validated: what a bulk item holds, and who sent
     it when."""
 
-    who: Principal
-    """The caller."""
+    key: str
+    """The caller's API key, looked up as the ask is written (a batch's callers in one read): a key
+    revoked meanwhile is refused."""
     arrived: datetime = field(default_factory=utcnow)
     """When it reached the manager: its place in the queue, whoever it was written with."""
 
@@ -76,8 +77,11 @@ class _AtCommit(Exception):
 class Intake:
     """The manager's one door for single-session creates."""
 
-    def __init__(self, engine: AsyncEngine, busy_gap: float = BUSY_GAP) -> None:
+    def __init__(
+        self, engine: AsyncEngine, reader: AsyncEngine | None = None, busy_gap: float = BUSY_GAP
+    ) -> None:
         self._engine = engine
+        self._reader = reader or engine
         self._busy_gap = busy_gap
         self._lock = asyncio.Lock()
         self._waiting: list[_Waiting] = []
@@ -125,8 +129,9 @@ class Intake:
             me.made.add_done_callback(_forget)
             raise
         if made is None:
+            who = await users.identify(self._reader, ask.key)
             return await session_service.create(
-                self._engine, ask.who, ask.spec, ask.retry_fields, ask.priority, ask.arrived
+                self._engine, who, ask.spec, ask.retry_fields, ask.priority, ask.arrived
             )
         return made
 
@@ -161,10 +166,7 @@ def _forget(made: asyncio.Future[Made | None]) -> None:
 
 async def _together(engine: AsyncEngine, asks: Sequence[Ask]) -> list[Made | CorralError]:
     """Every ask in one write (one statement on PostgreSQL, one transaction on SQLite): each one's
-    session, its earlier one, or its own refusal."""
-    keys = [(a.who.name, a.spec.creation_id) for a in asks if a.spec.creation_id]
-    if len(set(keys)) < len(keys):
-        raise _Together
+    session, its earlier one, or its own refusal (an unknown key's: 401)."""
     answers: list[Made | CorralError | None] = []
     news: list[NewSession] = []
     committing = False
@@ -172,11 +174,22 @@ async def _together(engine: AsyncEngine, asks: Sequence[Ask]) -> list[Made | Cor
         # As a lone create: the one write is one statement on PostgreSQL (no BEGIN and COMMIT round
         # trips: two of a batch's four), one transaction on SQLite.
         async with statements(engine) as conn:
+            # The callers of the whole batch in one read, not one a request: on PostgreSQL each
+            # statement is a round trip, whose wake-ups cost the server more than the look-up.
+            known = await auth.principals_for(conn, {a.key for a in asks})
+            callers = [known.get(a.key) for a in asks]
+            keys = [
+                (w.name, a.spec.creation_id)
+                for a, w in zip(asks, callers, strict=True)
+                if w and a.spec.creation_id
+            ]
+            if len(set(keys)) < len(keys):
+                raise _Together
             shared = session_service.Shared()
-            for ask in asks:
+            for ask, who in zip(asks, callers, strict=True):
                 try:
                     admitted = await session_service.admit(
-                        conn, ask.who, ask.spec, ask.retry_fields, ask.priority, shared, ask.arrived
+                        conn, users.known(who), ask.spec, ask.retry_fields, ask.priority, shared, ask.arrived
                     )
                 except CorralError as exc:
                     answers.append(exc)

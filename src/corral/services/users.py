@@ -10,7 +10,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from corral.clock import utcnow
 from corral.domain.priority import effective
-from corral.services.errors import Conflict, InvalidInput, NotFound
+from corral.services.errors import Conflict, InvalidInput, NotFound, Unauthorized
 from corral.services.policies import check_priority_rules
 from corral.store import auth, config, users
 from corral.store.auth import Principal, new_key
@@ -23,6 +23,21 @@ class Unset:
 
 
 UNSET = Unset()
+
+
+async def identify(reader: AsyncEngine, key: str) -> Principal:
+    """The caller with this API key; 401 for a key nobody has.  Looked up on every request, never
+    cached: a revoked key is refused from its next request, on every manager."""
+    async with reading(reader) as conn:
+        who = await auth.principal_for(conn, key)
+    return known(who)
+
+
+def known(who: Principal | None) -> Principal:
+    """The caller a key look-up found, or 401."""
+    if who is None:
+        raise Unauthorized("unknown API key", {"field": "authorization"})
+    return who
 
 
 async def _check_projects(conn: AsyncConnection, names: Sequence[str]) -> None:

@@ -5,8 +5,10 @@ from __future__ import annotations
 import hashlib
 import secrets
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import bindparam, delete, insert, select
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -74,23 +76,39 @@ async def revoke_other_keys(conn: AsyncConnection, user_id: str, keep: str) -> i
     return int(result.rowcount)
 
 
-_PRINCIPAL = (
-    select(users.c.id, users.c.name, users.c.role, projects.c.name.label("project"))
+_PRINCIPALS = (
+    select(api_keys.c.key_hash, users.c.id, users.c.name, users.c.role, projects.c.name.label("project"))
     .join(api_keys, api_keys.c.user_id == users.c.id)
     .outerjoin(project_members, project_members.c.user_id == users.c.id)
     .outerjoin(projects, projects.c.id == project_members.c.project_id)
-    .where(api_keys.c.key_hash == bindparam("key_hash"))
 )
+# One key (every lone request; most batches) by `=`: PostgreSQL then caches a generic plan.  With
+# `= ANY(array)` it priced its generic plan for ten keys and planned every run afresh (0.2 ms each).
+_ONE_KEY = _PRINCIPALS.where(api_keys.c.key_hash == bindparam("key_hash"))
+_KEYS = _PRINCIPALS.where(api_keys.c.key_hash.in_(bindparam("key_hash", expanding=True)))
 
 
 async def principal_for(conn: AsyncConnection, key: str) -> Principal | None:
     """The key's user and the projects it is a member of, in one query (every request asks)."""
-    rows = (await conn.execute(_PRINCIPAL, {"key_hash": hash_key(key)})).all()
-    if not rows:
-        return None
-    first = rows[0]
-    names = frozenset(r.project for r in rows if r.project is not None)
-    return Principal(str(first.id), first.name, first.role, names)
+    return (await principals_for(conn, [key])).get(key)
+
+
+async def principals_for(conn: AsyncConnection, keys: Iterable[str]) -> dict[str, Principal]:
+    """Each known key's caller, as principal_for, for many keys in one query (a batch of creates)."""
+    by_hash = {hash_key(k): k for k in keys}
+    if len(by_hash) == 1:
+        rows = await conn.execute(_ONE_KEY, {"key_hash": next(iter(by_hash))})
+    else:
+        rows = await conn.execute(_KEYS, {"key_hash": sorted(by_hash)})
+    found: dict[str, tuple[Any, set[str]]] = {}
+    for row in rows:
+        names = found.setdefault(row.key_hash, (row, set()))[1]
+        if row.project is not None:
+            names.add(row.project)
+    return {
+        by_hash[h]: Principal(str(row.id), row.name, row.role, frozenset(names))
+        for h, (row, names) in found.items()
+    }
 
 
 async def project_exists(conn: AsyncConnection, name: str) -> bool:
