@@ -12,7 +12,9 @@ alternating, on a fresh installation each time: every round is printed, then the
 machine's speed drifts by 10-20% from one minute to the next, Slurm's far less). With
 --compare-postgres each round runs on SQLite and then on a throwaway PostgreSQL cluster, and
 prints the ratio of the two, with how much the agents' CPU per session (the same work on either
-backend) moved from one run to the other: the machine's speed moving in between. Every run also
+backend) moved from one run to the other: the machine's speed moving in between, and the ratio at
+the first run's speed (the second's throughput times that move: on a machine the runs keep busy,
+sessions/s is inversely the CPU a session costs, and the same work's cost is the speed). Every run also
 prints the CPU it cost per session (the machine's, the manager's, the agents' with everything they
 start, a local PostgreSQL server's) and how busy the cores were: on a machine a run keeps busy,
 sessions/s is that CPU divided by a session's cost.
@@ -176,7 +178,12 @@ def main() -> int:
             pg_rates.append(args.n / pg_span)
             on_postgres.append(span / pg_span)
             drifts.append(drift := same_work_drift(used, pg_used))
-            moved = "" if drift is None else f" (the agents' CPU per session {drift:+.0%} in the second run)"
+            moved = ""
+            if drift is not None:
+                moved = (
+                    f" (the agents' CPU per session {drift:+.0%} in the second run;"
+                    f" {span / pg_span * (1 + drift):.0%} at the first run's speed)"
+                )
             print(f"postgresql / sqlite: {span / pg_span:.0%}{moved}", flush=True)
         if args.compare_slurm:
             # After Corral has stopped: the two never share the machine's cores.
@@ -203,6 +210,11 @@ def main() -> int:
             if None not in drifts:
                 shown = ", ".join(f"{d:+.0%}" for d in drifts if d is not None)
                 print(f"the agents' CPU per session, postgresql's run against sqlite's: {shown}")
+                steady = [r * (1 + d) for r, d in zip(on_postgres, drifts, strict=True) if d is not None]
+                print(
+                    f"median postgresql / sqlite at the sqlite run's speed: {statistics.median(steady):.0%}"
+                    f" ({', '.join(f'{x:.0%}' for x in steady)})"
+                )
             print(
                 f"median postgresql / sqlite: {statistics.median(on_postgres):.0%}"
                 f" (mean {statistics.mean(on_postgres):.0%})"
