@@ -183,7 +183,16 @@ def test_missing_or_wrong_key_is_401(cluster: Cluster, headers: dict[str, str]) 
 
 
 @pytest.mark.parametrize(
-    "body", [{"command": 5}, {"command": ["true"], "array": "1-x"}, {"command": ["true"], "env": {"A": 1}}]
+    "body",
+    [
+        {"command": 5},
+        {"command": ["true"], "array": "1-x"},
+        {"command": ["true"], "env": {"A": 1}},
+        # Refused past the schema, by the spec's own checks and by the cluster's:
+        {"command": ["true"], "resources": {"cpu": 0}},
+        {"command": ["true"], "resources": {"mem": "lots"}},
+        {"command": ["true"], "project": "nowhere"},
+    ],
 )
 def test_an_unknown_key_is_401_before_its_body_is_judged(cluster: Cluster, body: dict[str, Any]) -> None:
     """POST /sessions looks its caller up where it writes; a body it refuses is refused for an

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import sqlite3
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -13,7 +14,7 @@ from typing import Any
 
 import httpx
 import pytest
-from sqlalchemy import func, select, text
+from sqlalchemy import func, make_url, select, text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -23,7 +24,7 @@ from corral.services import intake as intake_module
 from corral.services.errors import Conflict, InvalidInput, Unauthorized
 from corral.services.intake import BATCH_MOST, Ask, Intake
 from corral.store import auth
-from corral.store.db import make_engine, reading, transaction
+from corral.store.db import make_engine, make_reader, reading, transaction
 from corral.store.records import SessionRecord
 from corral.store.tables import kernels, sessions
 from tests.conftest import BACKENDS
@@ -192,6 +193,31 @@ async def test_a_batch_looks_its_callers_up_as_it_writes_and_refuses_only_unknow
         assert await _rows(engine) == (3, 3)
 
 
+async def test_a_batch_of_unknown_keys_never_waits_for_the_writer(
+    fresh_database: Callable[[str], str],
+) -> None:
+    """SQLite: while another process holds the database's write lock, requests with keys nobody
+    has are still refused at once: their batch reads its callers on a reader and, finding none,
+    never takes the writer (nor holds it from anyone else's creates)."""
+    url = fresh_database("sqlite")
+    async with migrated(url) as engine:
+        reader = make_reader(engine)
+        intake = Intake(engine, reader, busy_gap=math.inf)  # as under load: every submit waits for others
+        path = make_url(url).database
+        assert path is not None
+        holder = sqlite3.connect(path, isolation_level=None)
+        try:
+            holder.execute("BEGIN IMMEDIATE")
+            asks = [Ask(_spec(i), None, None, key=f"crl_nobody_{i}") for i in range(3)]
+            answers = await asyncio.wait_for(_all(intake, asks), timeout=10)
+            holder.execute("ROLLBACK")
+        finally:
+            holder.close()
+            await reader.dispose()
+        assert all(isinstance(a, Unauthorized) for a in answers), answers
+        assert await _rows(engine) == (0, 0)
+
+
 def _field(resp: httpx.Response) -> str:
     return str(resp.json()["error"]["details"]["field"])
 
@@ -292,9 +318,9 @@ async def test_a_shared_transaction_the_database_refuses_sends_each_request_alon
     shared: list[int] = []
     together = intake_module._together
 
-    async def counted(engine: AsyncEngine, asks: Any) -> Any:
+    async def counted(engine: AsyncEngine, reader: AsyncEngine, asks: Any) -> Any:
         shared.append(len(asks))  # observed only: the real shared transaction runs
-        return await together(engine, asks)
+        return await together(engine, reader, asks)
 
     monkeypatch.setattr(intake_module, "_together", counted)
     async with migrated(fresh_database(backend)) as engine:
@@ -321,7 +347,8 @@ async def test_a_failure_after_the_batch_is_written_never_sends_it_again(
 ) -> None:
     """A failure once the write has run (here: making the records it answers with) may leave the
     batch written (PostgreSQL: the statement was its own commit; SQLite rolls it back): every
-    request fails, none is sent again alone, so no session is ever written twice."""
+    request it was to make fails, none is sent again alone, so no session is ever written twice.
+    A request the batch refused before its write keeps its own answer (an unknown key's 401)."""
     from corral.store import sessions as session_store
 
     def broken(written: Any) -> Any:
@@ -331,9 +358,11 @@ async def test_a_failure_after_the_batch_is_written_never_sends_it_again(
         alice = await _principal(engine)
         intake = Intake(engine, busy_gap=math.inf)  # as under load: every submit waits for others
         monkeypatch.setattr(session_store, "records_of", broken)
-        answers = await _all(intake, [Ask(_spec(i), None, None, key=alice) for i in range(3)])
+        asks = [Ask(_spec(i), None, None, key=alice) for i in range(3)]
+        *answers, stranger = await _all(intake, [*asks, Ask(_spec(9), None, None, key="crl_nobody")])
         monkeypatch.undo()
         assert all(isinstance(a, RuntimeError) for a in answers), answers
+        assert isinstance(stranger, Unauthorized), stranger
         assert await _rows(engine) == ((3, 3) if backend == "postgres" else (0, 0))
 
 

@@ -25,7 +25,7 @@ from corral.services import users
 from corral.services.arrays import BulkItem
 from corral.services.errors import CorralError
 from corral.store import auth, sessions
-from corral.store.db import autocommitting, statements
+from corral.store.db import autocommitting, reading, statements
 from corral.store.records import NewSession, SessionRecord
 
 Made = tuple[SessionRecord, bool]
@@ -72,6 +72,12 @@ class _Together(Exception):
 class _AtCommit(Exception):
     """The shared write may have been written (the cause says why): it failed at its commit, or its
     connection was lost while the statement that is its own commit ran."""
+
+    def __init__(self, answers: Sequence[Made | CorralError | None]) -> None:
+        super().__init__("the shared write may have been written")
+        self.answers = list(answers)
+        """Each ask's answer found before the write (a refusal, an earlier session), None for
+        those the write was to make."""
 
 
 class Intake:
@@ -138,11 +144,12 @@ class Intake:
     async def _write(self, batch: list[_Waiting]) -> None:
         answers: Sequence[Made | BaseException | None] = [None] * len(batch)
         try:
-            answers = await _together(self._engine, [w.ask for w in batch])
+            answers = await _together(self._engine, self._reader, [w.ask for w in batch])
         except _AtCommit as exc:
             # The commit may have happened: going alone could write each session twice.  Each
-            # request fails as one alone would have.
-            answers = [exc.__cause__ or exc] * len(batch)
+            # request it was to make fails as one alone would have; the others keep their answers.
+            failure = exc.__cause__ or exc
+            answers = [failure if a is None else a for a in exc.answers]
         except Exception:
             # Each request then goes alone, in its own task and transaction, all at once (as
             # without this door): its own error, its own wait for a database that is away.
@@ -164,9 +171,24 @@ def _forget(made: asyncio.Future[Made | None]) -> None:
         made.exception()
 
 
-async def _together(engine: AsyncEngine, asks: Sequence[Ask]) -> list[Made | CorralError]:
+async def _together(
+    engine: AsyncEngine, reader: AsyncEngine, asks: Sequence[Ask]
+) -> list[Made | CorralError]:
     """Every ask in one write (one statement on PostgreSQL, one transaction on SQLite): each one's
     session, its earlier one, or its own refusal (an unknown key's: 401)."""
+    # The callers of the whole batch in one read, not one a request: on PostgreSQL each statement
+    # is a round trip, whose wake-ups cost the server more than the look-up.  Read before the
+    # writer is taken: a batch of keys nobody has never holds it (SQLite's write lock).
+    async with reading(reader) as conn:
+        known = await auth.principals_for(conn, {a.key for a in asks})
+    callers = [known.get(a.key) for a in asks]
+    if not any(callers):
+        return [users.unknown_key() for _ in asks]
+    keys = [
+        (w.name, a.spec.creation_id) for a, w in zip(asks, callers, strict=True) if w and a.spec.creation_id
+    ]
+    if len(set(keys)) < len(keys):
+        raise _Together
     answers: list[Made | CorralError | None] = []
     news: list[NewSession] = []
     committing = False
@@ -174,17 +196,6 @@ async def _together(engine: AsyncEngine, asks: Sequence[Ask]) -> list[Made | Cor
         # As a lone create: the one write is one statement on PostgreSQL (no BEGIN and COMMIT round
         # trips: two of a batch's four), one transaction on SQLite.
         async with statements(engine) as conn:
-            # The callers of the whole batch in one read, not one a request: on PostgreSQL each
-            # statement is a round trip, whose wake-ups cost the server more than the look-up.
-            known = await auth.principals_for(conn, {a.key for a in asks})
-            callers = [known.get(a.key) for a in asks]
-            keys = [
-                (w.name, a.spec.creation_id)
-                for a, w in zip(asks, callers, strict=True)
-                if w and a.spec.creation_id
-            ]
-            if len(set(keys)) < len(keys):
-                raise _Together
             shared = session_service.Shared()
             for ask, who in zip(asks, callers, strict=True):
                 try:
@@ -205,7 +216,7 @@ async def _together(engine: AsyncEngine, asks: Sequence[Ask]) -> list[Made | Cor
                 # Outside a transaction the statement is its own commit: with no answer from the
                 # server (the connection lost), it may have been written.
                 if exc.connection_invalidated and autocommitting(conn):
-                    raise _AtCommit from exc
+                    raise _AtCommit(answers) from exc
                 raise
             # From here on (PostgreSQL: written already) any failure may leave it written.
             committing = True
@@ -213,6 +224,6 @@ async def _together(engine: AsyncEngine, asks: Sequence[Ask]) -> list[Made | Cor
             together = [answer if answer is not None else (next(made), True) for answer in answers]
     except Exception as exc:
         if committing:
-            raise _AtCommit from exc
+            raise _AtCommit(answers) from exc
         raise
     return together

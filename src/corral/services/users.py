@@ -36,8 +36,12 @@ async def identify(reader: AsyncEngine, key: str) -> Principal:
 def known(who: Principal | None) -> Principal:
     """The caller a key look-up found, or 401."""
     if who is None:
-        raise Unauthorized("unknown API key", {"field": "authorization"})
+        raise unknown_key()
     return who
+
+
+def unknown_key() -> Unauthorized:
+    return Unauthorized("unknown API key", {"field": "authorization"})
 
 
 async def _check_projects(conn: AsyncConnection, names: Sequence[str]) -> None:
