@@ -218,6 +218,48 @@ async def test_a_batch_of_unknown_keys_never_waits_for_the_writer(
         assert await _rows(engine) == (0, 0)
 
 
+async def test_a_key_revoked_while_its_batch_waits_for_the_writer_is_refused(
+    fresh_database: Callable[[str], str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SQLite: a batch reads its callers on a reader, then may wait for the write lock (a cycle's
+    length); a key revoked meanwhile is refused, as the write reads its callers again."""
+    url = fresh_database("sqlite")
+    reads: list[int] = []
+    principals_for = auth.principals_for
+
+    async def counted(conn: Any, keys: Any) -> Any:
+        found = await principals_for(conn, keys)
+        reads.append(len(found))  # observed only: the real read runs
+        return found
+
+    monkeypatch.setattr(auth, "principals_for", counted)
+    async with migrated(url) as engine:
+        alice = await _principal(engine)
+        reader = make_reader(engine)
+        intake = Intake(engine, reader, busy_gap=math.inf)  # as under load: every submit waits for others
+        path = make_url(url).database
+        assert path is not None
+        holder = sqlite3.connect(path, isolation_level=None)
+        try:
+            holder.execute("BEGIN IMMEDIATE")
+            holder.execute("DELETE FROM api_keys")  # the revocation, committed while the batch waits
+            sent = asyncio.ensure_future(
+                _all(intake, [Ask(_spec(i), None, None, key=alice) for i in range(2)])
+            )
+            deadline = time.monotonic() + 30
+            while not reads:  # the batch has read its callers (the key still there) and waits
+                assert time.monotonic() < deadline and not sent.done(), "the batch never read its callers"
+                await asyncio.sleep(0.01)
+            assert reads == [1]
+            holder.execute("COMMIT")
+            answers = await asyncio.wait_for(sent, timeout=30)
+        finally:
+            holder.close()
+            await reader.dispose()
+        assert all(isinstance(a, Unauthorized) for a in answers), answers
+        assert await _rows(engine) == (0, 0)
+
+
 def _field(resp: httpx.Response) -> str:
     return str(resp.json()["error"]["details"]["field"])
 

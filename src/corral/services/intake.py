@@ -17,7 +17,7 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy.exc import DBAPIError
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from corral.clock import utcnow
 from corral.services import sessions as session_service
@@ -25,6 +25,7 @@ from corral.services import users
 from corral.services.arrays import BulkItem
 from corral.services.errors import CorralError
 from corral.store import auth, sessions
+from corral.store.auth import Principal
 from corral.store.db import autocommitting, reading, statements
 from corral.store.records import NewSession, SessionRecord
 
@@ -46,7 +47,8 @@ class Ask(BulkItem):
 
     key: str
     """The caller's API key, looked up as the ask is written (a batch's callers in one read): a key
-    revoked meanwhile is refused."""
+    revoked since the request arrived is refused (on SQLite up to the write itself, on PostgreSQL
+    up to the read just before it, as a lone request's)."""
     arrived: datetime = field(default_factory=utcnow)
     """When it reached the manager: its place in the queue, whoever it was written with."""
 
@@ -166,6 +168,12 @@ class Intake:
                 waiting.made.set_result(answer)
 
 
+async def _callers(conn: AsyncConnection, asks: Sequence[Ask]) -> list[Principal | None]:
+    """Each ask's caller (None: nobody has its key), in one read."""
+    known = await auth.principals_for(conn, {a.key for a in asks})
+    return [known.get(a.key) for a in asks]
+
+
 def _forget(made: asyncio.Future[Made | None]) -> None:
     if not made.cancelled():
         made.exception()
@@ -180,8 +188,7 @@ async def _together(
     # is a round trip, whose wake-ups cost the server more than the look-up.  Read before the
     # writer is taken: a batch of keys nobody has never holds it (SQLite's write lock).
     async with reading(reader) as conn:
-        known = await auth.principals_for(conn, {a.key for a in asks})
-    callers = [known.get(a.key) for a in asks]
+        callers = await _callers(conn, asks)
     if not any(callers):
         return [users.unknown_key() for _ in asks]
     keys = [
@@ -196,6 +203,11 @@ async def _together(
         # As a lone create: the one write is one statement on PostgreSQL (no BEGIN and COMMIT round
         # trips: two of a batch's four), one transaction on SQLite.
         async with statements(engine) as conn:
+            if not autocommitting(conn):
+                # SQLite: the write is a transaction holding the database's lock, which it may have
+                # waited a cycle for; read again inside it (no round trip there), a key revoked
+                # meanwhile is refused.
+                callers = await _callers(conn, asks)
             shared = session_service.Shared()
             for ask, who in zip(asks, callers, strict=True):
                 try:
