@@ -8,7 +8,8 @@ import asyncio
 import math
 import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from typing import Any
 
@@ -193,6 +194,22 @@ async def test_a_batch_looks_its_callers_up_as_it_writes_and_refuses_only_unknow
         assert await _rows(engine) == (3, 3)
 
 
+@asynccontextmanager
+async def _writer_held(engine: AsyncEngine, url: str) -> AsyncIterator[tuple[Intake, sqlite3.Connection]]:
+    """SQLite: an intake with its reader, as the manager has, and another process's connection
+    holding the database's write lock (BEGIN IMMEDIATE; closed, it lets go)."""
+    reader = make_reader(engine)
+    path = make_url(url).database
+    assert path is not None
+    holder = sqlite3.connect(path, isolation_level=None)
+    try:
+        holder.execute("BEGIN IMMEDIATE")
+        yield Intake(engine, reader, busy_gap=math.inf), holder  # as under load: every submit waits
+    finally:
+        holder.close()
+        await reader.dispose()
+
+
 async def test_a_batch_of_unknown_keys_never_waits_for_the_writer(
     fresh_database: Callable[[str], str],
 ) -> None:
@@ -201,19 +218,9 @@ async def test_a_batch_of_unknown_keys_never_waits_for_the_writer(
     never takes the writer (nor holds it from anyone else's creates)."""
     url = fresh_database("sqlite")
     async with migrated(url) as engine:
-        reader = make_reader(engine)
-        intake = Intake(engine, reader, busy_gap=math.inf)  # as under load: every submit waits for others
-        path = make_url(url).database
-        assert path is not None
-        holder = sqlite3.connect(path, isolation_level=None)
-        try:
-            holder.execute("BEGIN IMMEDIATE")
+        async with _writer_held(engine, url) as (intake, _):
             asks = [Ask(_spec(i), None, None, key=f"crl_nobody_{i}") for i in range(3)]
             answers = await asyncio.wait_for(_all(intake, asks), timeout=10)
-            holder.execute("ROLLBACK")
-        finally:
-            holder.close()
-            await reader.dispose()
         assert all(isinstance(a, Unauthorized) for a in answers), answers
         assert await _rows(engine) == (0, 0)
 
@@ -235,13 +242,7 @@ async def test_a_key_revoked_while_its_batch_waits_for_the_writer_is_refused(
     monkeypatch.setattr(auth, "principals_for", counted)
     async with migrated(url) as engine:
         alice = await _principal(engine)
-        reader = make_reader(engine)
-        intake = Intake(engine, reader, busy_gap=math.inf)  # as under load: every submit waits for others
-        path = make_url(url).database
-        assert path is not None
-        holder = sqlite3.connect(path, isolation_level=None)
-        try:
-            holder.execute("BEGIN IMMEDIATE")
+        async with _writer_held(engine, url) as (intake, holder):
             holder.execute("DELETE FROM api_keys")  # the revocation, committed while the batch waits
             sent = asyncio.ensure_future(
                 _all(intake, [Ask(_spec(i), None, None, key=alice) for i in range(2)])
@@ -253,9 +254,6 @@ async def test_a_key_revoked_while_its_batch_waits_for_the_writer_is_refused(
             assert reads == [1]
             holder.execute("COMMIT")
             answers = await asyncio.wait_for(sent, timeout=30)
-        finally:
-            holder.close()
-            await reader.dispose()
         assert all(isinstance(a, Unauthorized) for a in answers), answers
         assert await _rows(engine) == (0, 0)
 
