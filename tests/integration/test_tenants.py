@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import uuid
+from collections.abc import Callable
 
 import httpx
 
@@ -152,3 +153,23 @@ def test_priority_rules_per_project_and_per_user(cluster: Cluster) -> None:
     upside = cluster.http.patch(f"/api/v1/projects/{project}", json={"priority_rules": {"min": 30}})
     assert upside.status_code == 422 and upside.json()["error"]["details"]["field"] == "priority_rules.min"
     dave.close()
+
+
+def test_the_last_key_of_the_last_admin_cannot_be_revoked(own_cluster: Callable[..., Cluster]) -> None:
+    c = own_cluster()
+    me = c.http.get("/api/v1/me").json()["name"]
+    [only] = c.corral_json("user", "key", "list", me)
+    refused = c.http.delete(f"/api/v1/users/{me}/keys/{only['id']}")
+    assert refused.status_code == 409, refused.text
+    assert "corral up --rotate-key" in refused.json()["error"]["message"]
+    assert refused.json()["error"]["details"]["field"] == "key_id"
+    assert c.http.get("/api/v1/sessions").status_code == 200  # still the admin's key
+    cli = c.corral("user", "key", "revoke", me, only["id"])
+    assert cli.returncode != 0 and "--rotate-key" in cli.stderr
+    # With a second admin key, the first one may go.
+    spare = c.corral_json("user", "key", "create", me)
+    assert c.http.delete(f"/api/v1/users/{me}/keys/{only['id']}").status_code == 204
+    with client(c, spare["key"]) as admin:
+        assert admin.get("/api/v1/users").status_code == 200
+        again = admin.delete(f"/api/v1/users/{me}/keys/{spare['id']}")
+        assert again.status_code == 409, again.text

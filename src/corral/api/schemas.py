@@ -72,7 +72,7 @@ class RetryPolicyIn(BaseModel):
     backoff: Annotated[Backoff, Strict(False)] = Backoff.FIXED
     backoff_multiplier: float = Field(2.0, ge=1.0, le=100.0, allow_inf_nan=False)
     max_retry_delay: Duration = Field(3600.0, ge=0, le=MAX_RETRY_DELAY_CEILING)
-    jitter: Annotated[Jitter, Strict(False)] = Jitter.NONE
+    jitter: Annotated[Jitter, Strict(False)] = Jitter.DETERMINISTIC
     jitter_ratio: float = Field(0.25, ge=0.0, le=1.0, allow_inf_nan=False)
     eligible_causes: list[Annotated[Cause, Strict(False)]] | None = Field(None, max_length=len(Cause))
     emit_retry_events: bool = True
@@ -103,7 +103,9 @@ class SessionCreate(BaseModel):
     name: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")] | None = Field(
         None, description="1-128 letters, digits, '.', '_' or '-'"
     )
-    type: Annotated[SessionType, Strict(False)] = SessionType.BATCH
+    type: Annotated[SessionType, Strict(False)] = Field(
+        SessionType.BATCH, description="batch (the only type a request may submit for now)"
+    )
     resources: dict[SlotName, Amount] = Field(
         default_factory=_default_resources,
         max_length=32,
@@ -138,6 +140,16 @@ class SessionCreate(BaseModel):
         description="a job array: one session per index, e.g. '0-49', '1-1000:10', '1,3,5' (at most "
         f"{MAX_ELEMENTS} elements, indices up to {MAX_INDEX}); each sees $CORRAL_ARRAY_INDEX",
     )
+
+    @field_validator("type")
+    @classmethod
+    def _batch_only(cls, value: SessionType) -> SessionType:
+        # Inference sessions are a deployment's replicas and are made by it, never by a request;
+        # interactive ones need an attach path that does not exist yet. Until then both are refused
+        # rather than run once as if they were batch sessions.
+        if value is not SessionType.BATCH:
+            raise ValueError(f"only batch sessions can be submitted ({value} sessions are not supported yet)")
+        return value
 
     @field_validator("creation_id")
     @classmethod

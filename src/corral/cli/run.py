@@ -56,7 +56,7 @@ def run(
         str | None, typer.Option(help="cap on any delay (default 1h, at most 24h)", rich_help_panel=RETRY)
     ] = None,
     jitter: Annotated[
-        str | None, typer.Option(help="none, deterministic or random", rich_help_panel=RETRY)
+        str | None, typer.Option(help="none, deterministic (default) or random", rich_help_panel=RETRY)
     ] = None,
     jitter_ratio: Annotated[
         float | None,

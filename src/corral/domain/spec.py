@@ -97,7 +97,7 @@ class RetryPolicy:
     """Growth factor of exponential backoff."""
     max_retry_delay: float = 3600.0
     """Upper bound of any delay (at most 24 h)."""
-    jitter: Jitter = Jitter.NONE
+    jitter: Jitter = Jitter.DETERMINISTIC
     """How the delay is spread."""
     jitter_ratio: float = 0.25
     """Spread as a fraction of the delay."""
@@ -125,7 +125,7 @@ class RetryPolicy:
             backoff=Backoff(raw.get("backoff", Backoff.FIXED)),
             backoff_multiplier=float(raw.get("backoff_multiplier", 2.0)),
             max_retry_delay=float(raw.get("max_retry_delay", 3600.0)),
-            jitter=Jitter(raw.get("jitter", Jitter.NONE)),
+            jitter=Jitter(raw.get("jitter", Jitter.DETERMINISTIC)),
             jitter_ratio=float(raw.get("jitter_ratio", 0.25)),
             eligible_causes=frozenset(
                 Cause(c)

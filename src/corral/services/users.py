@@ -158,6 +158,13 @@ async def revoke(engine: AsyncEngine, who: Principal, name: str, key_id: str) ->
     now = utcnow()
     async with transaction(engine) as conn:
         found = await _found(conn, name)
+        if found.role == "admin" and not await users.admin_keys_besides(conn, key_id):
+            raise Conflict(
+                "this is the last key of the last admin: nobody could administer Corral without it; "
+                "mint a new one first (`corral user key create NAME`), or on the manager's host "
+                "replace it with `corral up --rotate-key`",
+                {"field": "key_id"},
+            )
         if not await users.revoke(conn, found.id, key_id):
             raise NotFound(f"no key {key_id[:80]!r} of user {name[:80]!r}", {"field": "key_id"})
         await config.audit(conn, who.name, "key.revoke", name, f"key {key_id}", now)

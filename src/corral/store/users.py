@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import delete, insert, select, update
+from sqlalchemy import delete, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.store.records import ApiKeyRecord, UserRecord
@@ -104,3 +104,15 @@ async def revoke(conn: AsyncConnection, user_id: str, key_id: str) -> bool:
         delete(api_keys).where(api_keys.c.user_id == user_id, api_keys.c.id == key_id)
     )
     return bool(result.rowcount)
+
+
+async def admin_keys_besides(conn: AsyncConnection, key_id: str) -> int:
+    """The keys of admins other than this one, the admins' rows locked first so that two revokes
+    at once cannot each leave the other's key as the last."""
+    await conn.execute(select(users.c.id).where(users.c.role == "admin").with_for_update())
+    found = await conn.execute(
+        select(func.count())
+        .select_from(api_keys.join(users, users.c.id == api_keys.c.user_id))
+        .where(users.c.role == "admin", api_keys.c.id != key_id)
+    )
+    return int(found.scalar_one())
