@@ -12,6 +12,7 @@ import typer
 import yaml
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 
 class Format(StrEnum):
@@ -32,11 +33,13 @@ def emit(data: Any, fmt: Format, columns: Sequence[tuple[str, str]] = (), title:
         typer.echo(yaml.safe_dump(json.loads(json.dumps(data, default=str)), sort_keys=False).rstrip())
         return
     rows = data if isinstance(data, list) else [data]
-    table = Table(title=title, show_edge=False, header_style="bold")
+    # Cells are Text, never markup: a message such as "[/__w/pytorch/…/pair.cc:553]" is shown as
+    # it is, not parsed (and refused) as a closing tag.
+    table = Table(title=Text(title) if title else None, show_edge=False, header_style="bold")
     for header, _ in columns:
         table.add_column(header, overflow="fold")
     for row in rows:
-        table.add_row(*(_cell(row, key) for _, key in columns))
+        table.add_row(*(Text(_cell(row, key)) for _, key in columns))
     # Piped output is read by scripts and grep: never cut it to a guessed 80 columns.
     console = Console() if sys.stdout.isatty() else Console(width=1000)
     console.print(table)
