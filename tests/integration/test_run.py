@@ -126,7 +126,7 @@ def test_cancel_of_a_running_session_terminates_it(cluster: Cluster) -> None:
 
 
 def test_a_request_larger_than_every_agent_is_refused_naming_the_resource(cluster: Cluster) -> None:
-    for resources, field in (({"cpu": 3}, "resources.cpu"), ({"mem": "1P"}, "resources.mem")):
+    for resources, field in (({"cpu": 3}, "resources.cpu"), ({"mem": "1024T"}, "resources.mem")):
         resp = cluster.http.post("/api/v1/sessions", json={"command": ["true"], "resources": resources})
         assert resp.status_code == 422, resp.text
         assert resp.json()["error"]["details"]["field"] == field
@@ -158,3 +158,14 @@ def test_a_session_that_cannot_fit_waits_with_one_collapsed_skip_row(cluster: Cl
     assert done.returncode == 0, done.stderr
     final = cluster.wait(s["id"])
     assert (final["status"], final["cause"]) == ("CANCELLED", "user_cancelled")
+
+
+def test_a_size_in_an_unknown_unit_is_refused_listing_the_forms(cluster: Cluster) -> None:
+    for mem in ("64m", "2g", "1k", "10 bytes"):
+        resp = cluster.http.post("/api/v1/sessions", json={"command": ["true"], "resources": {"mem": mem}})
+        assert resp.status_code == 422, resp.text
+        assert resp.json()["error"]["details"]["field"] == "resources.mem"
+        assert "Ki, Mi, Gi, Ti" in resp.json()["error"]["message"]
+    done = cluster.corral("run", "--mem", "64m", "--", "true")
+    assert done.returncode != 0 and "Ki, Mi, Gi, Ti" in done.stderr
+    assert cluster.corral("run", "--mem", "64MiB", "--", "true").returncode == 0

@@ -22,18 +22,24 @@ from corral.domain.resources import ResourceError, ResourceSlots, parse_amount, 
         (4096, 4096),
         ("1T", 2**40),
         ("64MiB", 64 * 2**20),
-        ("10b", 10),
+        ("10B", 10),
+        ("3KB", 3 * 1024),
+        ("2TiB", 2 * 2**40),
     ],
 )
 def test_mem_units_are_binary(text: str | int, expected: int) -> None:
     assert parse_mem(text) == expected
 
 
-@pytest.mark.parametrize("bad", ["", "M", "64X", "-1G", "1.5", "abc", True])
-def test_bad_mem_is_refused_with_the_field(bad: object) -> None:
+@pytest.mark.parametrize(
+    "bad", ["", "M", "64X", "-1G", "1.5", "abc", True, "64m", "2g", "512ki", "1k", "10b", "1P", "1mb", "1Mb"]
+)
+def test_bad_mem_is_refused_with_the_field_and_the_forms(bad: object) -> None:
     with pytest.raises(ResourceError) as err:
         parse_amount("mem", bad)
     assert err.value.field == "mem"
+    if isinstance(bad, str) and bad[:1].isdigit() and not bad.startswith("-") and "." not in bad:
+        assert "Ki, Mi, Gi, Ti" in str(err.value), err.value
 
 
 @pytest.mark.parametrize(

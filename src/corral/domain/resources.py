@@ -10,14 +10,19 @@ from decimal import Decimal, InvalidOperation
 CPU, MEM, GPU = "cpu", "mem", "gpu"
 BUILTIN_SLOTS = (CPU, MEM, GPU)
 
+# Binary units only, case as written: Kubernetes reads a lowercase "64m" as millibytes and "64k" as
+# decimal, so a lowercase unit is refused rather than guessed.
 _MEM_UNITS = {
     "": 1,
-    "b": 1,
-    **{u: 1024**i for i, u in enumerate(("k", "m", "g", "t", "p"), start=1)},
-    **{u + "i": 1024**i for i, u in enumerate(("k", "m", "g", "t", "p"), start=1)},
-    **{u + "b": 1024**i for i, u in enumerate(("k", "m", "g", "t", "p"), start=1)},
-    **{u + "ib": 1024**i for i, u in enumerate(("k", "m", "g", "t", "p"), start=1)},
+    "B": 1,
+    **{u: 1024**i for i, u in enumerate("KMGT", start=1)},
+    **{u + "B": 1024**i for i, u in enumerate("KMGT", start=1)},
+    **{u + "i": 1024**i for i, u in enumerate("KMGT", start=1)},
+    **{u + "iB": 1024**i for i, u in enumerate("KMGT", start=1)},
 }
+SIZE_FORMS = (
+    "bytes, or a number with K, M, G, T or Ki, Mi, Gi, Ti (all binary; a B may follow), e.g. 64M, 2Gi"
+)
 # No real node has more than this of anything (bytes included); larger values are typing mistakes.
 MAX_AMOUNT = Decimal(2**60)
 _AMOUNT = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*$")
@@ -48,12 +53,12 @@ def _number(field: str, value: object) -> Decimal:
 
 
 def parse_mem(value: object, field: str = MEM) -> int:
-    """Bytes from an int or a string with binary units: '64M' is 64 MiB, '512Ki', '2G'."""
+    """Bytes from an int or a string with binary units: '64M' is 64 MiB, '512Ki', '2GiB'."""
     if isinstance(value, str):
         m = _AMOUNT.match(value)
-        unit = m.group(2).lower() if m else None
+        unit = m.group(2) if m else None
         if m is None or unit not in _MEM_UNITS:
-            raise ResourceError(field, f"{field}: cannot read {value!r} as a size (e.g. 64M, 2G)")
+            raise ResourceError(field, f"{field}: cannot read {value[:40]!r} as a size: write {SIZE_FORMS}")
         amount = Decimal(m.group(1)) * _MEM_UNITS[unit]
     else:
         amount = _number(field, value)
