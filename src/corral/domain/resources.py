@@ -20,9 +20,7 @@ _MEM_UNITS = {
     **{u + "i": 1024**i for i, u in enumerate("KMGT", start=1)},
     **{u + "iB": 1024**i for i, u in enumerate("KMGT", start=1)},
 }
-SIZE_FORMS = (
-    "bytes, or a number with K, M, G, T or Ki, Mi, Gi, Ti (all binary; a B may follow), e.g. 64M, 2Gi"
-)
+SIZE_FORMS = "bytes, or a number with K, M, G, T or Ki, Mi, Gi, Ti (binary; a B may follow), e.g. 64M"
 # No real node has more than this of anything (bytes included); larger values are typing mistakes.
 MAX_AMOUNT = Decimal(2**60)
 _AMOUNT = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*$")
