@@ -100,3 +100,66 @@ def test_up_killed_hard_leaves_no_agent_behind(ups: list[Up], tmp_path: Path) ->
     poll(lambda: dead(everything), 20, "the agents and their kernels to follow corral up")
     up.start()  # and a restart is accepted at once, not refused as a twin
     assert up.alive_agents() == 2
+
+
+def agent_pid(up: Up, agent_id: str) -> int:
+    [me] = [a for a in up.get("/api/v1/agents") if a["id"] == agent_id]
+    return int(me["info"]["pid"])
+
+
+def test_a_killed_agent_is_logged_cleared_and_restarted(ups: list[Up], tmp_path: Path) -> None:
+    """kill -9 of one local agent: `corral up` keeps serving, logs the death, kills what the dead
+    agent left, and starts the same id again under a new epoch; the other agent is untouched."""
+    up = Up(tmp_path / "home")
+    ups.append(up)
+    poll(lambda: "corral: ready at " in up.log(), 10, "the ready line, once the agents have registered")
+    kernel = running_kernel(up, tmp_path / "k.pid")
+    [s] = json.loads(up.corral("session", "list", "-o", "json").stdout)
+    victim_id = s["kernels"][0]["agent"]
+    other_id = next(a for a in ("local-1", "local-2") if a != victim_id)
+    other_pid = agent_pid(up, other_id)
+    epochs = {a["id"]: a["epoch"] for a in up.get("/api/v1/agents")}
+    victim = psutil.Process(agent_pid(up, victim_id))
+    left = {p.pid for p in victim.children(recursive=True)} | {kernel}
+    victim.kill()
+
+    def restarted() -> bool:
+        again = {a["id"]: a for a in up.get("/api/v1/agents")}[victim_id]
+        return again["status"] == "ALIVE" and again["epoch"] > epochs[victim_id]
+
+    poll(restarted, 30, f"{victim_id} to come back under a new epoch")
+    assert up.proc.poll() is None, up.log()[-2000:]
+    assert dead(left), "the dead agent's supervisor or kernel outlived it"
+    assert f"agent={victim_id}" in up.log() and "killed by SIGKILL" in up.log()
+    assert agent_pid(up, other_id) == other_pid and up.alive_agents() == 2
+    ended = poll(
+        lambda: (x := up.get(f"/api/v1/sessions/{s['id']}"))["status"] in ("ERROR", "TERMINATED") and x,
+        30,
+        "the session to end",
+    )
+    assert ended["cause"] == "agent_transient"
+    done = up.corral("run", "--", "sh", "-c", "echo after")
+    assert (done.returncode, done.stdout) == (0, "after\n"), done.stderr
+
+
+def test_what_a_killed_agent_left_is_killed_before_it_comes_back(ups: list[Up], tmp_path: Path) -> None:
+    """The dead agent's supervisor is stopped (SIGSTOP), so it cannot kill its kernel on the agent's
+    death: `corral up` kills both before the new incarnation registers and declares them gone."""
+    up = Up(tmp_path / "home")
+    ups.append(up)
+    kernel = running_kernel(up, tmp_path / "k.pid")
+    [s] = json.loads(up.corral("session", "list", "-o", "json").stdout)
+    victim_id = s["kernels"][0]["agent"]
+    epoch = {a["id"]: a["epoch"] for a in up.get("/api/v1/agents")}[victim_id]
+    victim = psutil.Process(agent_pid(up, victim_id))
+    [supervisor] = [p for p in victim.children() if "corral.agent.supervisor" in " ".join(p.cmdline())]
+    supervisor.suspend()
+    victim.kill()
+    again = poll(
+        lambda: (a := {x["id"]: x for x in up.get("/api/v1/agents")}[victim_id])["epoch"] > epoch and a,
+        60,
+        f"{victim_id} to register again",
+    )
+    assert again["status"] == "ALIVE"
+    assert dead({supervisor.pid, kernel}), "the new incarnation registered beside the old one's kernel"
+    assert "killing what a dead agent left" in up.log()

@@ -91,7 +91,7 @@ class Agent:
         self.link: SupervisorLink | None = None
         self._why = ""
         self._cpu_why = ""
-        self._instance = uuid.uuid4().hex
+        self._instance = cfg.instance or uuid.uuid4().hex
         self._wake_push = asyncio.Event()
         self._next_push = 0.0  # monotonic time before which a push waits (REPORT_SPACING)
         self._stopped = asyncio.Event()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -98,7 +99,7 @@ def up(
     else:
         what = "new admin API key (older ones revoked)" if rotate_key else "admin API key"
         typer.echo(f"{what}: {key}  (saved for the CLI in {cfg})", err=True)
-    typer.echo("From another shell:  .venv/bin/corral run -- python3 -c 'print(42)'", err=True)
+    typer.echo(f"From another shell:  {_this_command()} run -- python3 -c 'print(42)'", err=True)
     from corral.services.cluster import StartupError
 
     try:
@@ -106,6 +107,19 @@ def up(
             asyncio.run(serve_embedded(settings, scheduler, agents, kernels))
     except StartupError as exc:
         raise fail(str(exc)) from None
+
+
+def _this_command() -> str:
+    """How to run this very Corral from another shell: `corral` if that is what PATH finds, else the
+    script's full path, else this interpreter with -m (however Corral was installed)."""
+    import shlex
+    import shutil
+
+    script = Path(sys.argv[0]).resolve() if sys.argv and sys.argv[0] else None
+    if script is not None and script.name == "corral" and script.is_file():
+        found = shutil.which("corral")
+        return "corral" if found and Path(found).resolve() == script else shlex.quote(str(script))
+    return f"{shlex.quote(sys.executable)} -m corral"
 
 
 @app.command()

@@ -4,24 +4,24 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import hashlib
 import os
 import secrets
 import signal
-import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import uvicorn
 
 from corral.api.app import create_app, prepare_database
+from corral.cli.local_agents import LocalAgents
 from corral.settings import ManagerSettings, SchedulerSettings
 from corral.store.db import make_engine
 from corral.waits import STOP_WAIT, exit_when_stuck
 
-PR_SET_PDEATHSIG = 1
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
@@ -112,44 +112,6 @@ def kernel_tree(data: Path) -> Path:
     return tree
 
 
-def _die_with_parent() -> None:
-    """In the agent child: SIGTERM when `corral up` dies, even by SIGKILL (no orphaned agents)."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-
-
-def spawn_agents(n: int, url: str, token: str, kernels: Path) -> list[subprocess.Popen[bytes]]:
-    procs = []
-    for i in range(1, n + 1):
-        env = dict(os.environ, CORRAL_AGENT_TOKEN=token)
-        cmd = [
-            sys.executable,
-            "-m",
-            "corral",
-            "agent",
-            "--manager",
-            url,
-            "--id",
-            f"local-{i}",
-            "--work-dir",
-            str(kernels / "agents" / f"local-{i}"),
-        ]
-        procs.append(subprocess.Popen(cmd, env=env, preexec_fn=_die_with_parent))
-    return procs
-
-
-def stop_all(procs: list[subprocess.Popen[bytes]]) -> None:
-    for p in procs:
-        if p.poll() is None:
-            p.send_signal(signal.SIGTERM)
-    for p in procs:
-        try:
-            p.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
-
-
 async def serve_embedded(
     settings: ManagerSettings, scheduler: SchedulerSettings, agents: int, kernels: Path
 ) -> None:
@@ -163,13 +125,43 @@ async def serve_embedded(
     if serving.done():
         await serving
         return
-    procs = spawn_agents(agents, url, settings.agent_token, kernels)
+    local = LocalAgents(agents, url, settings.agent_token, kernels)
+    local.start()
+    ready = asyncio.create_task(_say_ready(url, settings.bootstrap_admin_key, agents))
     try:
-        while not server.should_exit and all(p.poll() is None for p in procs):  # noqa: ASYNC110
+        # Only our own stop signals end this: a dead agent is restarted (cli/local_agents.py).
+        while not server.should_exit and not serving.done():
+            local.tick()
             await asyncio.sleep(0.2)
     finally:
+        ready.cancel()
         # Agents first, while the manager still answers: they report their kernels' ends and leave.
-        await asyncio.to_thread(stop_all, procs)
+        await asyncio.to_thread(local.shutdown)
         server.should_exit = True
         await serving
         await exit_when_stuck(STOP_WAIT)
+
+
+READY_WAIT = 60.0
+
+
+async def _say_ready(url: str, key: str | None, agents: int) -> None:
+    """One line once the local agents have registered: from then on `corral run` is placed at once."""
+    deadline = time.monotonic() + READY_WAIT
+    alive = 0
+    async with httpx.AsyncClient(headers={"Authorization": f"Bearer {key}"}, timeout=5) as client:
+        while time.monotonic() < deadline:
+            with contextlib.suppress(httpx.HTTPError, ValueError, KeyError, TypeError):
+                listed = (await client.get(f"{url}/api/v1/agents")).json()
+                alive = sum(
+                    a["status"] == "ALIVE" for a in listed if str(a.get("id", "")).startswith("local-")
+                )
+            if alive >= agents:
+                break
+            await asyncio.sleep(0.2)
+    what = (
+        f"{alive} of {agents} local agents registered"
+        if alive < agents
+        else f"{agents} local agent(s) registered"
+    )
+    print(f"corral: ready at {url}; {what}", file=sys.stderr, flush=True)
