@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import fcntl
 import os
+import signal
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -16,6 +17,15 @@ from corral.store.db import make_engine, upgrade
 from tests.support.postgres import PgServer, start_postgres
 
 BACKENDS = ["sqlite", "postgres"]
+
+# A suite started as a background job from a script, or under nohup, inherits SIGINT and SIGQUIT
+# ignored, and so would every process it starts: a CLI that ignores Ctrl-C cannot be tested for it.
+# Restored here (in the controller and in each xdist worker), so that a test's outcome never depends
+# on how the suite was started.  SIGHUP stays as given: under nohup the run must outlive its terminal.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+if signal.getsignal(signal.SIGQUIT) is signal.SIG_IGN:
+    signal.signal(signal.SIGQUIT, signal.SIG_DFL)
 
 
 @pytest.fixture(scope="session", autouse=True)

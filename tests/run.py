@@ -17,6 +17,10 @@ import sys
 import tempfile
 from pathlib import Path
 
+KEEP_BYTES = 50 * 2**20
+"""What a failed run keeps of its temp tree, at most: its logs (pytest itself removes the directories
+of tests that passed: tmp_path_retention_policy)."""
+BIG_FILE = 2**20
 MAX_WORKERS = 64
 """Each worker starts a PostgreSQL and clusters of its own: more would only exhaust the machine."""
 
@@ -60,8 +64,41 @@ def main() -> int:
         return 1
     failed = [code for code in codes if code not in (0, 5)]
     if not failed:
-        shutil.rmtree(root, ignore_errors=True)  # kept after a failure: its logs are in there
+        shutil.rmtree(root, ignore_errors=True)
+    else:
+        kept = prune(root)
+        print(f"the failed tests' logs are kept in {root} ({kept / 2**20:.1f} MiB)", file=sys.stderr)
     return failed[0] if failed else 0
+
+
+def prune(root: Path, budget: int = KEEP_BYTES) -> int:
+    """Keep the logs (and small files) of a failed run, within `budget` bytes: databases, kernel
+    output and other big files go, and the longest logs are cut to their tails."""
+    logs: list[tuple[int, Path]] = []
+    for path in root.rglob("*"):
+        try:
+            if path.is_symlink() or not path.is_file():
+                continue
+            size = path.stat().st_size
+            if path.suffix == ".log" or size <= BIG_FILE:
+                logs.append((size, path))
+            else:
+                path.unlink()
+        except OSError:
+            continue
+    # The smallest logs are kept whole, the largest cut to their tails: each gets an equal share of
+    # what the smaller ones left.
+    logs.sort()
+    left = budget
+    for n, (size, path) in enumerate(logs):
+        share = left // (len(logs) - n)
+        if size > share:
+            with path.open("rb") as f:
+                f.seek(size - share)
+                tail = f.read()
+            path.write_bytes(tail)
+        left -= min(size, share)
+    return sum(p.stat().st_size for p in root.rglob("*") if p.is_file() and not p.is_symlink())
 
 
 if __name__ == "__main__":

@@ -42,6 +42,7 @@ def running_kernel(up: Up, pid_file: Path) -> int:
     return int(pid_file.read_text())
 
 
+@pytest.mark.started_anyhow
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP], ids=lambda s: s.name)
 def test_every_stop_signal_stops_everything_and_exits_0(ups: list[Up], tmp_path: Path, sig: int) -> None:
     up = Up(tmp_path / "home")

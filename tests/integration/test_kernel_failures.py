@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import pwd
+import signal
 import subprocess
 import sys
 import time
@@ -271,6 +272,7 @@ def test_a_stuck_supervisor_escalates_to_a_fence_and_is_replaced(
     assert after["result"] == "success"
 
 
+@pytest.mark.started_anyhow
 def test_a_kernel_starts_with_default_signals(cluster: Cluster, tmp_path: Path) -> None:
     """The supervisor ignores SIGTERM/SIGINT (and Python ignores SIGPIPE): a kernel must not inherit
     that, or a cancel could never be graceful and `yes | head` would complain of a broken pipe."""
@@ -284,3 +286,27 @@ def test_a_kernel_starts_with_default_signals(cluster: Cluster, tmp_path: Path) 
     assert mark.read_text() == "cleaned\n"  # it got SIGTERM and cleaned up within its grace
     assert done["kernels"][0]["signal"] is None
     assert "Broken pipe" not in cluster.output(s["id"])
+
+
+def _as_a_background_job_under_nohup() -> None:
+    """What an agent started by `cmd &` from a script, then under nohup, inherits."""
+    for sig in (signal.SIGINT, signal.SIGQUIT, signal.SIGHUP, signal.SIGUSR1, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR2, signal.SIGALRM})
+
+
+GLIBC_RESERVED = (1 << 31) | (1 << 32)
+"""Signals 32 and 33: glibc's own, which its posix_spawn sets ignored and no program may use."""
+
+
+@pytest.mark.started_anyhow
+def test_a_kernel_starts_with_default_signals_whatever_its_agent_inherited(
+    own_cluster: Callable[..., Cluster],
+) -> None:
+    c = own_cluster()
+    c.start_agent("ignoring", preexec_fn=_as_a_background_job_under_nohup)
+    s = c.submit(command=["grep", "-E", "^Sig(Ign|Blk):", "/proc/self/status"])
+    assert c.wait(s["id"])["status"] == "TERMINATED"
+    masks = dict(line.split(":\t") for line in c.output(s["id"]).splitlines())
+    assert int(masks["SigIgn"], 16) & ~GLIBC_RESERVED == 0, masks
+    assert int(masks["SigBlk"], 16) == 0, masks

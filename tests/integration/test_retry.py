@@ -574,6 +574,7 @@ def test_a_deleted_policy_is_named_in_the_decision(cluster: Cluster) -> None:
     ]
 
 
+@pytest.mark.started_anyhow
 def test_ctrl_c_stops_the_chain(cluster: Cluster) -> None:
     name = "interrupted-" + uuid.uuid4().hex[:6]
     env = {**cluster.env, "CORRAL_URL": cluster.url, "CORRAL_API_KEY": cluster.key}
@@ -599,6 +600,7 @@ def test_ctrl_c_stops_the_chain(cluster: Cluster) -> None:
     assert len(attempts(cluster, child["id"])) == 2
 
 
+@pytest.mark.started_anyhow
 def test_events_follow_prints_retries_as_they_happen(cluster: Cluster) -> None:
     env = {**cluster.env, "CORRAL_URL": cluster.url, "CORRAL_API_KEY": cluster.key}
     last = cluster.http.get("/api/v1/events", params={"limit": 1000}).json()

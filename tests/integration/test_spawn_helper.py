@@ -30,10 +30,21 @@ def run(helper: str, *command: str) -> int:
     return spawn.trial(helper, "0", "-", "-", *command, env={"PATH": "/usr/bin:/bin"})
 
 
+def _private_place() -> Path:
+    """A directory that only root and we can write to, all the way up: our home if it is one (a HOME
+    under /tmp is not: others can write there), else the system's cache root (as root) or the user's
+    runtime directory."""
+    runtime = os.environ.get("XDG_RUNTIME_DIR") or f"/run/user/{os.geteuid()}"
+    for place in (Path.home(), Path("/var/cache"), Path(runtime)):
+        if place.is_dir() and spawn._safe_dir(place):
+            return place
+    pytest.fail("no directory here is writable by root and us alone: the helper's cache cannot be tested")
+
+
 @pytest.fixture
 def private_cache(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """A cache home in our home directory (a temp directory sits under /tmp, which others can write)."""
-    cache = Path(tempfile.mkdtemp(prefix=".corral-test-cache-", dir=Path.home()))
+    """A cache home in a private place (a temp directory sits under /tmp, which others can write)."""
+    cache = Path(tempfile.mkdtemp(prefix=".corral-test-cache-", dir=_private_place()))
     monkeypatch.setenv("XDG_CACHE_HOME", str(cache))
     yield cache
     shutil.rmtree(cache)
@@ -46,6 +57,7 @@ def compiled(c_source: str, out: Path, *flags: str) -> Path:
     return out
 
 
+@pytest.mark.started_anyhow
 def test_a_program_planted_in_a_cache_others_can_write_is_never_run(
     private_cache: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
@@ -108,6 +120,7 @@ def test_even_a_dynamically_linked_helper_never_loads_the_kernels_preload_as_roo
     ],
     ids=["truncated", "another-program"],
 )
+@pytest.mark.started_anyhow
 def test_a_cached_file_that_is_not_a_working_helper_is_replaced(private_cache: Path, planted: bytes) -> None:
     target = spawn.cache_file(SOURCE)
     assert target is not None and spawn._safe_cache(target), "a private cache is used"

@@ -156,6 +156,7 @@ class Cluster:
         resource_group: str = "default",
         wait: bool = True,
         manager_url: str | None = None,
+        preexec_fn: Callable[[], object] | None = None,
         **extra: str,
     ) -> subprocess.Popen[bytes]:
         env = {**self.env, "CORRAL_AGENT_TOKEN": self.token, **extra}
@@ -182,6 +183,7 @@ class Cluster:
                 env=env,
                 stdout=log,
                 stderr=subprocess.STDOUT,
+                preexec_fn=preexec_fn,
             )
         self.agents[agent_id] = proc
         if wait:

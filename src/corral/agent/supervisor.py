@@ -54,7 +54,11 @@ SHARE_OF_LIMIT = 16
 most this fraction of the limit (1/16)."""
 
 
-_DEFAULT_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGPIPE, signal.SIGXFSZ, signal.SIGHUP)
+# Every signal a kernel's first process gets at its default disposition, whatever the agent inherited
+# (a background job or nohup ignores SIGINT, SIGQUIT, SIGHUP; Python ignores SIGPIPE, SIGXFSZ; this
+# process ignores SIGTERM): as Slurm's step daemon does.  glibc's posix_spawn alone sets its own two
+# reserved signals (32, 33, which no program may use) ignored in the child.
+_DEFAULT_SIGNALS = frozenset(signal.valid_signals()) - {signal.SIGKILL, signal.SIGSTOP}
 
 
 @dataclass
@@ -195,9 +199,8 @@ class Supervisor:
                 env,
                 file_actions=actions,
                 setsid=True,
-                # A kernel starts with default signals: what this process ignores (SIGTERM, SIGINT;
-                # Python's SIGPIPE, SIGXFSZ) would be inherited, and a kernel that cannot get
-                # SIGTERM never stops gracefully, only by the SIGKILL after its grace period.
+                # Default signals and an empty mask: a kernel that cannot get SIGTERM never stops
+                # gracefully, only by the SIGKILL after its grace period.
                 setsigdef=_DEFAULT_SIGNALS,
                 setsigmask=(),
             )
