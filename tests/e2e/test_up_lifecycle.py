@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import stat
 import time
@@ -164,3 +165,18 @@ def test_what_a_killed_agent_left_is_killed_before_it_comes_back(ups: list[Up], 
     assert again["status"] == "ALIVE"
     assert dead({supervisor.pid, kernel}), "the new incarnation registered beside the old one's kernel"
     assert "killing what a dead agent left" in up.log()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="kernels change account only under a root agent")
+def test_up_says_who_kernels_run_as_from_what_its_agents_enforce(ups: list[Up], tmp_path: Path) -> None:
+    """Root kernels allowed from the environment: `corral up`'s banner, the agent list and the
+    kernel itself agree (the banner said 'corral' while `id -u` printed 0)."""
+    up = Up(tmp_path / "home", env={"CORRAL_AGENT_ALLOW_ROOT_KERNELS": "true"})
+    ups.append(up)
+    done = up.corral("run", "--", "id", "-u")
+    assert (done.returncode, done.stdout) == (0, "0\n"), done.stderr
+    assert "kernels run as root (uid 0)" in up.log() and "'corral'" not in up.log()
+    listed = up.corral("agent", "list", "-o", "json")
+    assert {a["info"]["kernel_user"] for a in json.loads(listed.stdout)} == {
+        "root (uid 0) (allow_root_kernels is set)"
+    }

@@ -153,7 +153,7 @@ def test_root_kernels_need_the_flag_and_show_in_the_agent_list(cluster: Cluster)
     cluster.start_agent(group + "-agent", cpu=1, resource_group=group, CORRAL_AGENT_ALLOW_ROOT_KERNELS="1")
     listed = cluster.corral("agent", "list")
     row = next(line for line in listed.stdout.splitlines() if line.strip().startswith(group))
-    assert "root (uid 0) by --allow-root-kernels" in row, listed.stdout
+    assert "root (uid 0) (allow_root_kernels is set)" in row, listed.stdout
     s = cluster.submit(command=["id", "-u"], resource_group=group)
     cluster.wait(s["id"])
     assert cluster.output(s["id"]).strip() == "0"

@@ -20,13 +20,13 @@ from tests.support.postgres import free_port
 class Up:
     """One `corral up` process with its own HOME (data and config) and port."""
 
-    def __init__(self, home: Path, *args: str) -> None:
+    def __init__(self, home: Path, *args: str, env: dict[str, str] | None = None) -> None:
         self.home = home
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         # A user's environment: nothing Corral-specific but where their home directories are.
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("CORRAL_")}
-        self.env.update(CORRAL_HOME=str(home / "data"), XDG_CONFIG_HOME=str(home / "config"))
+        self.env.update(CORRAL_HOME=str(home / "data"), XDG_CONFIG_HOME=str(home / "config"), **(env or {}))
         self.config = home / "config" / "corral" / "config.json"
         self.log_path = home / "up.log"
         home.mkdir(parents=True, exist_ok=True)

@@ -91,7 +91,7 @@ class KernelIdentity:
         """What `corral agent list` shows."""
         root = self.default.uid == 0
         return {
-            "kernel_user": self.default.describe() + (" by --allow-root-kernels" if root else ""),
+            "kernel_user": self.default.describe() + (" (allow_root_kernels is set)" if root else ""),
             "root_kernels": root,
             "maps_owners": self.switches,
         }

@@ -61,7 +61,7 @@ def up(
     Stops cleanly (agents, their kernels, then the manager; exit 0) on SIGTERM, SIGINT or SIGHUP.
     Its files (database, keys, kernel logs) are readable by their owner only.
     """
-    from corral.agent.identity import IdentityError, ensure_account
+    from corral.agent.identity import IdentityError, KernelIdentity, ensure_account
     from corral.agent.settings import AgentSettings
     from corral.cli.serve import agent_token_file, kernel_tree, private_dir, serve_embedded
     from corral.logsetup import add_secret
@@ -72,7 +72,7 @@ def up(
     # Read first: a bad setting stops `up` before it makes an account, a key or a directory (its
     # agents read theirs from the same environment).
     settings, scheduler = from_env(ManagerSettings, host=host, port=port), from_env(SchedulerSettings)
-    from_env(AgentSettings)
+    agent_cfg = from_env(AgentSettings)
     data = private_dir(data_dir())
     url = f"http://{host}:{port}"
     saved_url, saved_key = load_saved()
@@ -81,6 +81,8 @@ def up(
     add_secret(key, token)
     try:
         created = ensure_account()
+        # What the agents will enforce, resolved as they resolve it: the banner never guesses.
+        identity = KernelIdentity.resolve(agent_cfg.kernel_user, agent_cfg.allow_root_kernels)
     except IdentityError as exc:
         raise fail(str(exc)) from None
     if created:
@@ -90,7 +92,7 @@ def up(
     # Every local agent sees the same checkpoint directory per retry chain.
     settings.checkpoint_root = str(kernels / "checkpoints")
     if kernels != data:
-        typer.echo(f"kernels run as the account 'corral' (not root); their files are in {kernels}", err=True)
+        typer.echo(f"kernels run as {identity.info()['kernel_user']}; their files are in {kernels}", err=True)
     cfg = save_config(url, key)
     typer.echo(f"Corral is starting at {url} with {agents} local agent(s); data in {data}", err=True)
     if key == saved_key:
