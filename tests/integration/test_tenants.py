@@ -11,7 +11,7 @@ from collections.abc import Callable
 import httpx
 
 from tests.support.cluster import Cluster
-from tests.support.tenants import add_user_in_own_project, client, make_user
+from tests.support.tenants import add_user_in_own_project, client, insert_session, make_user
 
 
 def test_creation_id_never_crosses_users(cluster: Cluster) -> None:
@@ -173,3 +173,38 @@ def test_the_last_key_of_the_last_admin_cannot_be_revoked(own_cluster: Callable[
         assert admin.get("/api/v1/users").status_code == 200
         again = admin.delete(f"/api/v1/users/{me}/keys/{spare['id']}")
         assert again.status_code == 409, again.text
+
+
+def test_a_session_is_found_by_the_start_of_its_id_among_those_the_caller_sees(cluster: Cluster) -> None:
+    s = cluster.submit(command=["true"])
+    short = s["id"][:8]
+    assert cluster.http.get(f"/api/v1/sessions/{short}").json()["id"] == s["id"]
+    assert cluster.http.get(f"/api/v1/sessions/{short.upper()}").json()["id"] == s["id"]
+    info = cluster.corral("session", "info", short)
+    assert info.returncode == 0 and s["id"] in info.stdout, info.stderr
+    assert cluster.corral("session", "history", short).returncode == 0
+    assert cluster.corral("session", "logs", short).returncode == 0
+    assert cluster.http.get(f"/api/v1/sessions/{short[:7]}").status_code == 404  # under 8 digits
+
+    tag = uuid.uuid4().hex[:6]
+    mine, theirs = f"short-{tag}", f"other-{tag}"
+    key = add_user_in_own_project(cluster.database_url, f"dora-{tag}", mine)
+    base = f"c0ffee{tag[:2]}-0000-4000-8000-0000000000"
+    a, b, c = base + "a1", base + "b2", base + "c3"
+    insert_session(cluster.database_url, a, mine, f"dora-{tag}")
+    insert_session(cluster.database_url, b, mine, f"dora-{tag}")
+    add_user_in_own_project(cluster.database_url, f"eve-{tag}", theirs)
+    insert_session(cluster.database_url, c, theirs, f"eve-{tag}")
+    with client(cluster, key) as dora:
+        several = dora.get(f"/api/v1/sessions/{base[:8]}")
+        assert several.status_code == 409, several.text
+        assert several.json()["error"]["details"]["matches"] == [a, b]
+        assert c not in several.text  # never a hint of what the caller may not see
+        assert dora.get(f"/api/v1/sessions/{base}a").json()["id"] == a
+        assert dora.post(f"/api/v1/sessions/{base}b/cancel").json()["id"] == b
+        assert dora.get(f"/api/v1/sessions/{base}c").status_code == 404  # only theirs starts so
+        assert dora.get(f"/api/v1/sessions/{c}").status_code == 404
+    admin = cluster.http.get(f"/api/v1/sessions/{base[:8]}")
+    assert admin.status_code == 409 and admin.json()["error"]["details"]["matches"] == [a, b, c]
+    cli = cluster.corral("session", "info", base[:8])
+    assert cli.returncode != 0 and a in cli.stderr and "give more of the id" in cli.stderr

@@ -54,3 +54,27 @@ def make_user(c: Cluster, name: str, projects: list[str]) -> str:
     made = c.corral_json("user", "create", name, *[a for p in projects for a in ("--project", p)])
     assert (made["name"], made["role"], made["projects"]) == (name, "user", sorted(projects))
     return str(made["key"]["key"])
+
+
+def insert_session(database_url: str, session_id: str, project: str, owner: str) -> None:
+    """A PENDING session with an id of the test's choosing (in a group no agent serves), straight
+    through the store: ids are random otherwise, and two sharing their first 8 digits are rare."""
+    from corral.domain.spec import SessionSpec
+    from corral.store.agents import ensure_resource_group
+    from corral.store.records import NewSession
+    from corral.store.sessions import insert_session as insert
+
+    spec = SessionSpec(command=("true",), project=project, resource_group="nobody-serves-" + project)
+    new = NewSession(session_id, f"s-{session_id[-4:]}", owner, spec)
+
+    async def go() -> None:
+        engine = make_engine(database_url)
+        try:
+            async with transaction(engine) as conn:
+                now = datetime.now(UTC)
+                await ensure_resource_group(conn, spec.resource_group, now)
+                await insert(conn, new, now)
+        finally:
+            await engine.dispose()
+
+    asyncio.run(go())

@@ -7,6 +7,7 @@ import time
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from corral.services.sessions import full_id
 from corral.store import retries
 from corral.store.auth import Principal
 from corral.store.db import reading
@@ -26,6 +27,9 @@ async def read(
 ) -> list[EventRecord]:
     """Events after `after`; with `wait`, polls until one arrives or the wait ends."""
     projects = None if who.is_admin else sorted(who.projects)
+    if session_id is not None:
+        async with reading(engine) as conn:
+            session_id = await full_id(conn, who, session_id)
     deadline = time.monotonic() + wait
     while True:
         async with reading(engine) as conn:

@@ -42,7 +42,7 @@ async def read(
     session = await session_service.get(engine, who, session_id)
     async with reading(engine) as conn:
         alive = await agents.alive_ids(conn) if session.status in TERMINAL_SESSION else set()
-        chunks = await logs.read(conn, session_id, after, max_bytes)
+        chunks = await logs.read(conn, session.id, after, max_bytes)
     closed = _output_closed(session, alive)
     return LogPage(
         chunks=chunks,

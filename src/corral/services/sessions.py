@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -22,7 +23,7 @@ from corral.domain.spec import RetryPolicy, SessionSpec, SessionType
 from corral.domain.status import TERMINAL_SESSION, SessionResult, SessionStatus
 from corral.services import policies
 from corral.services.errors import Conflict, Forbidden, InvalidInput, NotFound
-from corral.store import agents, auth, config, journal, retries, sessions
+from corral.store import agents, auth, config, journal, retries, session_ids, sessions
 from corral.store.auth import Principal
 from corral.store.db import reading, statements, transaction
 from corral.store.records import HistoryRecord, NewSession, SessionRecord
@@ -257,12 +258,40 @@ def _visible(who: Principal, s: SessionRecord) -> bool:
     return who.is_admin or s.spec.project in who.projects
 
 
+SHORT_ID = re.compile(r"^[0-9a-f][0-9a-f-]*$")
+SHORT_ID_DIGITS = 8
+"""A session may be named by the start of its id, of at least this many hex digits."""
+SHOWN_MATCHES = 10
+
+
 async def get(engine: AsyncEngine, who: Principal, session_id: str) -> SessionRecord:
+    """The session with this id, or with the only id the caller may see that starts with it."""
     async with reading(engine) as conn:
-        found = await sessions.get(conn, session_id)
+        full = await full_id(conn, who, session_id)
+        found = await sessions.get(conn, full)
     if found is None or not _visible(who, found):
         raise NotFound(f"no session {session_id[:80]}", {"field": "id"})
     return found
+
+
+async def full_id(conn: AsyncConnection, who: Principal, given: str) -> str:
+    """The id `given` starts, among the sessions the caller may see (404 none, 409 several); `given`
+    itself when it is no short id (a full id, or no id at all: the caller's look-up finds nothing)."""
+    prefix = given.lower()
+    if len(given) >= 36 or not SHORT_ID.match(prefix) or len(prefix.replace("-", "")) < SHORT_ID_DIGITS:
+        return given
+    projects = None if who.is_admin else who.projects
+    matches = await session_ids.with_prefix(conn, prefix, projects, SHOWN_MATCHES + 1)
+    if not matches:
+        raise NotFound(f"no session {given[:80]}", {"field": "id"})
+    if len(matches) > 1:
+        more = " and more" if len(matches) > SHOWN_MATCHES else ""
+        shown = ", ".join(f"{sid} ({name})" for sid, name in matches[:SHOWN_MATCHES])
+        raise Conflict(
+            f"{given} starts the ids of several sessions: {shown}{more}; give more of the id",
+            {"field": "id", "matches": [sid for sid, _ in matches[:SHOWN_MATCHES]]},
+        )
+    return matches[0][0]
 
 
 async def list_visible(
@@ -295,9 +324,9 @@ async def waiting_reason(engine: AsyncEngine, session: SessionRecord) -> str | N
 
 
 async def history(engine: AsyncEngine, who: Principal, session_id: str) -> list[HistoryRecord]:
-    await get(engine, who, session_id)
+    found = await get(engine, who, session_id)
     async with reading(engine) as conn:
-        return await journal.history_of(conn, session_id)
+        return await journal.history_of(conn, found.id)
 
 
 async def counts(engine: AsyncEngine, who: Principal) -> dict[str, int]:
@@ -312,15 +341,13 @@ async def cancel(engine: AsyncEngine, who: Principal, session_id: str) -> Sessio
     if found.status not in TERMINAL_SESSION:
         async with transaction(engine) as conn:
             ok = await sessions.request_termination(
-                conn, session_id, TerminationReason.USER_CANCELLED, f"cancelled by {who.name}", utcnow()
+                conn, found.id, TerminationReason.USER_CANCELLED, f"cancelled by {who.name}", utcnow()
             )
         if ok:
-            return await get(engine, who, session_id)
+            return await get(engine, who, found.id)
     stopped = await _stop_chain(engine, who, found.root_session_id)
     if stopped is None:
-        raise Conflict(
-            f"session {session_id} and its retries have ended ({found.status})", {"field": "status"}
-        )
+        raise Conflict(f"session {found.id} and its retries have ended ({found.status})", {"field": "status"})
     return await get(engine, who, stopped)
 
 
