@@ -4,8 +4,17 @@ has a "[/__w/pytorch/…]"): each exits 0 and shows the text as it is."""
 from __future__ import annotations
 
 import json
+import os
+import pty
+import select
+import signal
+import subprocess
+import sys
+import time
+import uuid
 
 from tests.support.cluster import Cluster
+from tests.support.tenants import insert_session
 
 MARKUP = "[/x] [bold]y [/__w/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553]"
 FAILS = f"""
@@ -40,3 +49,72 @@ def test_every_view_prints_markup_literally(cluster: Cluster) -> None:
             assert MARKUP in done.stdout, (args, done.stdout)
     errors = json.loads(cluster.corral("session", "errors", s["id"], "-o", "json").stdout)
     assert errors[0]["message"] == MARKUP
+
+
+def test_version_and_shell_completion() -> None:
+    from importlib.metadata import version
+
+    done = subprocess.run([sys.executable, "-m", "corral", "--version"], capture_output=True, text=True)
+    assert (done.returncode, done.stdout) == (0, f"corral {version('corral')}\n")
+    script = subprocess.run(
+        [sys.executable, "-m", "corral", "--show-completion", "bash"], capture_output=True, text=True
+    )
+    assert script.returncode == 0 and "complete " in script.stdout and "_CORRAL_COMPLETE" in script.stdout
+
+
+def test_cancel_says_what_was_accepted_and_status_is_any_case(cluster: Cluster) -> None:
+    s = cluster.submit(command=["sleep", "600"])
+    cluster.wait(s["id"], {"RUNNING"})
+    running = json.loads(cluster.corral("session", "list", "--status", "running", "-o", "json").stdout)
+    assert s["id"] in {r["id"] for r in running} and {r["status"] for r in running} == {"RUNNING"}
+    done = cluster.corral("session", "cancel", s["id"][:8])
+    assert done.returncode == 0, done.stderr
+    assert f"session {s['id'][:8]}: cancel accepted; it is TERMINATING (it was RUNNING)" in done.stdout
+    assert cluster.wait(s["id"])["cause"] == "user_cancelled"
+    queued = str(uuid.uuid4())
+    insert_session(cluster.database_url, queued, "default", "admin")  # in a group no agent serves
+    said = cluster.corral("session", "cancel", queued).stdout
+    assert "cancel accepted; it will be CANCELLED (it was PENDING)" in said
+    bad = cluster.http.get("/api/v1/sessions", params={"status": "runing"})
+    assert bad.status_code == 422 and "RUNNING" in bad.json()["error"]["message"]
+
+
+def test_events_show_the_newest_first_within_100_columns(cluster: Cluster) -> None:
+    s = cluster.submit(command=["sh", "-c", "exit 3"])
+    cluster.wait(s["id"])
+    rows = json.loads(cluster.corral("events", "--limit", "20", "-o", "json").stdout)
+    ids = [r["id"] for r in rows]
+    assert ids == sorted(ids, reverse=True) and len(ids) == 20
+    newest = cluster.http.get("/api/v1/events", params={"newest": True, "limit": 1}).json()
+    assert ids[0] >= newest[0]["id"] - 50  # other tests' sessions may add some meanwhile
+    table = cluster.corral("events", "--session", s["id"][:8])
+    assert table.returncode == 0 and s["id"][:8] in table.stdout
+    assert max(len(line) for line in table.stdout.splitlines()) <= 100, table.stdout
+
+
+def test_session_list_watch_refreshes_in_place_until_ctrl_c(cluster: Cluster) -> None:
+    env = {**cluster.env, "CORRAL_URL": cluster.url, "CORRAL_API_KEY": cluster.key, "COLUMNS": "120"}
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "corral", "session", "list", "--watch", "0.3", "--limit", "3"],
+        env=env,
+        stdin=follower,
+        stdout=follower,
+        stderr=follower,
+    )
+    os.close(follower)
+    seen = b""
+    deadline = time.monotonic() + 30
+    try:
+        while seen.count(b"every 0.3 s") < 3 and time.monotonic() < deadline:
+            ready, _, _ = select.select([leader], [], [], 1)
+            if ready:
+                seen += os.read(leader, 65536)
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=20) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        os.close(leader)
+    assert seen.count(b"every 0.3 s") >= 3, seen[-2000:]
+    assert b"\x1b[" in seen  # the cursor goes back up: the table is redrawn, not appended

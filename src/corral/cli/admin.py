@@ -228,13 +228,27 @@ def project_list(output: Format = OutputOpt) -> None:
 
 EVENT_COLUMNS = [
     ("ID", "id"),
-    ("TIME", "created_at"),
-    ("TYPE", "type"),
-    ("SESSION", "session_id"),
-    ("FROM", "from_status"),
-    ("TO", "to_status"),
-    ("DETAIL", "payload"),
+    ("TIME", "time"),
+    ("SESSION", "session"),
+    ("EVENT", "event"),
+    ("CHANGE", "change"),
+    ("DETAIL", "detail"),
 ]
+DETAIL_WIDTH = 28
+"""So that a row fits 100 columns (the whole event: -o json)."""
+
+
+def _event_row(e: dict[str, Any]) -> dict[str, Any]:
+    detail = " ".join(f"{k}={v}" for k, v in e["payload"].items())
+    change = f"{e['from_status'] or '-'}>{e['to_status']}" if e["to_status"] else ""
+    return {
+        "id": e["id"],
+        "time": e["created_at"][5:19].replace("T", " "),
+        "session": e["session_id"][:8],
+        "event": e["type"].removeprefix("session."),
+        "change": change,
+        "detail": detail if len(detail) <= DETAIL_WIDTH else detail[: DETAIL_WIDTH - 1] + "…",
+    }
 
 
 def events(
@@ -243,35 +257,51 @@ def events(
         typer.Option("--type", "-t", help="only this type (repeat), e.g. session.retry_scheduled"),
     ] = None,
     session: Annotated[str | None, typer.Option(help="only this session's events")] = None,
-    after: Annotated[int, typer.Option(help="start after this event id")] = 0,
+    after: Annotated[
+        int | None, typer.Option(help="the events after this id, oldest first (default: the newest)")
+    ] = None,
     limit: Annotated[int, typer.Option(help="at most this many (without --follow)")] = 100,
     follow_: Annotated[
-        bool, typer.Option("--follow", "-f", help="keep printing new events (Ctrl-C stops)")
+        bool, typer.Option("--follow", "-f", help="print events as they happen, from now (Ctrl-C stops)")
     ] = False,
     output: Format = OutputOpt,
 ) -> None:
-    """Session events (status changes, retries) of your projects, oldest first."""
+    """Session events of your projects, newest first (--follow: as they happen).
+
+    Status changes and retries; -o json gives each event whole."""
     api = Api()
     params: dict[str, Any] = {"type": type_ or [], "limit": limit}
     if session:
         params["session"] = session
+    if after is None:
+        newest = api.call(
+            "GET", "/events", params={**params, "newest": True, "limit": 1 if follow_ else limit}
+        )
+        if not follow_:
+            _show_events(newest, output)
+            return
+        after = newest[0]["id"] if newest else 0
     try:
         while True:
             rows = api.call("GET", "/events", params={**params, "after": after, "wait": 10 if follow_ else 0})
             if rows:
                 after = rows[-1]["id"]
                 if output is Format.table and follow_:
-                    for r in rows:
-                        line = f"{r['id']} {r['created_at'][:23]} {r['type']} {r['session_id']}"
-                        typer.echo(f"{line} {json.dumps(r['payload'])}")
+                    for r in rows:  # one line each, the whole session id (for grep)
+                        shown = {**_event_row(r), "session": r["session_id"]}
+                        typer.echo(" ".join(str(shown[key]) for _, key in EVENT_COLUMNS if shown[key] != ""))
                 else:
-                    emit(rows, output, EVENT_COLUMNS)
+                    _show_events(rows, output)
             if not follow_:
                 return
             if not rows:
                 time.sleep(0.1)
     except KeyboardInterrupt:
         raise typer.Exit(0) from None
+
+
+def _show_events(rows: list[dict[str, Any]], output: Format) -> None:
+    emit(rows if output is not Format.table else [_event_row(r) for r in rows], output, EVENT_COLUMNS)
 
 
 @audit_app.command("list")

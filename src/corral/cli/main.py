@@ -21,8 +21,27 @@ app = typer.Typer(
     help="Corral: a batch-session scheduler that handles failure natively.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
-    add_completion=False,
 )
+
+
+def _version(asked: bool) -> None:
+    if asked:
+        from importlib.metadata import version
+
+        typer.echo(f"corral {version('corral')}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _options(
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_version, is_eager=True, help="print Corral's version and exit"),
+    ] = False,
+) -> None:
+    """Corral: a batch-session scheduler that handles failure natively."""
+
+
 app.command(context_settings={"allow_interspersed_args": False})(run)
 app.add_typer(session.app, name="session")
 app.add_typer(arrays.app, name="array")

@@ -33,6 +33,17 @@ def emit(data: Any, fmt: Format, columns: Sequence[tuple[str, str]] = (), title:
         typer.echo(yaml.safe_dump(json.loads(json.dumps(data, default=str)), sort_keys=False).rstrip())
         return
     rows = data if isinstance(data, list) else [data]
+    console().print(table_of(rows, columns, title))
+
+
+def console() -> Console:
+    # Piped output is read by scripts and grep: never cut it to a guessed 80 columns.
+    return Console() if sys.stdout.isatty() else Console(width=1000)
+
+
+def table_of(
+    rows: list[dict[str, Any]], columns: Sequence[tuple[str, str]], title: str | None = None
+) -> Table:
     # Cells are Text, never markup: a message such as "[/__w/pytorch/…/pair.cc:553]" is shown as
     # it is, not parsed (and refused) as a closing tag.
     table = Table(title=Text(title) if title else None, show_edge=False, header_style="bold")
@@ -40,9 +51,7 @@ def emit(data: Any, fmt: Format, columns: Sequence[tuple[str, str]] = (), title:
         table.add_column(header, overflow="fold")
     for row in rows:
         table.add_row(*(Text(_cell(row, key)) for _, key in columns))
-    # Piped output is read by scripts and grep: never cut it to a guessed 80 columns.
-    console = Console() if sys.stdout.isatty() else Console(width=1000)
-    console.print(table)
+    return table
 
 
 def _cell(row: dict[str, Any], key: str) -> str:

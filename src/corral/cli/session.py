@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
+import time
 from typing import Annotated
 
 import typer
+from rich.live import Live
+from rich.table import Table
 
-from corral.cli.client import Api
+from corral.cli.client import Api, fail
 from corral.cli.follow import follow, root_cause_line
-from corral.cli.output import Format, OutputOpt, emit
+from corral.cli.output import Format, OutputOpt, console, emit, table_of
 
 app = typer.Typer(help="Inspect and control sessions.", no_args_is_help=True)
 
@@ -23,7 +27,8 @@ SESSION_COLUMNS = [
     ("SIZE", "cluster_size"),
     ("CREATED", "created_at"),
 ]
-SessionId = Annotated[str, typer.Argument(help="session id")]
+SessionId = Annotated[str, typer.Argument(help="session id (or its first 8 or more characters)")]
+ENDED = ("TERMINATED", "CANCELLED", "ERROR")
 
 
 @app.command("list")
@@ -31,14 +36,36 @@ def list_sessions(
     status: Annotated[list[str] | None, typer.Option(help="only these statuses")] = None,
     limit: Annotated[int, typer.Option(help="at most this many")] = 50,
     array: Annotated[str | None, typer.Option(help="only this job array's elements, by index")] = None,
+    watch: Annotated[
+        float | None,
+        typer.Option(
+            "--watch", "-w", help="refresh in place every this many seconds (as `watch squeue`; Ctrl-C stops)"
+        ),
+    ] = None,
     output: Format = OutputOpt,
 ) -> None:
-    """List sessions, newest first (an array's elements by index)."""
-    params: dict[str, object] = {"status": status or [], "limit": limit}
+    """List sessions, newest first (an array's elements by index); statuses in any case."""
+    params: dict[str, object] = {"status": [x.upper() for x in status or []], "limit": limit}
     if array is not None:
         params["array"] = array
-    rows = Api().call("GET", "/sessions", params=params)
-    emit(rows, output, SESSION_COLUMNS)
+    api = Api()
+    if watch is None:
+        emit(api.call("GET", "/sessions", params=params), output, SESSION_COLUMNS)
+        return
+    if not 0.2 <= watch <= 3600:
+        raise fail("--watch: give 0.2 to 3600 seconds")
+
+    def screen() -> Table:
+        rows = api.call("GET", "/sessions", params=params)
+        return table_of(rows, SESSION_COLUMNS, title=f"every {watch:g} s, {time.strftime('%H:%M:%S')}")
+
+    with (
+        contextlib.suppress(KeyboardInterrupt),
+        Live(screen(), console=console(), auto_refresh=False) as live,
+    ):
+        while True:
+            time.sleep(watch)
+            live.update(screen(), refresh=True)
 
 
 @app.command()
@@ -203,4 +230,17 @@ def cancel(session_id: SessionId, output: Format = OutputOpt) -> None:
     cancelled, or a retry not yet made will not be.
     """
     s = Api().call("POST", f"/sessions/{session_id}/cancel")
-    emit(s, output, SESSION_COLUMNS)
+    if output is not Format.table:
+        emit(s, output)
+        return
+    # The answer is the session as the request left it: the coordinator moves it next cycle.
+    short = s["id"][:8]
+    if s["status"] in ENDED:
+        typer.echo(f"session {short} had ended ({s['status']}): its retries are stopped")
+    elif s["status"] in ("PENDING", "SUSPENDED"):
+        typer.echo(f"session {short}: cancel accepted; it will be CANCELLED (it was {s['status']})")
+    else:
+        typer.echo(
+            f"session {short}: cancel accepted; it is TERMINATING (it was {s['status']}): its kernels"
+            f" are stopped, then `corral session info {short}` shows how it ended"
+        )

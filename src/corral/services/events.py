@@ -24,8 +24,10 @@ async def read(
     kinds: list[str] | None,
     session_id: str | None,
     wait: float = 0.0,
+    newest: bool = False,
 ) -> list[EventRecord]:
-    """Events after `after`; with `wait`, polls until one arrives or the wait ends."""
+    """Events after `after` (with `newest`, the last of them, newest first); with `wait`, polls
+    until one arrives or the wait ends."""
     projects = None if who.is_admin else sorted(who.projects)
     if session_id is not None:
         async with reading(engine) as conn:
@@ -33,7 +35,7 @@ async def read(
     deadline = time.monotonic() + wait
     while True:
         async with reading(engine) as conn:
-            found = await retries.events_after(conn, after, limit, kinds, projects, session_id)
+            found = await retries.events_after(conn, after, limit, kinds, projects, session_id, newest)
         if found or time.monotonic() >= deadline:
             return found
         await asyncio.sleep(_POLL)

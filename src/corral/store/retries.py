@@ -258,11 +258,12 @@ async def events_after(
     kinds: Sequence[str] | None,
     projects: Sequence[str] | None,
     session_id: str | None = None,
+    newest: bool = False,
 ) -> list[EventRecord]:
-    """The outbox as a caller may read it: only sessions of their projects (None: all)."""
-    query = (
-        select(session_events).where(session_events.c.id > after).order_by(session_events.c.id).limit(limit)
-    )
+    """The outbox as a caller may read it: only sessions of their projects (None: all); the first
+    `limit` after `after`, or with `newest` the last `limit`, newest first."""
+    order = session_events.c.id.desc() if newest else session_events.c.id
+    query = select(session_events).where(session_events.c.id > after).order_by(order).limit(limit)
     if kinds:
         query = query.where(session_events.c.kind.in_(list(kinds)))
     if session_id is not None:

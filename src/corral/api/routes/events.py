@@ -23,6 +23,7 @@ async def list_events(
     session: Annotated[Name | None, Query(description="one session's events")] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     wait: Annotated[float, Query(ge=0, le=30, description="seconds to wait for a new event")] = 0,
+    newest: Annotated[bool, Query(description="the last `limit` events after `after`, newest first")] = False,
 ) -> list[EventOut]:
-    found = await svc.read(state.reader, who, after, limit, type, session, wait)
+    found = await svc.read(state.reader, who, after, limit, type, session, wait, newest)
     return [EventOut.of(e) for e in found]

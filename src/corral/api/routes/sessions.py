@@ -92,9 +92,10 @@ async def list_sessions(
         str | None, Query(max_length=64, description="only this job array's elements, by index")
     ] = None,
 ) -> list[SessionOut]:
-    for s in status or []:
+    status = [s.upper() for s in status or []]
+    for s in status:
         if s not in set(SessionStatus):
-            raise InvalidInput("status", f"unknown status {s!r}")
+            raise InvalidInput("status", f"unknown status {s[:40]!r}: one of {', '.join(SessionStatus)}")
     found = await svc.list_visible(state.reader, who, status, limit, offset, array_id=array)
     return await _out(state, found)
 
