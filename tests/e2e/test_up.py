@@ -93,3 +93,15 @@ def test_agents_say_how_they_limit_memory(embedded: dict[str, str]) -> None:
         assert a["info"]["memory_mode_why"], "the agent says why it chose that mode"
     table = corral(embedded, "agent", "list").stdout
     assert "MEMORY LIMITS" in table and agents[0]["info"]["memory_mode"] in table
+
+
+def test_agent_list_shows_memory_in_binary_units_and_json_in_bytes(embedded: dict[str, str]) -> None:
+    from corral.cli.output import binary_size
+
+    agents = json.loads(corral(embedded, "agent", "list", "-o", "json").stdout)
+    assert all(isinstance(a["capacity"]["mem"], int) for a in agents)
+    table = corral(embedded, "agent", "list").stdout
+    for a in agents:
+        shown = binary_size(a["capacity"]["mem"])
+        assert shown is not None and shown.endswith("iB") and shown in table, table
+        assert str(a["capacity"]["mem"]) not in table

@@ -183,7 +183,12 @@ def test_a_get_shows_the_whole_chain_from_any_attempt(cluster: Cluster) -> None:
     gate = f"/tmp/chain-{uuid.uuid4().hex[:8]}"
     plain = cluster.wait(cluster.submit(command=["sh", "-c", f"[ ! -e {gate} ] || sleep 30"])["id"])
     Path(gate).touch()
-    resp = cluster.http.post(f"/api/v1/sessions/{plain['id']}/retry")
+    # It succeeded: running it again is refused unless asked for with force.
+    refused = cluster.http.post(f"/api/v1/sessions/{plain['id']}/retry")
+    assert refused.status_code == 409 and "--force" in refused.json()["error"]["message"], refused.text
+    cli = cluster.corral("session", "retry", plain["id"])
+    assert cli.returncode != 0 and "--force" in cli.stderr
+    resp = cluster.http.post(f"/api/v1/sessions/{plain['id']}/retry", params={"force": True})
     assert resp.status_code == 201, resp.text
     child = resp.json()
     try:

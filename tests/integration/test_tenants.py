@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -208,3 +209,32 @@ def test_a_session_is_found_by_the_start_of_its_id_among_those_the_caller_sees(c
     assert admin.status_code == 409 and admin.json()["error"]["details"]["matches"] == [a, b, c]
     cli = cluster.corral("session", "info", base[:8])
     assert cli.returncode != 0 and a in cli.stderr and "give more of the id" in cli.stderr
+
+
+def test_a_session_naming_no_project_goes_to_the_callers_own(cluster: Cluster) -> None:
+    tag = uuid.uuid4().hex[:6]
+    solo = make_user(cluster, f"solo-{tag}", [f"only-{tag}"])
+    duo_name = f"duo-{tag}"
+    duo = make_user(cluster, duo_name, [f"one-{tag}", f"two-{tag}"])
+    with client(cluster, solo) as s_client, client(cluster, duo) as d_client:
+        made = s_client.post("/api/v1/sessions", json={"command": ["true"]})
+        assert made.status_code == 201 and made.json()["project"] == f"only-{tag}", made.text
+        refused = d_client.post("/api/v1/sessions", json={"command": ["true"]})
+        assert refused.status_code == 422, refused.text
+        error = refused.json()["error"]
+        assert error["details"]["field"] == "project"
+        assert f"one-{tag}" in error["message"] and f"two-{tag}" in error["message"]
+        # Not one of theirs: refused, naming the field; one of theirs: used from then on.
+        bad = cluster.http.patch(f"/api/v1/users/{duo_name}", json={"default_project": "default"})
+        assert bad.status_code == 422 and bad.json()["error"]["details"]["field"] == "default_project"
+        set_ = cluster.corral("user", "update", duo_name, "--default-project", f"two-{tag}", "-o", "json")
+        assert set_.returncode == 0 and json.loads(set_.stdout)["default_project"] == f"two-{tag}", (
+            set_.stderr
+        )
+        made = d_client.post("/api/v1/sessions", json={"command": ["true"]})
+        assert made.status_code == 201 and made.json()["project"] == f"two-{tag}", made.text
+        named = d_client.post("/api/v1/sessions", json={"command": ["true"], "project": f"one-{tag}"})
+        assert named.json()["project"] == f"one-{tag}"
+        cleared = cluster.http.patch(f"/api/v1/users/{duo_name}", json={"default_project": None})
+        assert cleared.json()["default_project"] is None
+        assert d_client.post("/api/v1/sessions", json={"command": ["true"]}).status_code == 422

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 import corral.cli
-from corral.cli.output import Format, emit
+from corral.cli.output import Format, binary_size, emit
 
 MARKUP = "[/x] [bold]y[/bold] [/__w/pytorch/third_party/gloo/pair.cc:553]"
 
@@ -52,3 +52,21 @@ def test_a_table_prints_markup_literally(
     emit([_row(columns)], Format.table, columns, title=f"{MARKUP} {name}")
     out = capsys.readouterr().out
     assert out.count(MARKUP) == len(columns) + 1  # every cell, and the title
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [
+        (0, "0 B"),
+        (100, "100 B"),
+        (1024, "1 KiB"),
+        (512 * 2**20, "512 MiB"),
+        (25275990016, "23.5 GiB"),
+        (3 * 2**40, "3 TiB"),
+        (2**52, "4096 TiB"),
+        (None, None),
+        ("64M", None),
+    ],
+)
+def test_sizes_are_shown_in_binary_units(value: object, shown: str | None) -> None:
+    assert binary_size(value) == shown

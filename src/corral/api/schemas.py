@@ -31,6 +31,7 @@ from corral.domain.retry import RETRY_KEY_MARK, AttemptBrief, shown_retry_state
 from corral.domain.root_cause import default_strategy, is_side_effect, ordered
 from corral.domain.spec import (
     MAX_RETRY_DELAY_CEILING,
+    UNNAMED_PROJECT,
     AntiAffinity,
     Backoff,
     ErrorStrategy,
@@ -114,7 +115,10 @@ class SessionCreate(BaseModel):
     cluster_size: int = Field(1, ge=1, le=256)
     priority: int = Field(10, ge=0, le=100)
     resource_group: Name = "default"
-    project: Name = "default"
+    project: Name | None = Field(
+        None,
+        description="default: the caller's only project, else their default_project (set by an admin)",
+    )
     placement: Annotated[PlacementStrategy, Strict(False)] = PlacementStrategy.CONCENTRATED
     env: dict[EnvName, Text] = Field(
         default_factory=dict,
@@ -208,7 +212,7 @@ class SessionCreate(BaseModel):
             cluster_size=self.cluster_size,
             priority=self.priority,
             resource_group=self.resource_group,
-            project=self.project,
+            project=self.project or UNNAMED_PROJECT,
             placement=self.placement,
             image=self.image,
             timeout=self.timeout,

@@ -13,7 +13,7 @@ import typer
 
 from corral.cli import admin, arrays, groups, session, users
 from corral.cli.client import Api, fail, from_env, load_saved, save_config
-from corral.cli.output import Format, OutputOpt, emit
+from corral.cli.output import Format, OutputOpt, binary_size, emit
 from corral.cli.run import run
 
 app = typer.Typer(
@@ -280,6 +280,9 @@ async def _run_agent(agent: object) -> None:
 def agent_list(output: Format = OutputOpt) -> None:
     """List agents with their capacity, usage and liveness (admin)."""
     rows = Api().call("GET", "/agents")
+    if output is Format.table:  # bytes stay bytes in -o json and -o yaml
+        for r in rows:
+            r["mem_shown"] = {k: binary_size(r[k].get("mem")) for k in ("capacity", "used") if r.get(k)}
     emit(
         rows,
         output,
@@ -290,7 +293,8 @@ def agent_list(output: Format = OutputOpt) -> None:
             ("EPOCH", "epoch"),
             ("CPU", "capacity.cpu"),
             ("USED CPU", "used.cpu"),
-            ("MEM", "capacity.mem"),
+            ("MEM", "mem_shown.capacity"),
+            ("USED MEM", "mem_shown.used"),
             ("GPU", "capacity.gpu"),
             ("MEMORY LIMITS", "info.memory_mode"),
             ("CPU LIMITS", "info.cpu_mode"),

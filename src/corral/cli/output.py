@@ -63,3 +63,15 @@ def _cell(row: dict[str, Any], key: str) -> str:
     if isinstance(value, str) and len(value) > 19 and value[4:5] == "-" and "T" in value:
         return value[:19].replace("T", " ")
     return str(value)
+
+
+def binary_size(value: object) -> str | None:
+    """Bytes as a person reads them: 23.5 GiB, 512 MiB, 100 B (binary units, as inputs take)."""
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return None
+    size = float(value)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(size) < 1024 or unit == "TiB":
+            return f"{size:.0f} {unit}" if unit == "B" or size == int(size) else f"{size:.1f} {unit}"
+        size /= 1024
+    raise AssertionError("unreachable")

@@ -213,9 +213,14 @@ def attempts(session_id: SessionId, output: Format = OutputOpt) -> None:
 
 
 @app.command()
-def retry(session_id: SessionId, output: Format = OutputOpt) -> None:
-    """Retry the chain's latest attempt (it must have ended) with a fresh budget."""
-    s = Api().call("POST", f"/sessions/{session_id}/retry")
+def retry(
+    session_id: SessionId,
+    force: Annotated[bool, typer.Option("--force", help="even if the chain succeeded")] = False,
+    output: Format = OutputOpt,
+) -> None:
+    """Retry the chain's latest attempt (it must have ended, and not succeeded unless --force) with
+    a fresh budget."""
+    s = Api().call("POST", f"/sessions/{session_id}/retry", params={"force": "true"} if force else None)
     if output is Format.table:
         typer.echo(f"attempt {s['attempt']}: {s['id']}")
     else:

@@ -20,6 +20,7 @@ USER_COLUMNS = [
     ("PROJECTS", "projects"),
     ("PRIORITY RULES", "priority_rules"),
     ("KERNELS RUN AS", "run_as.uid"),
+    ("DEFAULT PROJECT", "default_project"),
     ("CREATED", "created_at"),
 ]
 KEY_COLUMNS = [("ID", "id"), ("PREFIX", "prefix"), ("CREATED", "created_at")]
@@ -73,6 +74,10 @@ def update(
     no_uid: Annotated[
         bool, typer.Option("--no-uid", help="their kernels run as agents' default account")
     ] = False,
+    default_project: Annotated[
+        str | None,
+        typer.Option(help="where their sessions go when they name no project ('' clears)"),
+    ] = None,
     output: Format = OutputOpt,
 ) -> None:
     """Change a user's role, projects, priority rules (theirs override their projects') or the uid
@@ -88,6 +93,8 @@ def update(
         body["projects"] = project or []
     if role is not None:
         body["role"] = role
+    if default_project is not None:
+        body["default_project"] = default_project or None
     emit(Api().call("PATCH", f"/users/{name}", json=body), output, USER_COLUMNS)
 
 

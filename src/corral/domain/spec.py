@@ -139,6 +139,10 @@ class RetryPolicy:
         )
 
 
+UNNAMED_PROJECT = ""
+"""A request that named no project: the service picks the caller's (services/sessions.prepared)."""
+
+
 @dataclass(frozen=True)
 class SessionSpec:
     """What a user asked for; everything else about a session is state the coordinator keeps."""

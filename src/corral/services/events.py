@@ -7,7 +7,7 @@ import time
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from corral.services.sessions import full_id
+from corral.services.short_ids import full_id
 from corral.store import retries
 from corral.store.auth import Principal
 from corral.store.db import reading

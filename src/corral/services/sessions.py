@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -19,11 +18,12 @@ from corral.domain.cluster import values_of
 from corral.domain.priority import PriorityRefused, choose, effective
 from corral.domain.resources import BUILTIN_SLOTS, ResourceSlots
 from corral.domain.retry import attempt_creation_id, attempt_name
-from corral.domain.spec import RetryPolicy, SessionSpec, SessionType
+from corral.domain.spec import UNNAMED_PROJECT, RetryPolicy, SessionSpec, SessionType
 from corral.domain.status import TERMINAL_SESSION, SessionResult, SessionStatus
 from corral.services import policies
 from corral.services.errors import Conflict, Forbidden, InvalidInput, NotFound
-from corral.store import agents, auth, config, journal, retries, session_ids, sessions
+from corral.services.short_ids import full_id
+from corral.store import agents, auth, config, journal, retries, sessions, users
 from corral.store.auth import Principal
 from corral.store.db import reading, statements, transaction
 from corral.store.records import HistoryRecord, NewSession, SessionRecord
@@ -200,6 +200,8 @@ async def prepared(
     """The spec checked against the cluster and the caller's rights, with its priority and its
     effective retry policy filled in (what every new session goes through)."""
     shared = shared or Shared()
+    if spec.project == UNNAMED_PROJECT:
+        spec = replace(spec, project=await _project_for(conn, who))
     if not await _known(conn, "resource_group", spec.resource_group, agents.resource_group_exists):
         raise InvalidInput("resource_group", f"unknown resource group {spec.resource_group!r}")
     if not await _known(conn, "project", spec.project, auth.project_exists):
@@ -214,6 +216,22 @@ async def prepared(
         priority=_priority(who, project_cfg, user_cfg, requested_priority),
         retry_policy=_effective_policy(spec, retry_fields, project_cfg, shared),
     )
+
+
+async def _project_for(conn: AsyncConnection, who: Principal) -> str:
+    """A request that names no project goes to the caller's only project, else to their
+    default_project, else it must name one."""
+    if len(who.projects) == 1:
+        return next(iter(who.projects))
+    chosen = (await users.config_of(conn, who.user_id)).get("default_project")
+    if chosen:
+        return str(chosen)
+    if not who.projects:
+        raise Forbidden(
+            "you are a member of no project: ask an admin to add you to one", {"field": "project"}
+        )
+    choices = ", ".join(sorted(who.projects))
+    raise InvalidInput("project", f"name a project: you are a member of several ({choices})")
 
 
 _capacity_cache: dict[str, tuple[float, list[ResourceSlots]]] = {}
@@ -258,12 +276,6 @@ def _visible(who: Principal, s: SessionRecord) -> bool:
     return who.is_admin or s.spec.project in who.projects
 
 
-SHORT_ID = re.compile(r"^[0-9a-f][0-9a-f-]*$")
-SHORT_ID_DIGITS = 8
-"""A session may be named by the start of its id, of at least this many hex digits."""
-SHOWN_MATCHES = 10
-
-
 async def get(engine: AsyncEngine, who: Principal, session_id: str) -> SessionRecord:
     """The session with this id, or with the only id the caller may see that starts with it."""
     async with reading(engine) as conn:
@@ -272,26 +284,6 @@ async def get(engine: AsyncEngine, who: Principal, session_id: str) -> SessionRe
     if found is None or not _visible(who, found):
         raise NotFound(f"no session {session_id[:80]}", {"field": "id"})
     return found
-
-
-async def full_id(conn: AsyncConnection, who: Principal, given: str) -> str:
-    """The id `given` starts, among the sessions the caller may see (404 none, 409 several); `given`
-    itself when it is no short id (a full id, or no id at all: the caller's look-up finds nothing)."""
-    prefix = given.lower()
-    if len(given) >= 36 or not SHORT_ID.match(prefix) or len(prefix.replace("-", "")) < SHORT_ID_DIGITS:
-        return given
-    projects = None if who.is_admin else who.projects
-    matches = await session_ids.with_prefix(conn, prefix, projects, SHOWN_MATCHES + 1)
-    if not matches:
-        raise NotFound(f"no session {given[:80]}", {"field": "id"})
-    if len(matches) > 1:
-        more = " and more" if len(matches) > SHOWN_MATCHES else ""
-        shown = ", ".join(f"{sid} ({name})" for sid, name in matches[:SHOWN_MATCHES])
-        raise Conflict(
-            f"{given} starts the ids of several sessions: {shown}{more}; give more of the id",
-            {"field": "id", "matches": [sid for sid, _ in matches[:SHOWN_MATCHES]]},
-        )
-    return matches[0][0]
 
 
 async def list_visible(
@@ -408,11 +400,17 @@ def _alone(s: SessionRecord) -> bool:
     return s.root_session_id == s.id and s.next_attempt_id is None
 
 
-async def retry(engine: AsyncEngine, who: Principal, session_id: str) -> SessionRecord:
-    """A manual retry: a new attempt after the chain's latest one, which must have ended."""
+async def retry(engine: AsyncEngine, who: Principal, session_id: str, force: bool = False) -> SessionRecord:
+    """A manual retry: a new attempt after the chain's latest one, which must have ended (and not
+    succeeded, unless `force`: running a finished job again is rarely what was meant)."""
     found = await get(engine, who, session_id)
     async with transaction(engine) as conn:
         latest = (await retries.chain(conn, found.root_session_id))[-1]
+        if latest.result is SessionResult.SUCCESS and not force:
+            raise Conflict(
+                f"session {latest.id} succeeded: retry with --force (API: ?force=true) to run it again",
+                {"field": "force", "session_id": latest.id},
+            )
         child_id = await retry_latest(conn, who, latest, utcnow())
     return await get(engine, who, child_id)
 

@@ -96,9 +96,11 @@ async def update(
     projects: Sequence[str] | None,
     priority_rules: Mapping[str, Any] | Unset | None = UNSET,
     run_as: Mapping[str, Any] | Unset | None = UNSET,
+    default_project: str | Unset | None = UNSET,
 ) -> UserRecord:
     """`priority_rules` is merged field by field into the user's own (None clears them); `run_as`
-    replaces their uid/gid mapping (None clears it)."""
+    replaces their uid/gid mapping (None clears it); `default_project` (one of their projects) is
+    where their sessions go when they name none."""
     now = utcnow()
     async with transaction(engine) as conn:
         found = await _found(conn, name)
@@ -120,7 +122,19 @@ async def update(
             cfg = dict(await users.config_of(conn, found.id))
             cfg["run_as"] = dict(run_as) if run_as else None
             await users.set_config(conn, found.id, cfg)
+        if not isinstance(default_project, Unset):
+            cfg = dict(await users.config_of(conn, found.id))
+            if default_project is not None:
+                members = projects if projects is not None else found.projects
+                if default_project not in members:
+                    theirs = ", ".join(sorted(members)) or "none"
+                    raise InvalidInput(
+                        "default_project", f"{default_project!r} is not one of their projects ({theirs})"
+                    )
+            cfg["default_project"] = default_project
+            await users.set_config(conn, found.id, cfg)
         what = f"role {role}; projects {projects}; priority rules {priority_rules}; run as {run_as}"
+        what += f"; default project {default_project}"
         await config.audit(conn, who.name, "user.update", name, what, now)
     return await get(engine, name)
 

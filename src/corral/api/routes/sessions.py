@@ -127,9 +127,15 @@ async def get_attempts(session_id: str, who: Caller, state: State) -> list[Sessi
 
 
 @router.post("/{session_id}/retry", status_code=201, response_model=SessionOut, summary="Manual retry")
-async def retry_session(session_id: str, who: Caller, state: State) -> SessionOut:
-    """A new attempt after the chain's latest one (which must have ended), with a fresh budget."""
-    record = await svc.retry(state.engine, who, session_id)
+async def retry_session(
+    session_id: str,
+    who: Caller,
+    state: State,
+    force: Annotated[bool, Query(description="retry a chain whose latest attempt succeeded")] = False,
+) -> SessionOut:
+    """A new attempt after the chain's latest one (which must have ended), with a fresh budget; a
+    chain that succeeded only with `force`."""
+    record = await svc.retry(state.engine, who, session_id, force)
     state.wakeup.scheduler()
     return (await _out(state, [record]))[0]
 

@@ -48,6 +48,9 @@ class UserPatch(BaseModel):
         None, description="override their projects' rules, merged field by field; null clears"
     )
     run_as: RunAsIn | None = Field(None, description="the account their kernels run as; null clears")
+    default_project: Name | None = Field(
+        None, description="where their sessions go when they name no project (one of theirs); null clears"
+    )
 
 
 class UserOut(BaseModel):
@@ -56,6 +59,7 @@ class UserOut(BaseModel):
     projects: list[str]
     priority_rules: dict[str, Any] = Field(description="only the fields set on this user")
     run_as: dict[str, int] | None = Field(description="uid (and gid) their kernels run as, if mapped")
+    default_project: str | None = Field(description="where their sessions go when they name no project")
     created_at: datetime
 
     @classmethod
@@ -66,6 +70,7 @@ class UserOut(BaseModel):
             projects=list(u.projects),
             priority_rules=u.config.get("priority_rules") or {},
             run_as=u.config.get("run_as") or None,
+            default_project=u.config.get("default_project"),
             created_at=u.created_at,
         )
 
@@ -113,7 +118,12 @@ async def update_user(name: str, body: UserPatch, who: Admin, state: State) -> U
     run_as: dict[str, Any] | svc.Unset | None = svc.UNSET
     if "run_as" in body.model_fields_set:
         run_as = body.run_as.model_dump(exclude_none=True) if body.run_as else None
-    return UserOut.of(await svc.update(state.engine, who, name, body.role, body.projects, rules, run_as))
+    default: str | svc.Unset | None = (
+        body.default_project if "default_project" in body.model_fields_set else svc.UNSET
+    )
+    return UserOut.of(
+        await svc.update(state.engine, who, name, body.role, body.projects, rules, run_as, default)
+    )
 
 
 @router.post("/users/{name}/keys", status_code=201, response_model=NewKeyOut)
