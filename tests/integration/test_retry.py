@@ -325,6 +325,10 @@ def test_storm_guard_delays_and_never_drops(cluster: Cluster) -> None:
             assert stamp(child["created_at"]) - stamp(parent["terminated_at"]) < 5
             if child["retry_after"]:
                 assert stamp(child["started_at"]) >= stamp(child["retry_after"])
+        # A held retry says when it starts and why then, never "at once".
+        reasons = [parent["retry_reason"] for parent, child in chains if child["retry_after"]]
+        assert reasons and all("(held by the cluster's dispatch_rate of 5/s)" in r for r in reasons), reasons
+        assert not any("at once" in r for r in reasons), reasons
     finally:
         assert (
             cluster.http.patch("/api/v1/cluster-config", json={"retry": {"dispatch_rate": None}}).status_code
@@ -398,6 +402,10 @@ def test_defaults_merge_session_over_project_over_cluster(cluster: Cluster) -> N
         assert cluster.corral("config", "set", "retry.defaults.jitter", "random").returncode == 0
         merged = cluster.http.get("/api/v1/cluster-config").json()["retry"]["defaults"]
         assert merged == {"max_retries": 1, "retry_delay": 7, "jitter": "random"}
+        # An empty object changes nothing: the CLI prints what the cluster uses after the change.
+        same = cluster.corral("config", "set", "retry.defaults", "{}")
+        assert same.returncode == 0 and json.loads(same.stdout.split(" = ", 1)[1]) == merged, same.stdout
+        assert "merges" in same.stderr
     finally:
         cluster.http.patch("/api/v1/cluster-config", json={"retry": {"defaults": None}})
     assert cluster.http.get("/api/v1/cluster-config").json()["retry"]["defaults"] == {}

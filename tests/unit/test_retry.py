@@ -30,8 +30,10 @@ from corral.domain.retry import (
     AttemptBrief,
     Chain,
     ClusterRetry,
+    Decision,
     Verdict,
     decide,
+    held,
     inline_delay,
     shown_retry_state,
 )
@@ -76,9 +78,13 @@ def test_deterministic_jitter_reproduces_the_design_test_vector() -> None:
 
 
 def test_exponential_backoff_is_capped_and_fixed_is_flat() -> None:
-    p = RetryPolicy(retry_delay=1, backoff=Backoff.EXPONENTIAL, backoff_multiplier=3, max_retry_delay=20)
+    exact = Jitter.NONE  # the default (deterministic) spreads each delay by up to 25%
+    p = RetryPolicy(
+        retry_delay=1, backoff=Backoff.EXPONENTIAL, backoff_multiplier=3, max_retry_delay=20, jitter=exact
+    )
     assert [inline_delay(p, n, ROOT) for n in (1, 2, 3, 4, 50, 10_000)] == [1, 3, 9, 20, 20, 20]
-    assert [inline_delay(RetryPolicy(retry_delay=7), n, ROOT) for n in (1, 5)] == [7, 7]
+    assert [inline_delay(RetryPolicy(retry_delay=7, jitter=exact), n, ROOT) for n in (1, 5)] == [7, 7]
+    assert RetryPolicy().jitter is Jitter.DETERMINISTIC
 
 
 @given(st.integers(1, 30), st.floats(0, 1))
@@ -120,6 +126,18 @@ def test_kill_switch_fails_everything(cluster: ClusterRetry) -> None:
 def test_global_cap_exhausts_counted_retries_only() -> None:
     cluster = ClusterRetry(global_max_retries=4)
     assert run(facts(), RetryPolicy(max_retries=10), cluster=cluster, c=chain(4))[0] is Verdict.EXHAUSTED
+    capped = decide(
+        session_type=SessionType.BATCH,
+        facts=facts(),
+        inline=RetryPolicy(max_retries=10),
+        named=[],
+        cluster=cluster,
+        chain=chain(4),
+        now=NOW,
+    )
+    assert (
+        capped.reason == "not retried: the chain used all 4 retries the cluster allows (global_max_retries)"
+    )
     assert run(facts(), RetryPolicy(max_retries=10), cluster=cluster, c=chain(3))[0] is Verdict.RETRY
     # A preemption requeue is free: it spends neither budget nor the global count.
     v = run(facts(Cause.PREEMPTED, None), cluster=cluster, c=chain(4))
@@ -317,3 +335,14 @@ def test_stored_settings_that_cannot_be_used_name_themselves(key: str, value: ob
     with pytest.raises(PolicyError) as err:
         settings_of({**values_of({}), key: value})
     assert err.value.field.startswith(key.split(".")[0])
+
+
+def test_a_retry_held_by_the_storm_guard_says_when_and_why() -> None:
+    d = Decision(Verdict.RETRY, "kernel_nonzero_exit is retried (1 of 3), retrying at once", delay=0.0)
+    later = held(d, 2.94, 1.0)
+    assert later.delay == 2.94
+    assert later.reason == (
+        "kernel_nonzero_exit is retried (1 of 3), retrying in 2.9 s"
+        " (held by the cluster's dispatch_rate of 1/s)"
+    )
+    assert held(d, 0.0, 1.0) == d  # its slot was free: nothing held it

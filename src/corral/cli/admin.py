@@ -131,9 +131,13 @@ def config_set(
     *parents, last = key.split(".")
     for part in parents:
         node = node.setdefault(part, {})
-    node[last] = _value(value)
-    Api().call("PATCH", "/cluster-config", json=body)
-    typer.echo(f"{key} = {json.dumps(_value(value))}")
+    node[last] = given = _value(value)
+    now: Any = Api().call("PATCH", "/cluster-config", json=body)
+    for part in key.split("."):  # what the cluster uses now, as the answer says (a merge may differ)
+        now = now.get(part) if isinstance(now, dict) else None
+    typer.echo(f"{key} = {json.dumps(now)}")
+    if now != given and isinstance(given, dict):
+        typer.echo(f"({key} merges what is given into what it was; null clears it)", err=True)
 
 
 PROJECT_COLUMNS = [

@@ -151,7 +151,8 @@ def decide(
     ):
         return Decision(
             Verdict.EXHAUSTED,
-            f"{decision.reason}; but the chain has used the cluster's {cluster.global_max_retries} retries",
+            f"not retried: the chain used all {cluster.global_max_retries} retries the cluster allows"
+            " (global_max_retries)",
             "cluster",
             counted=False,
         )
@@ -179,9 +180,26 @@ def _with_delay(
     delay = max(0.0, min(seconds, ceiling))
     return replace(
         decision,
-        reason=decision.reason + (f", retrying in {delay:.1f} s" if delay else ", retrying at once"),
+        reason=f"{decision.reason}, {_when(delay)}",
         delay=delay,
         avoid_agent=facts.agent_id if avoid is AntiAffinity.NODE else None,
+    )
+
+
+def _when(delay: float) -> str:
+    return f"retrying in {delay:.1f} s" if delay else "retrying at once"
+
+
+def held(decision: Decision, delay: float, rate: float) -> Decision:
+    """The retry as the storm guard lets it start, `delay` seconds from now (at most `rate` retries
+    a second cluster-wide): its reason says when, and why then."""
+    if delay <= decision.delay:
+        return decision
+    reason = decision.reason.removesuffix(f", {_when(decision.delay)}")
+    return replace(
+        decision,
+        reason=f"{reason}, {_when(delay)} (held by the cluster's dispatch_rate of {rate:g}/s)",
+        delay=delay,
     )
 
 

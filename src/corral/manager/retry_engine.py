@@ -23,7 +23,7 @@ from corral.domain.cluster import ClusterSettings
 from corral.domain.error_record import Source, error_record
 from corral.domain.failure import attempt_conditions, categorise, log_tail, termination_message
 from corral.domain.policy import FailureFacts, NamedPolicy, PolicyError, policy_from
-from corral.domain.retry import Chain, Decision, Verdict, attempt_creation_id, attempt_name, decide
+from corral.domain.retry import Chain, Decision, Verdict, attempt_creation_id, attempt_name, decide, held
 from corral.domain.status import SessionResult, SessionStatus
 from corral.store import config, journal, retries
 from corral.store import sessions as session_store
@@ -252,6 +252,7 @@ class RetryEngine:
                 start = now + timedelta(seconds=d.delay)
                 if settings.retry.dispatch_rate:
                     start = await retries.take_dispatch_slot(conn, settings.retry.dispatch_rate, start, now)
+                    d = held(d, (start - now).total_seconds(), settings.retry.dispatch_rate)
                 await self._retry(conn, s, d, cause, now, start)
             elif d.verdict is Verdict.EXHAUSTED:
                 await retries.decide(conn, s.id, "exhausted", d.reason)
