@@ -276,6 +276,50 @@ def test_a_named_policy_decides_rule_by_rule(cluster: Cluster, tmp_path: Path) -
     assert cluster.http.get(f"/api/v1/retry-policies/{policy}").status_code == 404
 
 
+ROLE_POLICY = """
+apiVersion: corral/v1
+kind: RetryPolicy
+metadata:
+  name: {name}
+spec:
+  rules:
+    - action: fail
+      kernel_role: sub
+      on_exit_codes: {{operator: In, values: [3]}}
+"""
+
+
+def test_a_rule_for_a_role_sees_that_roles_kernels_not_only_the_root_cause(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """Rank 0 (main) exits 5 and rank 1 (sub) exits 3, both on their own (they wait for each other,
+    so neither is stopped first); main is the root cause (error_strategy single). A rule for role sub
+    on exit 3 decides: without roles it would see only exit 5."""
+    policy = "roles-" + uuid.uuid4().hex[:6]
+    (tmp_path / "p.yaml").write_text(ROLE_POLICY.format(name=policy))
+    assert cluster.corral("policy", "apply", "-f", str(tmp_path / "p.yaml")).returncode == 0
+    gate = tmp_path / "gate"
+    gate.mkdir(mode=0o777)
+    gate.chmod(0o777)
+    gang = (
+        f"touch {gate}/$CORRAL_CLUSTER_RANK;"
+        f" while [ ! -e {gate}/0 ] || [ ! -e {gate}/1 ]; do sleep 0.01; done;"
+        ' [ "$CORRAL_CLUSTER_RANK" = 0 ] && exit 5; exit 3'
+    )
+    s = cluster.submit(
+        command=["sh", "-c", gang],
+        cluster_size=2,
+        error_strategy="single",
+        retry_policies=[policy],
+        retry_policy={"max_retries": 2, "retry_delay": 0},
+    )
+    [only] = settled_chain(cluster, s["id"], 1)
+    kernels = {k["role"]: k for k in only["kernels"]}
+    assert (kernels["main"]["exit_code"], kernels["sub"]["exit_code"]) == (5, 3), only
+    assert only["root_cause"]["kernel_id"] == kernels["main"]["id"]
+    assert only["retry_reason"] == f"policy {policy} rule 1 says fail"
+
+
 def test_anti_affinity_avoids_only_the_last_node_and_the_checkpoint_follows(cluster: Cluster) -> None:
     count = (
         'echo $CORRAL_ATTEMPT >> "$CORRAL_CHECKPOINT_DIR/seen"; wc -l < "$CORRAL_CHECKPOINT_DIR/seen"; exit 3'

@@ -18,6 +18,7 @@ from corral.domain.policy import (
     Condition,
     DefaultAction,
     FailureFacts,
+    KernelFacts,
     NamedPolicy,
     PolicyError,
     Rule,
@@ -346,3 +347,41 @@ def test_a_retry_held_by_the_storm_guard_says_when_and_why() -> None:
         " (held by the cluster's dispatch_rate of 1/s)"
     )
     assert held(d, 0.0, 1.0) == d  # its slot was free: nothing held it
+
+
+def _gang(root_role: str, root_code: int, other_role: str, other_code: int) -> FailureFacts:
+    """A failed gang: the root cause (its code on the attempt) and another kernel failing on its own."""
+    return facts(
+        code=root_code,
+        kernels=(KernelFacts(root_role, root_code), KernelFacts(other_role, other_code, message="disk full")),
+    )
+
+
+def _on(role: str, code: int, action: RuleAction = RuleAction.FAIL) -> NamedPolicy:
+    return NamedPolicy(
+        "roles", (Rule(action, on_exit_codes=(CodeOperator.IN, frozenset({code})), kernel_role=role),)
+    )
+
+
+@pytest.mark.parametrize(
+    ("root", "other"), [(("main", 5), ("sub", 3)), (("sub", 3), ("main", 5))], ids=["main-root", "sub-root"]
+)
+def test_a_rule_with_a_kernel_role_looks_at_the_kernels_of_that_role(
+    root: tuple[str, int], other: tuple[str, int]
+) -> None:
+    """Armada's containerName: the rule for a role considers that role's kernels, whichever is the
+    root cause: its exit codes, conditions and messages."""
+    f = _gang(*root, *other)
+    retry = RetryPolicy(max_retries=3, retry_delay=0)
+    other_role, other_code = other
+    assert run(f, retry, (_on(other_role, other_code),))[0] is Verdict.FAIL  # the other kernel's code
+    assert run(f, retry, (_on(root[0], root[1]),))[0] is Verdict.FAIL  # the root cause's own
+    assert run(f, retry, (_on(other_role, root[1]),))[0] is Verdict.RETRY  # that role never exited so
+    by_message = NamedPolicy(
+        "msg", (Rule(RuleAction.FAIL, on_termination_message="disk full", kernel_role=other_role),)
+    )
+    assert run(f, retry, (by_message,))[0] is Verdict.FAIL
+    without_role = NamedPolicy(
+        "plain", (Rule(RuleAction.FAIL, on_exit_codes=(CodeOperator.IN, frozenset({other_code}))),)
+    )
+    assert run(f, retry, (without_role,))[0] is Verdict.RETRY  # no role: the root cause's code only

@@ -7,10 +7,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from corral.domain.cause import Cause, KernelOutcome
+from corral.domain.error_record import Source, error_record
 from corral.domain.policy import (
     Condition,
     ExitCodes,
     FailureFacts,
+    KernelFacts,
     PolicyError,
     bounded_search,
     common_fields,
@@ -47,6 +49,21 @@ def attempt_conditions(cause: Cause, root: KernelOutcome | None, never_placed: b
     if cause is Cause.SCHEDULER_TIMEOUT and never_placed:
         found.add(Condition.UNSCHEDULABLE)
     return frozenset(found)
+
+
+def kernel_facts(
+    cause: Cause, role: str, k: KernelOutcome, termination_log: str | None, tail: object
+) -> KernelFacts:
+    """One failed kernel as a rule with a kernel_role sees it (its own code, conditions, message)."""
+    record = error_record(k)
+    written = record.message if record.source is not Source.SYNTHESIZED else None
+    shown = log_tail(tail) if isinstance(tail, str) else ""
+    return KernelFacts(
+        role=role,
+        exit_code=k.exit_code,
+        conditions=attempt_conditions(cause, k, never_placed=False),
+        message=termination_message(termination_log, written, shown),
+    )
 
 
 def log_tail(text: str) -> str:

@@ -39,6 +39,21 @@ class CodeOperator(StrEnum):
 
 
 @dataclass(frozen=True)
+class KernelFacts:
+    """One kernel that failed on its own (not one Corral stopped because a peer failed), as a
+    matcher restricted to a kernel role sees it."""
+
+    role: str
+    """main, sub."""
+    exit_code: int | None = None
+    """Its exit code (None: no process exited)."""
+    conditions: frozenset[Condition] = frozenset()
+    """Its conditions."""
+    message: str = ""
+    """Its termination log, else its record's message, else its log tail."""
+
+
+@dataclass(frozen=True)
 class FailureFacts:
     """What a matcher may look at: the failed attempt as classified, root-cause kernel first."""
 
@@ -54,8 +69,9 @@ class FailureFacts:
     """The last lines of the root-cause kernel's output."""
     categories: frozenset[str] = frozenset()
     """Failure categories the operator rules gave it."""
-    kernel_role: str | None = None
-    """Role of the root-cause kernel (main, sub)."""
+    kernels: tuple[KernelFacts, ...] = ()
+    """Every kernel that failed on its own, the root cause among them: a matcher with a kernel_role
+    looks at those of its role, not at the root cause (Armada's containerName)."""
     recoverable: bool | None = None
     """The root-cause record's own word, when it said."""
     agent_id: str | None = None
@@ -127,17 +143,32 @@ def common_match(
     on_conditions: frozenset[Condition],
     on_termination_message: str | None,
 ) -> bool:
-    """The matchers retry rules and failure categories share (each given one must hold)."""
-    if kernel_role is not None and f.kernel_role != kernel_role:
-        return False
+    """The matchers retry rules and failure categories share (each given one must hold): of the
+    root cause, or with a `kernel_role` of some failed kernel of that role."""
+    matchers = (on_exit_codes, on_conditions, on_termination_message)
+    if kernel_role is None:
+        return _holds(f.exit_code, f.conditions, f.message, *matchers)
+    return any(
+        _holds(k.exit_code, k.conditions, k.message, *matchers) for k in f.kernels if k.role == kernel_role
+    )
+
+
+def _holds(
+    exit_code: int | None,
+    conditions: frozenset[Condition],
+    message: str,
+    on_exit_codes: ExitCodes | None,
+    on_conditions: frozenset[Condition],
+    on_termination_message: str | None,
+) -> bool:
     if on_exit_codes is not None:
         op, values = on_exit_codes
         # Exit 0 and a missing code (agent lost, image failure) never match, NotIn included.
-        if f.exit_code is None or f.exit_code == 0 or (f.exit_code in values) != (op is CodeOperator.IN):
+        if exit_code is None or exit_code == 0 or (exit_code in values) != (op is CodeOperator.IN):
             return False
-    if on_conditions and not (on_conditions & f.conditions):
+    if on_conditions and not (on_conditions & conditions):
         return False
-    return on_termination_message is None or bounded_search(on_termination_message, f.message)
+    return on_termination_message is None or bounded_search(on_termination_message, message)
 
 
 # Patterns come from operators and texts from users' kernels: a pattern that backtracks without

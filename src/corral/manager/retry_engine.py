@@ -21,7 +21,7 @@ from corral.clock import utcnow
 from corral.domain.cause import Cause, TerminationReason
 from corral.domain.cluster import ClusterSettings
 from corral.domain.error_record import Source, error_record
-from corral.domain.failure import attempt_conditions, categorise, log_tail, termination_message
+from corral.domain.failure import attempt_conditions, categorise, kernel_facts, log_tail, termination_message
 from corral.domain.policy import FailureFacts, NamedPolicy, PolicyError, policy_from
 from corral.domain.retry import Chain, Decision, Verdict, attempt_creation_id, attempt_name, decide, held
 from corral.domain.status import SessionResult, SessionStatus
@@ -383,7 +383,11 @@ class RetryEngine:
             ),
             message=termination_message(log_file, written.message if written else None, tail),
             log_tail=tail,
-            kernel_role=root.role if root else None,
+            kernels=tuple(
+                kernel_facts(cause, k.role, k.outcome(), k.termination_message, k.detail.get("log_tail"))
+                for k in s.kernels
+                if k.failed and not k.killed_by_corral
+            ),
             recoverable=record.recoverable if record is not None else None,
             agent_id=root.agent_id if root else None,
         )
