@@ -687,3 +687,53 @@ def test_an_events_wait_with_nothing_new_answers_empty_when_it_ends(cluster: Clu
     took = time.monotonic() - started
     assert resp.status_code == 200 and resp.json() == []
     assert 1.5 <= took < 10, took
+
+
+DEFAULT_POLICY = """
+apiVersion: corral/v1
+kind: RetryPolicy
+metadata:
+  name: {name}
+spec:
+  rules:
+    - action: retry
+      on_exit_codes: {{operator: In, values: [3]}}
+      retry_limit: 1
+"""
+
+
+def test_the_clusters_default_policy_and_backoff_apply_when_nobody_names_one(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """Armada's cluster defaults: retry.default_policy for a session whose project and itself name
+    no policy, and retry.default_backoff for the policies and rules that give no backoff."""
+    config = "/api/v1/cluster-config"
+    for bad, field in (
+        ({"default_policy": "no-such-policy"}, "retry.default_policy"),
+        ({"default_backoff": {"multiplier": 0.5}}, "retry.default_backoff.multiplier"),
+        ({"default_backoff": {"initial_delay": -1}}, "retry.default_backoff.initial_delay"),
+        ({"default_backoff": {"bogus": 1}}, "retry.default_backoff.bogus"),
+    ):
+        refused = cluster.http.patch(config, json={"retry": bad})
+        assert refused.status_code == 422, refused.text
+        assert refused.json()["error"]["details"]["field"] == field, refused.text
+    policy = "cluster-default-" + uuid.uuid4().hex[:6]
+    (tmp_path / "p.yaml").write_text(DEFAULT_POLICY.format(name=policy))
+    assert cluster.corral("policy", "apply", "-f", str(tmp_path / "p.yaml")).returncode == 0
+    project = "plain-" + policy
+    assert cluster.corral("project", "create", project).returncode == 0
+    assert cluster.corral("config", "set", "retry.default_policy", policy).returncode == 0
+    set_ = cluster.corral("config", "set", "retry.default_backoff", '{"initial_delay": 1.5}')
+    assert set_.returncode == 0 and '"initial_delay": 1.5' in set_.stdout, set_.stdout
+    try:
+        s = cluster.submit(command=["sh", "-c", "exit 3"], project=project)
+        chain = settled_chain(cluster, s["id"], 2)
+        assert chain[0]["retry_reason"] == f"policy {policy} rule 1 retries (1 of 1), retrying in 1.5 s"
+        assert stamp(chain[1]["retry_after"]) - stamp(chain[1]["created_at"]) == pytest.approx(1.5, abs=0.01)
+        in_use = cluster.http.delete(f"/api/v1/retry-policies/{policy}")
+        assert in_use.status_code == 409 and "retry.default_policy" in in_use.text
+    finally:
+        cluster.http.patch(config, json={"retry": {"default_policy": None, "default_backoff": None}})
+    after = cluster.http.get(config).json()["retry"]
+    assert (after["default_policy"], after["default_backoff"]) == (None, {})
+    assert cluster.http.delete(f"/api/v1/retry-policies/{policy}").status_code == 204

@@ -385,3 +385,22 @@ def test_a_rule_with_a_kernel_role_looks_at_the_kernels_of_that_role(
         "plain", (Rule(RuleAction.FAIL, on_exit_codes=(CodeOperator.IN, frozenset({other_code}))),)
     )
     assert run(f, retry, (without_role,))[0] is Verdict.RETRY  # no role: the root cause's code only
+
+
+def test_the_clusters_default_backoff_fills_what_policies_leave_out() -> None:
+    settings = settings_of(values_of({"retry.default_backoff": {"initial_delay": 2, "max_delay": 30}}))
+    assert settings.default_backoff == RuleBackoff(initial_delay=2, max_delay=30, multiplier=2.0)
+    bare = policy_from(
+        "bare",
+        {"rules": [{"action": "retry"}, {"action": "retry", "backoff": {"multiplier": 3}}]},
+        settings.default_backoff,
+    )
+    assert bare.backoff == settings.default_backoff
+    assert bare.rules[1].backoff == RuleBackoff(initial_delay=2, max_delay=30, multiplier=3)
+    assert settings_of(values_of({})).default_backoff == RuleBackoff(0.0, 600.0, 2.0)  # Armada's
+    for bad in ({"multiplier": 0}, {"max_delay": 10**9}, {"initial_delay": "soon"}, {"x": 1}):
+        with pytest.raises(PolicyError) as err:
+            settings_of(values_of({"retry.default_backoff": bad}))
+        assert err.value.field.startswith("retry.default_backoff.")
+    with pytest.raises(PolicyError):
+        settings_of(values_of({"retry.default_policy": 7}))

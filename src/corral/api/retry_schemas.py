@@ -130,6 +130,12 @@ class RetryConfigIn(BaseModel):
     defaults: RetryPolicyIn | None = Field(
         None, description="inline policy fields every session gets; merged into the stored ones, null clears"
     )
+    default_policy: Name | None = Field(
+        None, description="a named policy for sessions whose project and themselves name none; null clears"
+    )
+    default_backoff: BackoffIn | None = Field(
+        None, description="backoff of named policies and rules that give none (0 s, 10 min, 2.0); null clears"
+    )
 
 
 class ClusterConfigIn(BaseModel):
@@ -148,7 +154,9 @@ class ClusterConfigIn(BaseModel):
                 value = getattr(self.retry, key)
                 if key == "defaults":  # merged into the stored defaults; null clears them
                     value = value.model_dump(mode="json", exclude_unset=True) if value is not None else None
-                elif value is None and key != "dispatch_rate":
+                elif key == "default_backoff":  # replaced whole; null: Armada's defaults
+                    value = value.model_dump(mode="json", exclude_unset=True) if value is not None else {}
+                elif value is None and key not in ("dispatch_rate", "default_policy"):
                     continue
                 out[f"retry.{key}"] = value
         if self.failure_categories is not None:

@@ -120,6 +120,7 @@ def config_set(
         str,
         typer.Argument(
             help="retry.enabled, retry.global_max_retries, retry.dispatch_rate, retry.defaults,"
+            " retry.default_policy, retry.default_backoff,"
             " failure_categories"
         ),
     ],

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from corral.domain.failure import DEFAULT_CATEGORIES, CategoryRule, categories_from
-from corral.domain.policy import PolicyError
+from corral.domain.policy import PolicyError, RuleBackoff, backoff_from
 from corral.domain.retry import ClusterRetry
 from corral.domain.spec import RetryPolicy
 
@@ -17,6 +17,8 @@ DEFAULTS: dict[str, Any] = {
     "retry.global_max_retries": 20,
     "retry.dispatch_rate": None,
     "retry.defaults": {},
+    "retry.default_policy": None,
+    "retry.default_backoff": {},
     "failure_categories": [dict(c) for c in DEFAULT_CATEGORIES],
 }
 
@@ -31,6 +33,14 @@ class ClusterSettings:
     """Inline policy fields every session gets unless its project or itself says otherwise."""
     categories: tuple[CategoryRule, ...] = ()
     """Operator failure-category rules, in order."""
+    default_policy: str | None = None
+    """The named policy of a session whose project and itself name none (Armada's default)."""
+    default_backoff: RuleBackoff = field(default_factory=RuleBackoff)
+    """The backoff of named policies and rules that give none."""
+
+
+MAX_BACKOFF_SECONDS = 24 * 3600.0
+_NULLABLE = ("retry.dispatch_rate", "retry.default_policy")
 
 
 def values_of(stored: Mapping[str, Any]) -> dict[str, Any]:
@@ -64,12 +74,39 @@ def settings_of(values: Mapping[str, Any]) -> ClusterSettings:
     except (TypeError, ValueError) as exc:
         raise PolicyError("retry.defaults", f"cannot be used: {exc}") from None
     rules = _typed(values, "failure_categories", list)
-    return ClusterSettings(retry=retry, retry_defaults=defaults, categories=categories_from(rules))
+    return ClusterSettings(
+        retry=retry,
+        retry_defaults=defaults,
+        categories=categories_from(rules),
+        default_policy=_typed(values, "retry.default_policy", str),
+        default_backoff=_backoff(_typed(values, "retry.default_backoff", dict)),
+    )
+
+
+def _backoff(raw: Mapping[str, Any]) -> RuleBackoff:
+    """Armada's defaults (0 s, 10 min, 2.0) for what is not given; each value checked."""
+    key = "retry.default_backoff"
+    unknown = sorted(set(raw) - {"initial_delay", "max_delay", "multiplier"})
+    if unknown:
+        raise PolicyError(f"{key}.{unknown[0]}", "not a backoff field (initial_delay, max_delay, multiplier)")
+    for name, value in raw.items():
+        if not isinstance(value, int | float) or isinstance(value, bool) or value != value:
+            raise PolicyError(f"{key}.{name}", f"{value!r} is not a number"[:200])
+    backoff = backoff_from(raw, RuleBackoff())
+    for name, value, low in (
+        ("initial_delay", backoff.initial_delay, 0.0),
+        ("max_delay", backoff.max_delay, 0.0),
+        ("multiplier", backoff.multiplier, 1.0),
+    ):
+        high = 100.0 if name == "multiplier" else MAX_BACKOFF_SECONDS
+        if not low <= value <= high:
+            raise PolicyError(f"{key}.{name}", f"must be {low:g} to {high:g}, not {value!r}"[:200])
+    return backoff
 
 
 def _typed(values: Mapping[str, Any], key: str, kind: type | tuple[type, ...]) -> Any:
     value = values[key]
-    if value is None and key == "retry.dispatch_rate":
+    if value is None and key in _NULLABLE:
         return value
     if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
         raise PolicyError(key, f"{value!r} is not a valid value"[:200])

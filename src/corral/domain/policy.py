@@ -279,7 +279,7 @@ def backoff_from(raw: Mapping[str, Any] | None, default: RuleBackoff) -> RuleBac
     )
 
 
-def rule_from(raw: Mapping[str, Any], field: str) -> Rule:
+def rule_from(raw: Mapping[str, Any], field: str, default_backoff: RuleBackoff = RuleBackoff()) -> Rule:
     backoff = raw.get("backoff")
     anti = raw.get("anti_affinity")
     return Rule(
@@ -288,28 +288,32 @@ def rule_from(raw: Mapping[str, Any], field: str) -> Rule:
         on_failure_category=frozenset(raw.get("on_failure_category") or ()),
         on_recoverable=raw.get("on_recoverable"),
         retry_limit=raw.get("retry_limit"),
-        backoff=backoff_from(backoff, RuleBackoff()) if backoff else None,
+        backoff=backoff_from(backoff, default_backoff) if backoff else None,
         anti_affinity=AntiAffinity(anti) if anti else None,
     )
 
 
-def policy_from(name: str, spec: Mapping[str, Any]) -> NamedPolicy:
+def policy_from(
+    name: str, spec: Mapping[str, Any], default_backoff: RuleBackoff = RuleBackoff()
+) -> NamedPolicy:
     """A policy from its stored `spec` (type-checked by the API schema; anything else stored is
-    refused here with a PolicyError, never another exception)."""
+    refused here with a PolicyError, never another exception); what its backoffs leave out comes
+    from `default_backoff` (the cluster's retry.default_backoff)."""
     try:
-        return _policy(name, spec)
+        return _policy(name, spec, default_backoff)
     except PolicyError:
         raise
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise PolicyError("spec", f"policy {name!r} cannot be used: {exc!r}"[:300]) from None
 
 
-def _policy(name: str, spec: Mapping[str, Any]) -> NamedPolicy:
+def _policy(name: str, spec: Mapping[str, Any], default_backoff: RuleBackoff) -> NamedPolicy:
+    backoff = backoff_from(spec.get("backoff"), default_backoff)
     return NamedPolicy(
         name=name,
-        rules=tuple(rule_from(r, f"spec.rules.{i}") for i, r in enumerate(spec.get("rules") or ())),
+        rules=tuple(rule_from(r, f"spec.rules.{i}", backoff) for i, r in enumerate(spec.get("rules") or ())),
         retry_limit=spec.get("retry_limit"),
         default_action=DefaultAction(spec.get("default_action", DefaultAction.FAIL)),
-        backoff=backoff_from(spec.get("backoff"), RuleBackoff()),
+        backoff=backoff,
         anti_affinity=AntiAffinity(spec.get("anti_affinity") or AntiAffinity.NONE),
     )

@@ -222,7 +222,7 @@ class RetryEngine:
             if s.status is SessionStatus.TERMINATED and s.result is SessionResult.SUCCESS:
                 await self._succeeded(conn, s, now)
                 return True
-            named, missing = await self._named(conn, s)
+            named, missing = await self._named(conn, s, settings)
             facts = await self._facts(conn, s, settings)
             if s.termination_reason == TerminationReason.USER_CANCELLED:
                 # Cancelled while it was failing: the user's word wins over the kernel's cause.
@@ -335,11 +335,16 @@ class RetryEngine:
             return  # the user asked for quiet; the counters still count
         await journal.add_events(conn, [(s.id, kind, None, None, payload)], now)
 
-    async def _named(self, conn: AsyncConnection, s: SessionRecord) -> tuple[list[NamedPolicy], list[str]]:
-        """The project's policies first (always), then those the session named (additive); and the
-        names that could not be applied (deleted, or unusable), which the decision then mentions."""
+    async def _named(
+        self, conn: AsyncConnection, s: SessionRecord, settings: ClusterSettings
+    ) -> tuple[list[NamedPolicy], list[str]]:
+        """The project's policies first (always), then those the session named (additive), else the
+        cluster's retry.default_policy; and the names that could not be applied (deleted, or
+        unusable), which the decision then mentions."""
         project = await config.project_config(conn, s.spec.project) or {}
         names = list(dict.fromkeys([*(project.get("retry_policies") or []), *s.spec.retry_policies]))
+        if not names and settings.default_policy:
+            names = [settings.default_policy]
         if not names:
             return [], []
         stored = await config.policies(conn, names)
@@ -349,7 +354,7 @@ class RetryEngine:
                 missing.append(f"{name} (deleted)")
                 continue
             try:
-                found.append(policy_from(name, stored[name]))
+                found.append(policy_from(name, stored[name], settings.default_backoff))
             except PolicyError as exc:  # validated on apply: only a hand-edited row gets here
                 log.error("retry policy unusable", policy=name, field=exc.field, error=str(exc))
                 missing.append(f"{name} (unusable)")

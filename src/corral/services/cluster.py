@@ -49,6 +49,9 @@ async def change(engine: AsyncEngine, who: Principal, changes: Mapping[str, Any]
             settings_of(values)
         except PolicyError as exc:
             raise InvalidInput(exc.field, str(exc)) from None
+        named = changes.get("retry.default_policy")
+        if named is not None and not await config.policies(conn, [named]):
+            raise InvalidInput("retry.default_policy", f"no retry policy {named[:80]!r} (corral policy list)")
         await config.set_cluster_values(conn, changes, now)
         for key, value in sorted(changes.items()):
             await config.audit(conn, who.name, "config.set", key, f"set to {_short(value)}", now)

@@ -65,6 +65,11 @@ async def delete(engine: AsyncEngine, who: Principal, name: str) -> None:
                 f"retry policy {name!r} is bound to project(s) {', '.join(bound)}; unbind it first",
                 {"field": "name", "projects": bound},
             )
+        if (await config.cluster_settings(conn)).default_policy == name:
+            raise Conflict(
+                f"retry policy {name!r} is the cluster's retry.default_policy; change that first",
+                {"field": "name"},
+            )
         if not await config.delete_policy(conn, name):
             raise NotFound(f"no retry policy {name[:80]!r}", {"field": "name"})
         await config.audit(conn, who.name, "policy.delete", name, "deleted", now)
