@@ -394,7 +394,9 @@ def test_kill_switch_at_runtime(cluster: Cluster) -> None:
     assert cluster.corral("config", "set", "retry.global_max_retries", "1").returncode == 0
     try:
         chain = settled_chain(cluster, cluster.submit(**failing)["id"], 2)
-        assert "cluster's 1 retries" in chain[-1]["retry_reason"]
+        assert chain[-1]["retry_reason"] == (
+            "not retried: the chain used all 1 retries the cluster allows (global_max_retries)"
+        )
     finally:
         assert cluster.corral("config", "set", "retry.global_max_retries", "20").returncode == 0
     changes = [
