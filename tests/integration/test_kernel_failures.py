@@ -310,3 +310,36 @@ def test_a_kernel_starts_with_default_signals_whatever_its_agent_inherited(
     masks = dict(line.split(":\t") for line in c.output(s["id"]).splitlines())
     assert int(masks["SigIgn"], 16) & ~GLIBC_RESERVED == 0, masks
     assert int(masks["SigBlk"], 16) == 0, masks
+
+
+def test_a_failure_without_a_record_says_why_in_its_own_words(cluster: Cluster) -> None:
+    s = cluster.submit(
+        command=["sh", "-c", "echo working; echo 'disk quota exceeded on /scratch' >&2; exit 3"]
+    )
+    done = cluster.wait(s["id"])
+    assert done["root_cause"]["message"] == "exited with code 3: disk quota exceeded on /scratch", done
+    # A termination log comes first (DESIGN 4).
+    said = 'echo "checkpoint is corrupt" > "$CORRAL_TERMINATION_LOG"; echo noise >&2; exit 4'
+    done = cluster.wait(cluster.submit(command=["sh", "-c", said])["id"])
+    assert done["root_cause"]["message"] == "exited with code 4: checkpoint is corrupt", done
+    shown = cluster.corral("session", "info", done["id"])
+    assert "exited with code 4: checkpoint is corrupt" in shown.stdout
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="kernels run as another account only under a root agent")
+def test_a_command_the_kernels_account_cannot_reach_is_named_with_the_account(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """A virtualenv in root's home: the kernel (account corral) cannot execute its python."""
+    private = tmp_path / "roots-home"
+    private.mkdir(mode=0o700)
+    private.chmod(0o700)
+    python = private / "venv-python"
+    python.write_text("#!/bin/sh\necho never\n")
+    python.chmod(0o755)
+    done = cluster.wait(cluster.submit(command=[str(python)])["id"])
+    assert (done["exit_code"], done["cause"]) == (126, "kernel_nonzero_exit"), done
+    account = f"corral (uid {pwd.getpwnam('corral').pw_uid})"
+    assert done["root_cause"]["message"] == (
+        f"exited with code 126: cannot execute {python} as {account}: permission denied"
+    ), done["root_cause"]

@@ -20,7 +20,7 @@ from corral.agent.identity import Account, KernelIdentity, give, reachable, unre
 from corral.agent.link import SupervisorLink
 from corral.agent.shipper import STREAMS, KernelLogs
 from corral.domain.error_record import FILE_MAX, FileRecord, parse_file
-from corral.domain.exits import normalise_exit
+from corral.domain.exits import cannot_execute, normalise_exit
 from corral.domain.status import KernelStatus
 from corral.protocol.messages import kernel_key
 from corral.protocol.types import scrub
@@ -218,6 +218,8 @@ class KernelRunner:
         self.master_port: int | None = None
         """Rank 0's rendezvous port, once prepared (picked here or chosen at placement)."""
         self.uid = os.geteuid()
+        self.account = identity.default.describe()
+        """Who it runs as, as its messages name it."""
         self._done = asyncio.Event()
 
     def prepare(self, spec: dict[str, Any], images: dict[str, str], quiet: bool = False) -> None:
@@ -277,6 +279,7 @@ class KernelRunner:
             return
         account = self.identity.for_kernel(spec.get("run_as"))
         self.uid = account.uid
+        self.account = account.describe()
         other = account.uid != os.geteuid()
         if other:
             why = self._own_files(account, checkpoint)
@@ -350,6 +353,9 @@ class KernelRunner:
             tail = _tail_text(self.files["stderr"], 2048) or _tail_text(self.files["stdout"], 2048)
             tail = "\n".join(tail.splitlines()[-80:])
         source = "file" if message else "log_tail"
+        said = cannot_execute(tail, self.account) if not message and exit_code in (126, 127) else None
+        if said is not None:
+            message, source = said, "start_error"
         if not message:
             message = tail
         record = _error_record(self.files["error"])

@@ -73,6 +73,8 @@ class KernelOutcome:
     """Its error file, normalised when reported (a {"note"} when unusable), or None."""
     log_tail: str = ""
     """The end of its output, read by the agent when it failed."""
+    termination_log: str = ""
+    """Its own words on why it ended: its termination log, or why it could not be executed."""
 
 
 def own_failure(k: KernelOutcome) -> bool:

@@ -251,8 +251,18 @@ def _synthesized(k: KernelOutcome) -> tuple[str, str, str]:
         who = "by Corral" if k.killed_by_corral else ""
         return "signal", "signal", f"killed {who} by signal {k.signal}".replace("  ", " ")
     if k.exit_code is not None:
-        return "exit", "exit", f"exited with code {k.exit_code}"
+        words = _last_line(k.termination_log) or _last_line(strip_rank_prefix(k.log_tail))
+        return "exit", "exit", f"exited with code {k.exit_code}" + (f": {words}" if words else "")
     return "exit", "unknown", "ended without an exit code"
+
+
+WORDS_MAX = 300
+
+
+def _last_line(text: str) -> str:
+    """The failure's own words for a message: the last line that says something, cut short."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1][:WORDS_MAX] if lines else ""
 
 
 def error_record(k: KernelOutcome) -> ErrorRecord:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 OOM_EXIT_CODE = 137
@@ -24,3 +25,19 @@ def normalise_exit(raw: int) -> ExitInfo:
     if 128 < raw < 128 + 65:
         return ExitInfo(raw, raw - 128)
     return ExitInfo(raw & 0xFF, None)
+
+
+# The words of Corral's spawn (its helper, its fallback, the supervisor) on stderr when it could not
+# execute a kernel's command: "corral: cannot execute PATH: REASON" (126 or 127, as a shell).
+_CANNOT = re.compile(r"^corral: cannot (?:execute|start) '?(.+?)'?: (.+)$")
+
+
+def cannot_execute(tail: str, account: str) -> str | None:
+    """'cannot execute PATH as ACCOUNT: reason' from the last line of a kernel's stderr, when it is
+    the spawn's own word on why the command could not run (None otherwise)."""
+    lines = [line.strip() for line in tail.splitlines() if line.strip()]
+    found = _CANNOT.match(lines[-1]) if lines else None
+    if found is None:
+        return None
+    reason = found.group(2)
+    return f"cannot execute {found.group(1)} as {account}: {reason[:1].lower()}{reason[1:]}"
