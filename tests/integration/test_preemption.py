@@ -169,10 +169,18 @@ def test_nobody_outside_the_rules_is_preempted(full: Cluster) -> None:
     running = c.wait(urgent["id"], {"RUNNING"} | TERMINAL, timeout=20)
     assert running["status"] == "RUNNING"
     assert c.session(equal["id"])["status"] == "PENDING"  # priority 1 never preempts priority 1
-    preempted = [
-        s for s in c.http.get("/api/v1/sessions", params={"limit": 100}).json() if s["cause"] == "preempted"
-    ]
-    assert len(preempted) == 2
+
+    # The race this test lost 1 run in 3 on PostgreSQL: the urgent kernel starts (prepare-and-start)
+    # and is RUNNING before the cycle that placed it has moved its victims from TERMINATING to ERROR
+    # with cause preempted. Their cause comes with that move: wait for it, then count.
+    def preempted() -> list[dict[str, Any]]:
+        listed = c.http.get("/api/v1/sessions", params={"limit": 100}).json()
+        if any(s["status"] == "TERMINATING" for s in listed):
+            return []
+        return [s for s in listed if s["cause"] == "preempted"]
+
+    assert len(poll(preempted, 20, "the victims to be decided")) == 2
+    assert c.session(equal["id"])["status"] == "PENDING"  # still: nobody else was preempted
 
 
 def test_group_settings_are_validated(full: Cluster) -> None:
