@@ -95,3 +95,32 @@ async def test_placement_reads_its_groups_live_allocations_and_pending_holds(
         assert holds == {sids[0]: {"agents": ["b"], "victims": [sids[1]]}}
         assert [(r.id, r.used) for r in other] == [("c", ResourceSlots.parse({"cpu": 3}))]
         assert other_holds == {sids[4]: {"agents": ["c"], "victims": []}}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_placement_reads_the_schedulable_flag_agent_list_shows(
+    backend: str, fresh_database: Callable[[str], str]
+) -> None:
+    """The `info` key an agent's health sets (agent/health.py) is what placement reads; absent, as
+    from an agent that predates it, it reads as schedulable.  A fenced epoch sets nothing."""
+    async with migrated(fresh_database(backend)) as engine:
+        async with transaction(engine) as conn:
+            await agents.ensure_resource_group(conn, "default", NOW)
+            await register_agent(conn, "old", {"cpu": 1}, now=NOW)
+            for aid in ("off", "on"):
+                epoch = await register_agent(conn, aid, {"cpu": 1}, info=agents.standing(True, None), now=NOW)
+                assert await agents.set_standing(conn, aid, epoch, False, "its cgroups are gone")
+            assert await agents.set_standing(conn, "on", epoch, True, None)
+            assert not await agents.set_standing(conn, "on", epoch + 1, False, "a fenced epoch")
+        async with transaction(engine) as conn:
+            registered, _ = await placement_view.read(conn, "default")
+            [listed] = [a for a in await agents.list_agents(conn) if a.id == "off"]
+        assert [(r.id, r.schedulable, r.placeable) for r in registered] == [
+            ("off", False, False),
+            ("old", True, True),
+            ("on", True, True),
+        ]
+        assert (listed.info["schedulable"], listed.info["unschedulable_reason"]) == (
+            False,
+            "its cgroups are gone",
+        )

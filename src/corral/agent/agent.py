@@ -24,12 +24,12 @@ from corral.agent import spawn
 from corral.agent.capacity import capacity
 from corral.agent.cgroup import CgroupMode, detect, detect_cpu, kernel_cgroups, parent_name, release
 from corral.agent.client import Fenced, ManagerUnreachable, ProtocolClient, Refused, Rejected
+from corral.agent.health import Health, describe
 from corral.agent.identity import IdentityError, KernelIdentity, publish_worker_lib, unreachable_from
 from corral.agent.kernel import WORKER_LIB, KernelRunner, Report
 from corral.agent.link import SupervisorLink
 from corral.agent.settings import AgentSettings
 from corral.agent.shipper import KernelLogs, Piece
-from corral.domain.rendezvous import parse_port_range
 from corral.domain.status import KernelStatus
 from corral.protocol.messages import KernelOrder
 from corral.waits import STOP_WAIT, stop_tasks, wait_set
@@ -87,6 +87,7 @@ class Agent:
         self.log_cap = 2 << 30
         self.last_contact = time.monotonic()
         self.mode = CgroupMode("watchdog", "")
+        self.health = Health(self.mode)
         self.identity: KernelIdentity | None = None
         self.link: SupervisorLink | None = None
         self._why = ""
@@ -121,6 +122,7 @@ class Agent:
             left.remove()  # emptied ones an earlier run of ours kept (a cgroup in use stays)
         log.info("cpu limits", mode=self.mode.cpu, why=self._cpu_why, cgroup=self.mode.cpu_parent or None)
         self._why = why
+        self.health.mode = self.mode
         if self.cfg.spawn_helper and (os.geteuid() == 0 or self.mode.kind != "watchdog"):
             await asyncio.to_thread(spawn.prepare)  # the helper kernels start through (agent/spawn.py)
         await self._start_supervisor()
@@ -132,6 +134,9 @@ class Agent:
             asyncio.create_task(self._push_loop(), name="agent:push"),
             asyncio.create_task(self._fence_watch(), name="agent:fence"),
             asyncio.create_task(self._ship_loop(), name="agent:logs"),
+            asyncio.create_task(
+                self.health.run(self.client, self.cfg.id, lambda: self.epoch), name="agent:health"
+            ),
         ]
         await self._stopped.wait()
 
@@ -243,16 +248,16 @@ class Agent:
                     address=self.cfg.address,
                     resource_group=self.cfg.resource_group,
                     capacity=capacity(self.cfg),
-                    info={
-                        "memory_mode": self.mode.kind,
-                        "memory_mode_why": self._why,
-                        "cpu_mode": self.mode.cpu,
-                        "cpu_mode_why": self._cpu_why,
-                        **(self.identity.info() if self.identity else {}),
-                        **self._rendezvous_info(),
-                        "pid": os.getpid(),
-                    },
+                    info=describe(
+                        self.mode,
+                        self._why,
+                        self._cpu_why,
+                        self.identity,
+                        self.cfg.rendezvous_ports,
+                        os.getpid(),
+                    ),
                     instance=self._instance,
+                    **self.health.registering(),
                 )
             except ManagerUnreachable as exc:
                 log.warning("manager unreachable; retrying registration", error=str(exc))
@@ -263,6 +268,7 @@ class Agent:
                 await asyncio.sleep(2.0)
                 continue
             self.epoch = reply.epoch
+            self.health.registered(reply.epoch)
             self.lease = reply.agent_lease
             self.fence_timeout = reply.fence_timeout
             self.long_poll = reply.long_poll
@@ -504,6 +510,8 @@ class Agent:
         if event.get("ev") == "error":
             log.error("supervisor could not carry out a command", error=event.get("error"))
             return
+        if event.get("start_error"):
+            self.health.wake()  # perhaps its cgroups: looked at now, not at the next tick
         kernel_id, _, generation = str(event.get("key", "")).rpartition(".")
         runner = self.kernels.get(kernel_id)
         if runner is not None and str(runner.generation) == generation:
@@ -554,15 +562,6 @@ class Agent:
                 # No longer ours (declared gone): it must not keep running.
                 log.warning("kernel not ordered any more: killing it", kernel=kid)
                 runner.fence()
-
-    def _rendezvous_info(self) -> dict[str, Any]:
-        if not self.cfg.rendezvous_ports:
-            return {}
-        try:
-            return {"rendezvous_ports": list(parse_port_range(self.cfg.rendezvous_ports))}
-        except ValueError as exc:  # the CLI refuses it; an agent made otherwise declares none
-            log.error("rendezvous ports ignored", error=str(exc))
-            return {}
 
     def _rendezvous(self, o: KernelOrder) -> dict[str, Any] | None:
         """The order's spec with rank 0's port, or None when this agent cannot know it yet (the

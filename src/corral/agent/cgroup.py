@@ -6,6 +6,7 @@ Only the small file operations live here; the agent picks the modes at start-up 
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import signal
@@ -120,6 +121,35 @@ def kernel_cgroups(mode: CgroupMode) -> list[KernelCgroup]:
     return [KernelCgroup(mode, name) for name in sorted(names)]
 
 
+class CgroupError(OSError):
+    """A kernel's cgroups cannot be made or limited: the agent's failure, not the command's, and
+    said as such (a bare FileNotFoundError read as if the command were missing)."""
+
+
+def ensure_parents(mode: CgroupMode) -> str | None:
+    """None when the agent's parent cgroups are there and writable, each made again if someone
+    removed it; else why no kernel can start here.  Only the agent's own directories are made, never
+    an ancestor: a removed hierarchy or delegated slice is the host's, and kernels must not escape
+    it.  A stat each when all is well (the agent checks every second, the supervisor on a failure)."""
+    for parent in dict.fromkeys(p for p in (mode.parent, mode.cpu_parent, mode.acct_parent) if p):
+        path = Path(parent)
+        if not path.is_dir():
+            try:
+                path.mkdir(exist_ok=True)
+                if mode.kind == "cgroup2":  # as detect and detect_cpu enabled them
+                    wanted = "+memory +cpu" if mode.cpu == "cgroup2" else "+memory"
+                    (path / "cgroup.subtree_control").write_text(wanted)
+            except OSError as exc:
+                return f"the agent's cgroup {path} is gone and cannot be made again: {exc.strerror or exc}"
+        if not os.access(path, os.W_OK):
+            try:
+                how = "on a read-only mount" if os.statvfs(path).f_flag & os.ST_RDONLY else "denied"
+            except OSError as exc:
+                how = exc.strerror or str(exc)
+            return f"the agent's cgroup {path} is not writable ({how})"
+    return None
+
+
 def release(mode: CgroupMode) -> None:
     """Remove the agent's (empty) parent cgroups when it stops; a busy one is left as it is."""
     for parent in {mode.parent, mode.cpu_parent, mode.acct_parent} - {""}:
@@ -153,9 +183,33 @@ class KernelCgroup:
         return cls(mode, kernel_id) if mode.any else None
 
     def create(self, mem_limit: int | None, cpus: float | None = None) -> None:
+        """Made with its limits, its parents made again first if they were removed; CgroupError
+        saying why not."""
+        try:
+            try:
+                self._mkdirs()
+            except FileNotFoundError:
+                why = ensure_parents(self.mode)
+                if why is not None:
+                    raise CgroupError(why) from None
+                self._mkdirs()
+            self.limit(mem_limit, cpus, lift=False)
+        except CgroupError:
+            raise
+        except OSError as exc:
+            where = f" {exc.filename}" if exc.filename else ""
+            raise CgroupError(f"cannot write{where}: {exc.strerror or exc}") from exc
+
+    def _mkdirs(self) -> None:
         for d in self.dirs:
             d.mkdir(exist_ok=True)
-        self.limit(mem_limit, cpus, lift=False)
+
+    def check(self) -> None:
+        """FileNotFoundError when one of its directories is gone: an emptied cgroup kept for the
+        next kernel can be removed behind the supervisor's back (a stat each)."""
+        for d in self.dirs:
+            if not os.path.isdir(d):
+                raise FileNotFoundError(errno.ENOENT, "a kept kernel cgroup was removed", str(d))
 
     def limit(self, mem_limit: int | None, cpus: float | None, lift: bool = True) -> None:
         """Both limits for the kernel about to run here; `lift`: a limit it does not ask for is

@@ -8,7 +8,7 @@ import httpx
 from pydantic import BaseModel, ValidationError
 
 from corral.agent.shipper import KernelLogs, Piece
-from corral.protocol.messages import LogsShipped, OrdersOut, RegisterOut, ReportsOut
+from corral.protocol.messages import HealthOut, LogsShipped, OrdersOut, RegisterOut, ReportsOut
 
 Reply = TypeVar("Reply", bound=BaseModel)
 
@@ -89,6 +89,15 @@ class ProtocolClient:
         }
         reply = _read(LogsShipped, await self._post("logs", content=piece.data, params=query))
         return reply.stored, reply.recorded
+
+    async def health(self, agent_id: str, epoch: int, schedulable: bool, reason: str | None) -> HealthOut:
+        body = {
+            "agent_id": agent_id,
+            "epoch": epoch,
+            "schedulable": schedulable,
+            "unschedulable_reason": reason,
+        }
+        return _read(HealthOut, await self._post("health", body))
 
     async def leave(self, agent_id: str, epoch: int) -> None:
         await self._post("leave", {"agent_id": agent_id, "epoch": epoch})

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from corral.agent import spawn
-from corral.agent.cgroup import CgroupMode, KernelCgroup
+from corral.agent.cgroup import CgroupError, CgroupMode, KernelCgroup
 
 PR_SET_CHILD_SUBREAPER = 36
 TICK = 0.1
@@ -225,6 +225,7 @@ class Supervisor:
         for kept in self._idle[-LOOK_AT:][::-1]:
             self._idle.remove(kept)
             try:
+                kept.check()  # removed behind our back (its join would fail): forgotten, not handed out
                 # What is still charged to it counts against this kernel's limit: a sixteenth at most.
                 if not mem or kept.charge() * SHARE_OF_LIMIT <= mem:
                     kept.limit(mem, cpus)
@@ -254,7 +255,10 @@ class Supervisor:
         else:
             cgroup.remove()
 
-    def _spawn_failed(self, cmd: dict[str, Any], cgroup: KernelCgroup | None, code: int, why: str) -> None:
+    def _spawn_failed(
+        self, cmd: dict[str, Any], cgroup: KernelCgroup | None, code: int, why: str, said: str = ""
+    ) -> None:
+        """`said`: the line on its stderr, when it is not that its command cannot start."""
         try:
             # As root, in a directory the kernel's account owns: never through a link or into a FIFO
             # it put there (which would have root write anywhere, or hang this process).
@@ -262,7 +266,8 @@ class Supervisor:
             fd = os.open(cmd["stderr"], flags)
             try:
                 if stat.S_ISREG(os.fstat(fd).st_mode):
-                    os.write(fd, f"corral: cannot start {str(cmd['command'][0])!r}: {why}\n".encode())
+                    said = said or f"cannot start {str(cmd['command'][0])!r}: {why}"
+                    os.write(fd, f"corral: {said}\n".encode())
             finally:
                 os.close(fd)
         except (OSError, KeyError, IndexError, TypeError, ValueError):
@@ -450,6 +455,8 @@ class Supervisor:
             elif op == "start":
                 try:
                     self.start(cmd)
+                except CgroupError as exc:  # the agent's cgroups, not the command: said so (126)
+                    self._spawn_failed(cmd, None, 126, str(exc), f"the kernel's cgroup cannot be made: {exc}")
                 except Exception as exc:  # a kernel we cannot start fails alone, never the supervisor
                     self._spawn_failed(cmd, None, 127, repr(exc))
             elif op == "term":

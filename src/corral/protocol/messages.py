@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, Strict
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, Strict, StringConstraints
 
 from corral.domain.status import KernelStatus
 from corral.protocol.types import (
@@ -26,9 +26,11 @@ from corral.protocol.types import (
     Text64,
     Text128,
     Text256,
+    clean_text,
 )
 
 Status = Annotated[KernelStatus, Strict(False)]
+Reason = Annotated[str, StringConstraints(max_length=1024), AfterValidator(clean_text)]
 
 
 def kernel_key(kernel_id: str, generation: int) -> str:
@@ -47,6 +49,8 @@ class RegisterIn(BaseModel):
     capacity: dict[SlotName, Amount] = Field(max_length=64)
     info: JsonObject = Field(default_factory=dict)
     instance: Text64 = Field("", description="random per agent process: tells a restart from a twin")
+    schedulable: bool = Field(True, description="kernels can start there (false: placement skips it)")
+    unschedulable_reason: Reason | None = None
 
 
 class RegisterOut(BaseModel):
@@ -72,6 +76,23 @@ class OrdersIn(BaseModel):
         max_length=100_000,
         description="kernels (`<kernel id>.<generation>`) this agent has started: their orders carry no spec",
     )
+
+
+class HealthIn(BaseModel):
+    """The agent can (or no longer can) start kernels: sent when that changes."""
+
+    model_config = STRICT
+
+    agent_id: Name
+    epoch: Serial
+    schedulable: bool
+    unschedulable_reason: Reason | None = None
+
+
+class HealthOut(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    schedulable: bool = Field(description="as recorded: what placement now reads")
 
 
 class LeaveIn(BaseModel):

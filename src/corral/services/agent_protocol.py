@@ -56,6 +56,8 @@ class AgentProtocol:
         resource_group: str,
         capacity: dict[str, Any],
         info: dict[str, Any],
+        schedulable: bool = True,
+        unschedulable_reason: str | None = None,
     ) -> int:
         try:
             slots = ResourceSlots.parse(capacity)
@@ -84,7 +86,8 @@ class AgentProtocol:
                 address=address,
                 resource_group=resource_group,
                 capacity=slots,
-                info=info,
+                # Typed fields, not whatever the agent put in its info: placement reads this flag.
+                info={**info, **agents.standing(schedulable, unschedulable_reason)},
                 now=utcnow(),
             )
         self._wakeup.scheduler()
@@ -121,6 +124,14 @@ class AgentProtocol:
         if recorded:
             self._mark(agent_id, epoch)
         return recorded
+
+    async def health(self, agent_id: str, epoch: int, schedulable: bool, reason: str | None) -> None:
+        """The agent can start kernels again, or no longer can (why): placement reads it next cycle."""
+        async with transaction(self._engine) as conn:
+            if not await agents.set_standing(conn, agent_id, epoch, schedulable, reason):
+                raise Fenced(f"agent {agent_id} epoch {epoch} is fenced; register again")
+        if schedulable:
+            self._wakeup.scheduler()  # room where there was none: the queue may move
 
     async def leave(self, agent_id: str, epoch: int) -> None:
         async with transaction(self._engine) as conn:

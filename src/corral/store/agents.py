@@ -18,6 +18,17 @@ from corral.store.tables import kernels as kernel_table
 
 _EPOCH = select(agents.c.epoch).where(agents.c.id == bindparam("agent_id"))
 
+SCHEDULABLE = "schedulable"
+"""The key of an agent's `info` that placement reads (placement_view) and `corral agent list`
+shows: one flag for both, so what is displayed is what is enforced.  Absent (an agent from before
+it existed) reads as schedulable."""
+REASON = "unschedulable_reason"
+
+
+def standing(schedulable: bool, reason: str | None) -> dict[str, Any]:
+    """The `info` keys that say whether kernels can start on an agent, and if not why."""
+    return {SCHEDULABLE: schedulable, REASON: None if schedulable else reason or "unknown"}
+
 
 async def register(
     conn: AsyncConnection,
@@ -115,6 +126,20 @@ async def heartbeat(conn: AsyncConnection, agent_id: str, epoch: int, now: datet
         .values(last_heartbeat=latest, status=str(AgentStatus.ALIVE), lost_at=None)
     )
     return bool(result.rowcount)
+
+
+async def set_standing(
+    conn: AsyncConnection, agent_id: str, epoch: int, schedulable: bool, reason: str | None
+) -> bool:
+    """Record whether kernels can start on the agent (`standing`); False when this epoch is fenced.
+    Read, then written under the same epoch guard: a registration in between (a new epoch, its own
+    info) wins, and this write updates nothing."""
+    where = (agents.c.id == agent_id, agents.c.epoch == epoch)
+    info = (await conn.execute(select(agents.c.info).where(*where))).scalar()
+    if info is None:
+        return False
+    info = {**info, **standing(schedulable, reason)}
+    return bool((await conn.execute(update(agents).where(*where).values(info=info))).rowcount)
 
 
 async def current_epoch(conn: AsyncConnection, agent_id: str) -> int | None:

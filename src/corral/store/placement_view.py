@@ -18,11 +18,15 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from corral.domain.resources import ResourceSlots
 from corral.domain.status import AgentStatus, SessionStatus
 from corral.store import convert
+from corral.store.agents import SCHEDULABLE
 from corral.store.records import AgentCapacity
 from corral.store.tables import agents, allocations, sessions
 
 _AGENTS = (
-    select(agents.c.id, agents.c.status, cast(agents.c.capacity, Text))
+    # The flag `corral agent list` shows, read from the JSON itself (both backends extract a key).
+    select(
+        agents.c.id, agents.c.status, cast(agents.c.capacity, Text), agents.c.info[SCHEDULABLE].as_boolean()
+    )
     .where(agents.c.resource_group == bindparam("group"))
     .order_by(agents.c.id)
 )
@@ -52,7 +56,9 @@ async def read(
     the holds, session id -> {"agents": [...], "victims": [...]}."""
     locked = _AGENTS_LOCKED if conn.dialect.name == "postgresql" else _AGENTS
     rows = await conn.execute(locked, {"group": resource_group})
-    found = [(aid, AgentStatus(status), convert.slots_of(cap)) for aid, status, cap in rows]
+    found = [
+        (aid, AgentStatus(status), convert.slots_of(cap), ok is not False) for aid, status, cap, ok in rows
+    ]
     used: dict[str, ResourceSlots] = defaultdict(ResourceSlots)
     holds: dict[str, dict[str, Any]] = {}
     pending = str(SessionStatus.PENDING)
@@ -62,5 +68,5 @@ async def read(
         elif session_status == pending and (held := json.loads(text)):
             holds[key] = dict(held)
     return [
-        AgentCapacity(aid, status, cap, used.get(aid, ResourceSlots())) for aid, status, cap in found
+        AgentCapacity(aid, status, cap, used.get(aid, ResourceSlots()), ok) for aid, status, cap, ok in found
     ], holds

@@ -187,6 +187,13 @@ class AgentCapacity:
     """What it declared."""
     used: ResourceSlots
     """Its live allocations, summed."""
+    schedulable: bool = True
+    """Kernels can start there (its `info`, as the agent last said: agent/health.py)."""
+
+    @property
+    def placeable(self) -> bool:
+        """Placement may put kernels there: ALIVE (within its lease) and schedulable."""
+        return self.status is AgentStatus.ALIVE and self.schedulable
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,8 @@ from fastapi import APIRouter, Query, Request
 from corral.api.schemas import AgentOut
 from corral.api.state import Admin, AgentAuth, State
 from corral.protocol.messages import (
+    HealthIn,
+    HealthOut,
     KernelOrder,
     LeaveIn,
     LogShipment,
@@ -41,6 +43,8 @@ async def register(body: RegisterIn, state: State) -> RegisterOut:
         body.resource_group,
         body.capacity,
         {**body.info, "instance": body.instance},
+        body.schedulable,
+        body.unschedulable_reason,
     )
     cfg = state.scheduler
     return RegisterOut(
@@ -59,6 +63,13 @@ async def orders(body: OrdersIn, state: State) -> OrdersOut:
         body.agent_id, body.epoch, body.seen, body.wait, frozenset(body.started)
     )
     return OrdersOut(fingerprint=fingerprint, orders=[KernelOrder(**o) for o in found], recorded=recorded)
+
+
+@router.post("/agent/health", response_model=HealthOut, dependencies=[AgentAuth])
+async def health(body: HealthIn, state: State) -> HealthOut:
+    """Whether kernels can start on the agent (its cgroups are usable), sent when that changes."""
+    await state.protocol.health(body.agent_id, body.epoch, body.schedulable, body.unschedulable_reason)
+    return HealthOut(schedulable=body.schedulable)
 
 
 @router.post("/agent/leave", status_code=204, dependencies=[AgentAuth])

@@ -69,9 +69,7 @@ class ScheduleNewSessions(LifecycleHandler):
         # the agents a preemptor holds while its victims stop: nobody else is placed there (DESIGN §6).
         registered, reserved = await placement_view.read(ctx.conn, ctx.resource_group)
         # Read once per cycle; each placement then updates it in memory (no re-sorting, no queries).
-        free = FreeCapacity(
-            AgentSnapshot(a.id, a.capacity - a.used) for a in registered if a.status is AgentStatus.ALIVE
-        )
+        free = FreeCapacity(AgentSnapshot(a.id, a.capacity - a.used) for a in registered if a.placeable)
         held_by = {aid: sid for sid, r in reserved.items() for aid in r.get("agents", [])}
         # Backfill: a session that does not fit does not block smaller ones behind it, except on the
         # agents held for the first one that does not fit (no starvation; see README).
@@ -182,7 +180,7 @@ def _hold_for(
     """The agents held for the first session in line that does not fit, and when they will surely
     have room: every RUNNING session there ends by its start plus timeout; anything else there (no
     timeout, starting, stopping) leaves it unknown, and then nothing else may use them."""
-    alive = [a for a in registered if a.status is AgentStatus.ALIVE and a.id not in held_by]
+    alive = [a for a in registered if a.placeable and a.id not in held_by]
     occupants = []
     accounted: dict[str, ResourceSlots] = {}
     for r in running:
@@ -279,4 +277,7 @@ def _why_waiting(s: SessionRecord, registered: Sequence[AgentCapacity], group: s
         return f"unschedulable: no agent has joined resource group {group!r} yet"
     if not any(s.resources.fits_in(a.capacity) for a in registered):
         return "unschedulable: each kernel needs more than any agent of the group has"
+    off = [a.id for a in registered if a.status is AgentStatus.ALIVE and not a.schedulable]
+    if off:  # their reasons: `corral agent list`
+        return f"no agent has room for it now; unschedulable: {', '.join(off)}"
     return "no agent has room for it now"
