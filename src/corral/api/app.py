@@ -12,7 +12,7 @@ import structlog
 from fastapi import FastAPI, Request
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from corral.api import errors
+from corral.api import docs, errors
 from corral.api.limits import BodyLimit
 from corral.api.routes import agents, arrays, events, groups, policies, projects, sessions, users
 from corral.api.routes import cluster as cluster_routes
@@ -117,8 +117,10 @@ def create_app(
                 await reader.dispose()
             await engine.dispose()
 
-    app = FastAPI(title="Corral", version="0.1.0", lifespan=lifespan)
+    # docs.install serves /docs and /redoc in place of FastAPI's, which load from a CDN.
+    app = FastAPI(title="Corral", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None)
     errors.install(app)
+    docs.install(app)
     app.add_middleware(
         BodyLimit, user_limit=settings.max_request_bytes, agent_limit=settings.max_agent_request_bytes
     )
