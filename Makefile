@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PIP := $(BIN)/pip --disable-pip-version-check -q
 
-.PHONY: up test lint unit integration bench clean postgres
+.PHONY: up test lint unit integration bench clean postgres browser
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -31,7 +31,13 @@ postgres:
 		echo "installing the PostgreSQL server (needed by the test suite)"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null; }
 
-test: lint postgres
+# The browser tests drive Debian's Chromium (Playwright's own download cannot work offline).
+browser:
+	@command -v chromium >/dev/null 2>&1 || { \
+		echo "installing Chromium (needed by the browser tests)"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
+
+test: lint postgres browser
 	$(BIN)/python tests/run.py
 
 unit: $(VENV)/.dev

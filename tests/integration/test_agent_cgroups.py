@@ -133,6 +133,8 @@ def test_an_agent_that_cannot_make_its_cgroups_is_unschedulable_until_it_can(
         lambda: (s := standing(c, "stuck"))[0] is False and s, 10, "the agent to say it is unschedulable"
     )
     assert "cannot be made again: Read-only file system" in reason, reason
+    table = c.corral("agent", "list").stdout
+    assert any(line.split()[0] == "stuck" and "no: " in line for line in table.splitlines()), table
     [listed] = [a for a in c.corral_json("agent", "list") if a["id"] == "stuck"]
     assert listed["status"] == "ALIVE"
     assert (listed["info"]["schedulable"], listed["info"]["unschedulable_reason"]) == (False, reason)

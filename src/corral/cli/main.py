@@ -283,12 +283,18 @@ def agent_list(output: Format = OutputOpt) -> None:
     if output is Format.table:  # bytes stay bytes in -o json and -o yaml
         for r in rows:
             r["mem_shown"] = {k: binary_size(r[k].get("mem")) for k in ("capacity", "used") if r.get(k)}
+            info = r.get("info") or {}
+            # What placement reads (agent/health.py): a missing flag is schedulable.
+            r["placeable"] = (
+                "yes" if info.get("schedulable", True) else f"no: {info.get('unschedulable_reason')}"
+            )
     emit(
         rows,
         output,
         [
             ("ID", "id"),
             ("STATUS", "status"),
+            ("SCHEDULABLE", "placeable"),
             ("GROUP", "resource_group"),
             ("EPOCH", "epoch"),
             ("CPU", "capacity.cpu"),
