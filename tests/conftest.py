@@ -45,6 +45,17 @@ def kernel_account(tmp_path_factory: pytest.TempPathFactory) -> None:
         d.chmod(d.stat().st_mode | 0o011)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def cwd_kernels_can_enter(kernel_account: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """`corral run` starts kernels where it is run (as sbatch does); a clone under root's home (0700)
+    would have every kernel of the `corral` account exit 126. The suite's CLI runs from its temp
+    tree instead, which kernels may traverse (kernel_account), wherever the checkout is."""
+    before = os.getcwd()
+    os.chdir(tmp_path_factory.getbasetemp())
+    yield
+    os.chdir(before)
+
+
 @pytest.fixture
 def tmp_path(tmp_path: Path) -> Path:
     """pytest's, writable by kernels of any account: tests hand it to kernels for marker files, like

@@ -26,9 +26,10 @@ from corral.domain.status import TERMINAL_KERNEL, KernelStatus
 from corral.services import sessions as session_service
 from corral.store import auth
 from corral.store import kernels as kernel_store
+from corral.store import sessions as session_rows
 from corral.store.auth import Principal
 from corral.store.db import make_engine, reading, transaction, upgrade
-from corral.store.records import SessionRecord
+from corral.store.records import NewSession, SessionRecord
 from corral.store.tables import kernels, metadata, sessions
 from tests.conftest import BACKENDS
 from tests.support.db import migrated, register_agent
@@ -174,11 +175,7 @@ async def test_kernels_written_before_0010_are_found_by_its_index_of_live_kernel
     engine = make_engine(url)
     try:
         await upgrade(engine, "0009")
-        async with transaction(engine) as conn:
-            user_id = await auth.ensure_user(conn, "alice", "user", datetime.now(UTC))
-        alice = Principal(user_id, "alice", "user", frozenset({"default"}))
-        spec = SessionSpec(command=("true",))
-        made = [(await session_service.create(engine, alice, spec, None, None))[0] for _ in range(2)]
+        made = [await _session_as_then(engine) for _ in range(2)]
         async with transaction(engine) as conn:
             epoch = await register_agent(conn, "a", {"cpu": 4})
             for record, status in zip(made, ("RUNNING", "TERMINATED"), strict=True):
@@ -192,6 +189,24 @@ async def test_kernels_written_before_0010_are_found_by_its_index_of_live_kernel
         assert orders is not None and [k.session_id for k in orders] == [made[0].id]
     finally:
         await engine.dispose()
+
+
+async def _session_as_then(engine: AsyncEngine) -> SessionRecord:
+    """A session written as today's code writes one, into an older schema: only the columns that
+    schema has (a later migration's, such as 0011's workdir, are left out)."""
+    now = datetime.now(UTC)
+    new = NewSession(str(uuid.uuid4()), "then", "alice", SessionSpec(command=("true",)))
+    row = session_rows._session_row(new, now)
+    kernel_rows = session_rows._kernel_rows(new, row["resources"], now)
+    async with transaction(engine) as conn:
+        have = {
+            name: {c["name"] for c in await conn.run_sync(lambda c, t=name: inspect(c).get_columns(t))}
+            for name in ("sessions", "kernels")
+        }
+        await conn.execute(insert(sessions).values({k: v for k, v in row.items() if k in have["sessions"]}))
+        for k in kernel_rows:
+            await conn.execute(insert(kernels).values({c: v for c, v in k.items() if c in have["kernels"]}))
+    return session_rows.records_of([(row, kernel_rows)])[0]
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

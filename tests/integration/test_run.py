@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import pwd
 from collections.abc import Callable
+from pathlib import Path
 
 from tests.support.cluster import Cluster, poll
 
@@ -169,3 +172,50 @@ def test_a_size_in_an_unknown_unit_is_refused_listing_the_forms(cluster: Cluster
     done = cluster.corral("run", "--mem", "64m", "--", "true")
     assert done.returncode != 0 and "Ki, Mi, Gi, Ti" in done.stderr
     assert cluster.corral("run", "--mem", "64MiB", "--", "true").returncode == 0
+
+
+def test_kernels_start_where_the_user_submits_from(cluster: Cluster, tmp_path: Path) -> None:
+    """As sbatch: the README's `corral run --max-retries 3 -- ./flaky.sh` from the script's directory."""
+    script = tmp_path / "flaky.sh"
+    script.write_text(
+        '#!/bin/sh\necho "attempt $CORRAL_ATTEMPT in $(pwd)"\n[ "$CORRAL_ATTEMPT" -ge 2 ] || exit 75\n'
+    )
+    script.chmod(0o755)
+    done = cluster.corral("run", "--max-retries", "3", "--retry-delay", "0", "--", "./flaky.sh", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [f"attempt 1 in {tmp_path}", f"attempt 2 in {tmp_path}"]
+    # --chdir overrides; the kernel's own directory stays $CORRAL_WORK_DIR.
+    where = tmp_path / "elsewhere"
+    where.mkdir(mode=0o777)
+    where.chmod(0o777)
+    shown = cluster.corral(
+        "run", "--chdir", str(where), "--", "sh", "-c", 'pwd; echo "$CORRAL_WORK_DIR"', cwd=tmp_path
+    )
+    here, own = shown.stdout.splitlines()
+    assert here == str(where) and own != str(where) and Path(own).is_absolute(), shown.stdout
+    # Through the API, without a workdir: the kernel's private directory, as before.
+    s = cluster.submit(command=["sh", "-c", 'test "$(pwd)" = "$CORRAL_WORK_DIR" && echo same'])
+    assert cluster.output(cluster.wait(s["id"])["id"]).strip() == "same"
+    bad = cluster.http.post("/api/v1/sessions", json={"command": ["true"], "workdir": "relative/dir"})
+    assert bad.status_code == 422 and bad.json()["error"]["details"]["field"] == "workdir", bad.text
+
+
+def test_a_directory_the_kernel_cannot_enter_ends_it_with_126(cluster: Cluster, tmp_path: Path) -> None:
+    gone = tmp_path / "not-there"
+    s = cluster.submit(command=["true"], workdir=str(gone))
+    done = cluster.wait(s["id"])
+    assert (done["status"], done["exit_code"], done["cause"]) == ("ERROR", 126, "kernel_nonzero_exit"), done
+    assert (
+        f"cannot enter {gone} as " in done["root_cause"]["message"]
+        and "no such directory" in done["root_cause"]["message"]
+    ), done["root_cause"]
+    if os.geteuid() == 0:  # kernels run as the corral account: a root-only directory is closed to them
+        closed = tmp_path / "roots-only"
+        closed.mkdir(mode=0o700)
+        closed.chmod(0o700)
+        done = cluster.wait(cluster.submit(command=["true"], workdir=str(closed))["id"])
+        account = f"corral (uid {pwd.getpwnam('corral').pw_uid})"
+        assert done["exit_code"] == 126
+        assert done["root_cause"]["message"] == (
+            f"exited with code 126: cannot enter {closed} as {account}: permission denied"
+        ), done["root_cause"]

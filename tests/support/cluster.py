@@ -278,11 +278,12 @@ class Cluster:
         page = self.http.get(f"/api/v1/sessions/{session_id}/logs").json()
         return "".join(ch["data"] for ch in page["chunks"])
 
-    def corral(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    def corral(
+        self, *args: str, timeout: float = 120, cwd: Path | None = None
+    ) -> subprocess.CompletedProcess[str]:
         env = {**self.env, "CORRAL_URL": self.url, "CORRAL_API_KEY": self.key}
-        return subprocess.run(
-            [sys.executable, "-m", "corral", *args], env=env, capture_output=True, text=True, timeout=timeout
-        )
+        argv = [sys.executable, "-m", "corral", *args]
+        return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout, cwd=cwd)
 
     def corral_json(self, *args: str) -> Any:
         done = self.corral(*args, "-o", "json")

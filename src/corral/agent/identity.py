@@ -115,6 +115,35 @@ def unreachable_from(path: Path) -> Path | None:
     return None
 
 
+def cannot_enter(path: Path, account: Account) -> str | None:
+    """Why `account` cannot make `path` its working directory (None: it can). Read from the mode
+    bits as the kernel would meet them (its only group is its primary one; ACLs are not read): the
+    agent may be root, who can enter anything."""
+    if not path.is_absolute():
+        return "not an absolute path"
+    for p in [*reversed(path.parents), path]:
+        try:
+            st = os.stat(p)
+        except FileNotFoundError:
+            return "no such directory"
+        except OSError as exc:
+            return exc.strerror.lower() if exc.strerror else str(exc)
+        if not stat.S_ISDIR(st.st_mode):
+            return "not a directory"
+        if account.uid == 0:
+            continue
+        bit = (
+            stat.S_IXUSR
+            if st.st_uid == account.uid
+            else stat.S_IXGRP
+            if st.st_gid == account.gid
+            else stat.S_IXOTH
+        )
+        if not st.st_mode & bit:
+            return "permission denied"
+    return None
+
+
 def reachable(path: Path) -> bool:
     """Any account can get to `path` (it exists and every directory on the way is traversable)."""
     return path.exists() and unreachable_from(path) is None

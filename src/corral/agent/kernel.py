@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -16,7 +17,7 @@ from typing import Any
 
 import structlog
 
-from corral.agent.identity import Account, KernelIdentity, give, reachable, unreachable_from
+from corral.agent.identity import Account, KernelIdentity, cannot_enter, give, reachable, unreachable_from
 from corral.agent.link import SupervisorLink
 from corral.agent.shipper import STREAMS, KernelLogs
 from corral.domain.error_record import FILE_MAX, FileRecord, parse_file
@@ -280,6 +281,13 @@ class KernelRunner:
         account = self.identity.for_kernel(spec.get("run_as"))
         self.uid = account.uid
         self.account = account.describe()
+        workdir = spec.get("workdir")
+        if workdir:
+            why = cannot_enter(Path(workdir), account)
+            if why is not None:
+                # As a shell's cd would fail: exit 126 before any exec, in the kernel's own words.
+                self._refused(126, f"cannot enter {workdir} as {self.account}: {why}", report_creating)
+                return
         other = account.uid != os.geteuid()
         if other:
             why = self._own_files(account, checkpoint)
@@ -291,7 +299,8 @@ class KernelRunner:
             "key": self.key,
             "command": spec["command"],
             "user": {"uid": account.uid, "gid": account.gid} if other else None,
-            "env": kernel_env(
+            "env": {"CORRAL_WORK_DIR": str(self.dir)}
+            | kernel_env(
                 spec,
                 self.kernel_id,
                 self.session_id,
@@ -301,7 +310,7 @@ class KernelRunner:
                 # A copy every account can read (the installed package may be in root's home).
                 self.work_dir / "lib" if other else WORKER_LIB,
             ),
-            "cwd": str(self.dir),
+            "cwd": workdir or str(self.dir),
             "stdout": str(self.files["stdout"]),
             "stderr": str(self.files["stderr"]),
             "mem_limit": int(float(spec["resources"].get("mem", 0))),
@@ -318,6 +327,17 @@ class KernelRunner:
                 agent_lost=True,
                 termination_message="the agent's supervisor is not running",
             )
+
+    def _refused(self, code: int, why: str, report_creating: bool) -> None:
+        """It ends as a process that exited `code` at once, saying `why` in its log and as its
+        termination message (nothing was executed)."""
+        for name, line in (("stderr", f"corral: {why}\n"), ("termination", why)):
+            with contextlib.suppress(OSError), open(self.files[name], "a") as f:
+                f.write(line)
+        self.started = True
+        if report_creating:
+            self._say(KernelStatus.CREATING)
+        self._finish({"ev": "exited", "exit_code": code, "exited_at_ns": time.time_ns(), "start_error": why})
 
     @property
     def starting(self) -> bool:

@@ -59,6 +59,20 @@ CreationId = Annotated[str, StringConstraints(min_length=1, max_length=200), Aft
 Duration = Annotated[float, BeforeValidator(parse_duration)]
 
 
+def _absolute(path: str) -> str:
+    if not path.startswith("/"):
+        raise ValueError("must be an absolute path (it is the agent's, not yours)")
+    return path
+
+
+Workdir = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=4096),
+    AfterValidator(clean_text),
+    AfterValidator(_absolute),
+]
+
+
 def _default_resources() -> dict[str, Amount]:
     return {"cpu": 1}
 
@@ -126,6 +140,11 @@ class SessionCreate(BaseModel):
         description="names [A-Za-z_][A-Za-z0-9_]*, not CORRAL_*",
     )
     image: Name | None = None
+    workdir: Workdir | None = Field(
+        None,
+        description="absolute path each kernel starts in, as `sbatch --chdir` (default: its private"
+        " directory, also $CORRAL_WORK_DIR); `corral run` sends the caller's working directory",
+    )
     timeout: int | None = Field(
         None, gt=0, le=MAX_TIMEOUT, description="seconds from start; then deadline_exceeded"
     )
@@ -220,6 +239,7 @@ class SessionCreate(BaseModel):
             retry_policy=self.retry_policy.to_domain() if self.retry_policy else None,
             retry_policies=tuple(self.retry_policies),
             creation_id=self.creation_id,
+            workdir=self.workdir,
         )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 from typing import Annotated
 
@@ -14,6 +15,13 @@ from corral.cli.follow import Chain, exit_code_of
 from corral.cli.output import Format, OutputOpt, emit
 
 RETRY = "Retries"
+
+
+def _here() -> str | None:
+    try:
+        return os.getcwd()
+    except OSError:  # deleted under us: the kernels start in their own directories
+        return None
 
 
 def run(
@@ -30,7 +38,19 @@ def run(
     ] = None,
     name: Annotated[str | None, typer.Option(help="session name")] = None,
     resource_group: Annotated[str, typer.Option(help="resource group")] = "default",
-    project: Annotated[str, typer.Option(help="project")] = "default",
+    project: Annotated[
+        str | None,
+        typer.Option(help="project (default: your only one, else your default_project: corral whoami)"),
+    ] = None,
+    chdir: Annotated[
+        str | None,
+        typer.Option(
+            "--chdir",
+            "-D",
+            help="directory the kernels start in, as sbatch's (default: this one; the kernel's own is"
+            " $CORRAL_WORK_DIR)",
+        ),
+    ] = None,
     env: Annotated[list[str] | None, typer.Option("--env", "-e", help="KEY=VALUE for the kernels")] = None,
     timeout: Annotated[int | None, typer.Option(help="seconds from start before deadline_exceeded")] = None,
     dispersed: Annotated[bool, typer.Option(help="spread kernels over agents")] = False,
@@ -125,8 +145,13 @@ def run(
         "cluster_size": cluster_size,
         "env": envs,
         "resource_group": resource_group,
-        "project": project,
     }
+    # Like sbatch: the kernels start where the user submits from (a path on the agents' hosts).
+    workdir = os.path.abspath(chdir) if chdir is not None else _here()
+    if workdir is not None:
+        body["workdir"] = workdir
+    if project is not None:
+        body["project"] = project
     if resources:
         body["resources"] = {"cpu": 1, **resources}
     extras: dict[str, object] = {

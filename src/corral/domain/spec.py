@@ -183,6 +183,8 @@ class SessionSpec:
     """The job array it is an element of (None: a session of its own)."""
     array_index: int | None = None
     """Its index in that array (its kernels see $CORRAL_ARRAY_INDEX)."""
+    workdir: str | None = None
+    """Where each kernel starts, an absolute path (None: its private directory, $CORRAL_WORK_DIR)."""
 
     @property
     def max_retries(self) -> int:
@@ -206,6 +208,7 @@ class SessionSpec:
             "error_strategy": str(self.error_strategy),
             "retry_policy": self.retry_policy.to_json() if self.retry_policy else None,
             "retry_policies": list(self.retry_policies),
+            **({"workdir": self.workdir} if self.workdir is not None else {}),
         }
 
     def digest(self) -> str:

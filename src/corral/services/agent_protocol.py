@@ -276,6 +276,7 @@ def _spec(
         "command": list(s.spec.command),
         "env": dict(s.spec.env),
         "image": s.spec.image,
+        "workdir": s.spec.workdir,
         "resources": k.resources.to_json(),
         "cluster_size": s.cluster_size,
         "rank": k.rank,

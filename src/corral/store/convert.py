@@ -93,6 +93,7 @@ _SPEC_COLUMNS = (
     "spec_hash",
     "array_id",
     "array_index",
+    "workdir",
 )
 
 
@@ -118,6 +119,7 @@ def spec_columns(spec: SessionSpec, spec_hash: str | None = None) -> dict[str, A
         "spec_hash": spec_hash if spec_hash is not None else spec.digest(),
         "array_id": spec.array_id,
         "array_index": spec.array_index,
+        "workdir": spec.workdir,
     }
 
 
@@ -142,6 +144,7 @@ def spec(m: Mapping[str, Any]) -> SessionSpec:
         creation_id=m["creation_id"],
         array_id=m["array_id"],
         array_index=m["array_index"],
+        workdir=m["workdir"],
     )
 
 

@@ -189,6 +189,7 @@ sessions = Table(
     # through retries.
     Column("array_id", ID, nullable=True),
     Column("array_index", Integer, nullable=True),
+    Column("workdir", Text, nullable=True),  # where kernels start (None: their own directories)
     # At most one child per session (ix_sessions_parent_session_id below): two managers or a
     # replayed event can never make two retries.
     Column("parent_session_id", ID, nullable=True),
