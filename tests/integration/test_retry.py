@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.support.cluster import TERMINAL, Cluster, poll
+from tests.support.cluster import TERMINAL, Cluster, poll, scratch
 from tests.support.tenants import add_user_in_own_project
 
 FLAKY = 'echo attempt $CORRAL_ATTEMPT of $CORRAL_MAX_ATTEMPTS; [ "$CORRAL_ATTEMPT" -ge 3 ] || exit 75'
@@ -739,3 +740,27 @@ def test_the_clusters_default_policy_and_backoff_apply_when_nobody_names_one(
     after = cluster.http.get(config).json()["retry"]
     assert (after["default_policy"], after["default_backoff"]) == (None, {})
     assert cluster.http.delete(f"/api/v1/retry-policies/{policy}").status_code == 204
+
+
+def test_a_retry_at_once_takes_its_parents_slot_before_later_sessions(
+    own_cluster: Callable[..., Cluster],
+) -> None:
+    """Armada: requeued jobs go before new jobs at the same priority. One CPU, a failing session
+    with an immediate retry, and a session submitted after it waiting for that CPU: the freed CPU
+    goes to the retry, not to the later session (which got it in the same cycle before)."""
+    c = own_cluster()
+    c.start_agent("only", cpu=1)
+    for _ in range(3):
+        gate = Path(scratch(c.workdir / f"gate-{uuid.uuid4().hex[:6]}"))
+        failing = c.submit(
+            command=["sh", "-c", f"while [ ! -e {gate}/go ]; do sleep 0.02; done; exit 3"],
+            retry_policy={"max_retries": 1, "retry_delay": 0, "jitter": "none"},
+        )
+        c.wait(failing["id"], {"RUNNING"})
+        later = c.submit(command=["sh", "-c", "sleep 0.5"])
+        skipped = lambda sid=later["id"]: any(h["result"] == "SKIPPED" for h in c.history(sid))  # noqa: E731
+        poll(skipped, 20, "the later session to wait")
+        (gate / "go").touch()
+        chain = settled_chain(c, failing["id"], 2)
+        waited = c.wait(later["id"])
+        assert stamp(chain[1]["started_at"]) < stamp(waited["started_at"]), (chain[1], waited)

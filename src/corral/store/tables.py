@@ -252,6 +252,19 @@ Index(
     sessions.c.chain_submitted_at,
     sessions.c.id,
 )
+UNDECIDED = (
+    "retry_state IS NULL AND status IN"
+    " ('SCHEDULED', 'PREPARING', 'PULLING', 'PREPARED', 'CREATING', 'RUNNING', 'TERMINATING', 'ERROR')"
+)
+"""SQL: placed attempts, and failed ones the retry engine has yet to decide on (migration 0012)."""
+# Among them those with a failed kernel keep their place in line for what their ended kernels freed
+# until their retry is decided (store/retry_holds.py): the live sessions, and a few more.
+Index(
+    "ix_sessions_undecided",
+    sessions.c.resource_group,
+    sqlite_where=text(UNDECIDED),
+    postgresql_where=text(UNDECIDED),
+)
 # The few sessions holding agents for their victims, found without reading the queue.
 Index(
     "ix_sessions_held",

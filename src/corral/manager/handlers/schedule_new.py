@@ -26,7 +26,7 @@ from corral.domain.scheduling import Skip, StatusTransitions, TransitionStatus
 from corral.domain.status import AgentStatus, KernelStatus, SessionStatus
 from corral.manager.handlers.base import HandlerContext, LifecycleHandler, LifecycleResult, Step
 from corral.manager.handlers.prepare import PrepareSessions
-from corral.store import journal, placement_view, preemption, sessions
+from corral.store import journal, placement_view, preemption, retry_holds, sessions
 from corral.store.records import AgentCapacity, Move, RunningRecord, SessionRecord
 
 
@@ -71,6 +71,8 @@ class ScheduleNewSessions(LifecycleHandler):
         # Read once per cycle; each placement then updates it in memory (no re-sorting, no queries).
         free = FreeCapacity(AgentSnapshot(a.id, a.capacity - a.used) for a in registered if a.placeable)
         held_by = {aid: sid for sid, r in reserved.items() for aid in r.get("agents", [])}
+        # Failed attempts whose retry is yet to be made keep their place in line for what they freed.
+        undecided = await retry_holds.read(ctx.conn, ctx.resource_group, ctx.now)
         # Backfill: a session that does not fit does not block smaller ones behind it, except on the
         # agents held for the first one that does not fit (no starvation; see README).
         unplaced: list[SessionRecord] = []
@@ -81,6 +83,8 @@ class ScheduleNewSessions(LifecycleHandler):
         while page:
             smallest = min(smallest, *(s.resources[CPU] * s.cluster_size for s in page))
             for s in _ready(page, result, ctx.now):
+                while undecided and undecided[0].key < sessions.queue_key(s):
+                    _keep_place(free, undecided.pop(0), set(held_by))
                 if s.status is SessionStatus.SUSPENDED and s.termination_reason:
                     continue  # cancelled while suspended: ApplyTerminationRequests ends it
                 needs = [s.resources] * s.cluster_size  # every kernel of a session asks for the same slots
@@ -136,6 +140,14 @@ class ScheduleNewSessions(LifecycleHandler):
                 why += f"; agents {', '.join(sorted(hold.agent_ids))} held for it{until} (first in line)"
             result.skipped.append(Skip(s.id, why))
         return result
+
+
+def _keep_place(free: FreeCapacity, u: retry_holds.Undecided, held: set[str]) -> None:
+    """What a failed attempt freed is taken from those queued after its chain until its retry is
+    decided (the retry, made at once, comes before them: store/retry_holds.py)."""
+    placement = free.place(u.freed, excluded=held)
+    if placement is not None:
+        free.take(u.freed, placement)
 
 
 def _ready(page: Sequence[SessionRecord], result: LifecycleResult, now: datetime) -> list[SessionRecord]:
