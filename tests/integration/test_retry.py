@@ -277,17 +277,16 @@ def test_a_named_policy_decides_rule_by_rule(cluster: Cluster, tmp_path: Path) -
     assert cluster.http.get(f"/api/v1/retry-policies/{policy}").status_code == 404
 
 
-ROLE_POLICY = """
-apiVersion: corral/v1
-kind: RetryPolicy
-metadata:
-  name: {name}
-spec:
-  rules:
-    - action: fail
+def policy_yaml(rules: str) -> str:
+    """A RetryPolicy document with these rules (YAML under `rules:`), its name left as {name}."""
+    header = "apiVersion: corral/v1\nkind: RetryPolicy\nmetadata:\n  name: {name}\nspec:\n  rules:\n"
+    return header + rules
+
+
+ROLE_POLICY = policy_yaml("""    - action: fail
       kernel_role: sub
       on_exit_codes: {{operator: In, values: [3]}}
-"""
+""")
 
 
 def test_a_rule_for_a_role_sees_that_roles_kernels_not_only_the_root_cause(
@@ -692,17 +691,10 @@ def test_an_events_wait_with_nothing_new_answers_empty_when_it_ends(cluster: Clu
     assert 1.5 <= took < 10, took
 
 
-DEFAULT_POLICY = """
-apiVersion: corral/v1
-kind: RetryPolicy
-metadata:
-  name: {name}
-spec:
-  rules:
-    - action: retry
+DEFAULT_POLICY = policy_yaml("""    - action: retry
       on_exit_codes: {{operator: In, values: [3]}}
       retry_limit: 1
-"""
+""")
 
 
 def test_the_clusters_default_policy_and_backoff_apply_when_nobody_names_one(

@@ -292,8 +292,8 @@ def events(
             if rows:
                 after = rows[-1]["id"]
                 if output is Format.table and follow_:
-                    for r in rows:  # one line each, the whole session id (for grep)
-                        shown = {**_event_row(r), "session": r["session_id"]}
+                    for r in rows:  # one line each, the whole session id and type (for grep)
+                        shown = {**_event_row(r), "session": r["session_id"], "event": r["type"]}
                         typer.echo(" ".join(str(shown[key]) for _, key in EVENT_COLUMNS if shown[key] != ""))
                 else:
                     _show_events(rows, output)
