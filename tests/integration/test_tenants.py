@@ -186,6 +186,10 @@ def test_a_session_is_found_by_the_start_of_its_id_among_those_the_caller_sees(c
     assert cluster.corral("session", "history", short).returncode == 0
     assert cluster.corral("session", "logs", short).returncode == 0
     assert cluster.http.get(f"/api/v1/sessions/{short[:7]}").status_code == 404  # under 8 digits
+    events = cluster.http.get("/api/v1/events", params={"session": short}).json()
+    assert events and {e["session_id"] for e in events} == {s["id"]}
+    unknown = cluster.http.get("/api/v1/events", params={"session": "0000abcd"})
+    assert unknown.status_code == 404 and unknown.json()["error"]["details"]["field"] == "session"
 
     tag = uuid.uuid4().hex[:6]
     mine, theirs = f"short-{tag}", f"other-{tag}"

@@ -31,7 +31,7 @@ async def read(
     projects = None if who.is_admin else sorted(who.projects)
     if session_id is not None:
         async with reading(engine) as conn:
-            session_id = await full_id(conn, who, session_id)
+            session_id = await full_id(conn, who, session_id, "session")
     deadline = time.monotonic() + wait
     while True:
         async with reading(engine) as conn:

@@ -16,7 +16,7 @@ SHORT_ID_DIGITS = 8
 SHOWN_MATCHES = 10
 
 
-async def full_id(conn: AsyncConnection, who: Principal, given: str) -> str:
+async def full_id(conn: AsyncConnection, who: Principal, given: str, field: str = "id") -> str:
     """The id `given` starts, among the sessions the caller may see (404 none, 409 several); `given`
     itself when it is no short id (a full id, or no id at all: the caller's look-up finds nothing)."""
     prefix = given.lower()
@@ -25,12 +25,12 @@ async def full_id(conn: AsyncConnection, who: Principal, given: str) -> str:
     projects = None if who.is_admin else who.projects
     matches = await session_ids.with_prefix(conn, prefix, projects, SHOWN_MATCHES + 1)
     if not matches:
-        raise NotFound(f"no session {given[:80]}", {"field": "id"})
+        raise NotFound(f"no session {given[:80]}", {"field": field})
     if len(matches) > 1:
         more = " and more" if len(matches) > SHOWN_MATCHES else ""
         shown = ", ".join(f"{sid} ({name})" for sid, name in matches[:SHOWN_MATCHES])
         raise Conflict(
             f"{given} starts the ids of several sessions: {shown}{more}; give more of the id",
-            {"field": "id", "matches": [sid for sid, _ in matches[:SHOWN_MATCHES]]},
+            {"field": field, "matches": [sid for sid, _ in matches[:SHOWN_MATCHES]]},
         )
     return matches[0][0]
