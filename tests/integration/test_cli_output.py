@@ -80,8 +80,10 @@ def test_cancel_says_what_was_accepted_and_status_is_any_case(cluster: Cluster) 
 
 
 def test_events_show_the_newest_first_within_100_columns(cluster: Cluster) -> None:
-    s = cluster.submit(command=["sh", "-c", "exit 3"])
-    cluster.wait(s["id"])
+    made = [cluster.submit(command=["sh", "-c", "exit 3"]) for _ in range(4)]  # 4 x 5+ events
+    for m in made:
+        cluster.wait(m["id"])
+    s = made[-1]
     rows = json.loads(cluster.corral("events", "--limit", "20", "-o", "json").stdout)
     ids = [r["id"] for r in rows]
     assert ids == sorted(ids, reverse=True) and len(ids) == 20
