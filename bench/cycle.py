@@ -31,13 +31,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from bench.common import add_database_options, database, machine, pct, scratch
+from corral.domain.records import NewSession
 from corral.domain.resources import ResourceSlots
 from corral.domain.spec import SessionSpec
 from corral.manager.loop import SchedulerLoop
 from corral.settings import SchedulerSettings
 from corral.store import agents, sessions
 from corral.store.db import make_engine, transaction, upgrade
-from corral.store.records import NewSession
 from corral.wakeup import Wakeup
 
 BATCH = 2000
@@ -89,9 +89,9 @@ async def _occupy(engine: AsyncEngine, n_agents: int) -> None:
     from sqlalchemy import update
 
     from corral.domain.placement import Placement
+    from corral.domain.records import Move
     from corral.domain.status import KernelStatus, SessionStatus
     from corral.store import kernels
-    from corral.store.records import Move
     from corral.store.tables import kernels as kernel_rows
     from corral.store.tables import sessions as session_rows
 

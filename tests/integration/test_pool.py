@@ -15,8 +15,8 @@ from pathlib import Path
 import httpx
 import pytest
 from sqlalchemy import make_url, text
-from sqlalchemy.exc import DBAPIError
 
+from corral.domain.errors import Unavailable
 from corral.store import db
 from tests.support.cluster import Cluster
 from tests.support.postgres import start_postgres
@@ -134,8 +134,8 @@ async def test_a_connection_ended_in_the_pool_fails_at_most_once_and_as_a_discon
                 await conn.execute(text("SELECT pg_terminate_backend(:p)"), {"p": first})
             try:
                 assert await _backend(engine) != first
-            except DBAPIError as exc:
-                assert exc.connection_invalidated, exc
+            except Unavailable as exc:
+                assert exc.maybe_applied, exc
             assert await _backend(engine) != first
     finally:
         await engine.dispose()
@@ -255,7 +255,7 @@ async def test_a_connection_whose_setup_fails_is_unavailable_not_an_error(
     fresh_database: Callable[[str], str],
 ) -> None:
     """The manager's own set-up of each new connection (its planner setting, asyncpg's array types)
-    failing on the server is a connection that could not be made: DatabaseUnavailable (503), as a
+    failing on the server is a connection that could not be made: Unavailable (503), as a
     refused connect is, not an unhandled driver error (500).  Here the role may not read
     pg_settings, which the set-up reads."""
     url = make_url(fresh_database("postgres"))
@@ -269,7 +269,7 @@ async def test_a_connection_whose_setup_fails_is_unavailable_not_an_error(
         await engine.dispose()
     plain = db.make_engine(url.set(username=role).render_as_string(hide_password=False), pool_size=1)
     try:
-        with pytest.raises(db.DatabaseUnavailable, match="pg_settings"):
+        with pytest.raises(Unavailable, match="pg_settings"):
             async with db.reading(plain):
                 pass
     finally:

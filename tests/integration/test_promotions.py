@@ -12,7 +12,9 @@ from itertools import pairwise
 import pytest
 from sqlalchemy import insert, select, update
 
+from corral.domain.errors import RefusedTransition
 from corral.domain.judge import PhaseLimits
+from corral.domain.records import HistoryRecord, Move, NewSession
 from corral.domain.resources import ResourceSlots
 from corral.domain.spec import SessionSpec
 from corral.domain.status import KernelStatus, SessionStatus
@@ -29,8 +31,6 @@ from corral.services.agent_protocol import AgentProtocol
 from corral.settings import SchedulerSettings
 from corral.store import journal, sessions
 from corral.store.db import transaction
-from corral.store.records import HistoryRecord, Move, NewSession
-from corral.store.sessions import RefusedTransition
 from corral.store.tables import agents as agent_table
 from corral.store.tables import allocations, session_events
 from corral.store.tables import kernels as kernel_table

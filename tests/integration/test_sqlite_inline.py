@@ -11,10 +11,11 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select, text
 
+from corral.domain.errors import Unavailable
+from corral.domain.records import NewSession
 from corral.domain.spec import SessionSpec
 from corral.store import checkpoint, sessions, sqlite_inline
-from corral.store.db import DatabaseUnavailable, make_engine, make_reader, transaction, upgrade
-from corral.store.records import NewSession
+from corral.store.db import make_engine, make_reader, transaction, upgrade
 from corral.store.tables import sessions as session_table
 from tests.integration.test_bounds import NOW
 
@@ -175,7 +176,7 @@ async def test_waiting_for_a_pooled_connection_gives_up_as_unavailable(tmp_path:
     engine.sync_engine.pool._timeout = 0.2  # type: ignore[attr-defined]  # 60 s in use
     try:
         held = await engine.connect()
-        with pytest.raises(DatabaseUnavailable):
+        with pytest.raises(Unavailable):
             await asyncio.wait_for(_insert(engine, "s-1"), 5)
         await held.close()
         await _insert(engine, "s-1")

@@ -59,9 +59,9 @@ def make_user(c: Cluster, name: str, projects: list[str]) -> str:
 def insert_session(database_url: str, session_id: str, project: str, owner: str) -> None:
     """A PENDING session with an id of the test's choosing (in a group no agent serves), straight
     through the store: ids are random otherwise, and two sharing their first 8 digits are rare."""
+    from corral.domain.records import NewSession
     from corral.domain.spec import SessionSpec
     from corral.store.agents import ensure_resource_group
-    from corral.store.records import NewSession
     from corral.store.sessions import insert_session as insert
 
     spec = SessionSpec(command=("true",), project=project, resource_group="nobody-serves-" + project)

@@ -10,7 +10,6 @@ from contextlib import asynccontextmanager
 
 import structlog
 from fastapi import FastAPI, Request
-from sqlalchemy.ext.asyncio import AsyncEngine
 
 from corral.api import docs, errors
 from corral.api.limits import BodyLimit
@@ -29,13 +28,14 @@ from corral.store import auth, config
 from corral.store.checkpoint import keep_checkpointed
 from corral.store.db import is_sqlite, make_engine, make_reader, sqlite_file, transaction, upgrade
 from corral.store.notify import Notifier
+from corral.store.unit import Engine
 from corral.waits import STOP_WAIT, stop_tasks
 from corral.wakeup import Wakeup
 
 log = structlog.get_logger("corral.manager")
 
 
-async def prepare_database(engine: AsyncEngine, settings: ManagerSettings) -> None:
+async def prepare_database(engine: Engine, settings: ManagerSettings) -> None:
     """Migrate, create the bootstrap admin key if one is configured, and refresh agent leases."""
     await upgrade(engine)
     now = utcnow()

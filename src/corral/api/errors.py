@@ -8,13 +8,12 @@ import structlog
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from sqlalchemy.exc import DBAPIError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from corral.domain.errors import Unavailable
 from corral.protocol.types import safe_text
 from corral.services import users
 from corral.services.errors import CorralError, Unauthorized
-from corral.store.db import DatabaseUnavailable
 
 log = structlog.get_logger("corral.api")
 
@@ -85,20 +84,16 @@ def install(app: FastAPI) -> None:
         details = {"field": "body"} if exc.status_code in (400, 413) else None
         return JSONResponse(error_body(code, str(exc.detail), details), status_code=exc.status_code)
 
-    @app.exception_handler(DBAPIError)
-    async def _database(_: Request, exc: DBAPIError) -> JSONResponse:
-        if not exc.connection_invalidated:
-            return await _unexpected(_, exc)
-        # A connection that died under the request (a database restart): the pool has replaced it.
-        # It may have died in COMMIT, after the write was made: a request that creates something is
-        # safe to send again only with its creation_id.  Parameters are hidden (hide_parameters).
-        log.warning("database connection lost during a request", error=type(exc.orig).__name__)
-        return _unavailable(
-            "the database connection was lost during the request; it may or may not have been applied"
-        )
-
-    @app.exception_handler(DatabaseUnavailable)
-    async def _no_database(_: Request, exc: DatabaseUnavailable) -> JSONResponse:
+    @app.exception_handler(Unavailable)
+    async def _no_database(_: Request, exc: Unavailable) -> JSONResponse:
+        if exc.maybe_applied:
+            # A connection that died under the request (a database restart): the pool has replaced
+            # it.  It may have died in COMMIT, after the write was made: a request that creates
+            # something is safe to send again only with its creation_id.
+            log.warning("database connection lost during a request", error=str(exc))
+            return _unavailable(
+                "the database connection was lost during the request; it may or may not have been applied"
+            )
         log.warning("database unreachable", error=str(exc))
         # Most requests were turned away before writing; one that reads back what it committed on
         # a second connection was not, hence "may".

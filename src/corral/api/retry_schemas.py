@@ -9,9 +9,9 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, Strict, Stri
 
 from corral.api.schemas import Duration, PriorityRulesIn, RetryPolicyIn
 from corral.domain.policy import CodeOperator, Condition, DefaultAction, RuleAction
+from corral.domain.records import AuditRecord, EventRecord
 from corral.domain.spec import MAX_RETRY_DELAY_CEILING, AntiAffinity
 from corral.protocol.types import STRICT, Name, Text
-from corral.store.records import AuditRecord, EventRecord
 
 # Armada/Kubernetes spell conditions and actions in CamelCase; both spellings are accepted.
 _CAMEL = {

@@ -7,7 +7,6 @@ from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import Depends, Request
-from sqlalchemy.ext.asyncio import AsyncEngine
 
 from corral.services import users
 from corral.services.agent_protocol import AgentProtocol
@@ -15,6 +14,7 @@ from corral.services.errors import Forbidden, Unauthorized
 from corral.services.intake import Intake
 from corral.settings import ManagerSettings, SchedulerSettings
 from corral.store.auth import Principal
+from corral.store.unit import Engine
 from corral.wakeup import Wakeup
 
 
@@ -22,8 +22,8 @@ from corral.wakeup import Wakeup
 class AppState:
     """The manager's long-lived parts."""
 
-    engine: AsyncEngine
-    reader: AsyncEngine
+    engine: Engine
+    reader: Engine
     """Read-only connections (`engine` itself on PostgreSQL): for GETs, so they never queue on
     SQLite's one writer."""
     settings: ManagerSettings

@@ -9,11 +9,11 @@ from datetime import datetime
 from typing import Any
 
 import structlog
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from corral.domain.cause import TerminationReason
 from corral.domain.final import FinalVerdict
 from corral.domain.judge import PhaseLimits, for_group, gives_up, is_expired, reschedules_exhausted
+from corral.domain.records import Move, SessionRecord
 from corral.domain.scheduling import KernelMatchType, SchedulingResult, TransitionStatus
 from corral.domain.status import TERMINAL_SESSION, KernelStatus, SessionResult, SessionStatus
 from corral.manager.handlers.base import (
@@ -25,7 +25,7 @@ from corral.manager.handlers.base import (
 )
 from corral.store import journal, kernels, preemption, sessions
 from corral.store.db import reading, statements, transaction
-from corral.store.records import Move, SessionRecord
+from corral.store.unit import Engine, Tx
 
 log = structlog.get_logger("corral.coordinator")
 
@@ -151,7 +151,7 @@ class Coordinator:
 
     def __init__(
         self,
-        engine: AsyncEngine,
+        engine: Engine,
         resource_group: str,
         handlers: Sequence[Handler],
         limits: PhaseLimits,
@@ -386,7 +386,7 @@ class Coordinator:
 
     async def _overdue(
         self,
-        conn: AsyncConnection,
+        conn: Tx,
         handler: Handler,
         targets: Sequence[SessionRecord],
         now: datetime,
@@ -435,7 +435,7 @@ class Coordinator:
         return won, bool(won), len(found)
 
     async def _target_ids(
-        self, conn: AsyncConnection, handler: Handler, limit: int = 5000
+        self, conn: Tx, handler: Handler, limit: int = 5000
     ) -> list[tuple[str, SessionStatus]]:
         """The handler's targets as (id, status), for a handler outside a queue window."""
         statuses = handler.target_session_statuses

@@ -7,7 +7,6 @@ import uuid
 from datetime import datetime, timedelta
 
 import structlog
-from sqlalchemy.ext.asyncio import AsyncEngine
 
 from corral.clock import utcnow
 from corral.manager.coordinator import Coordinator
@@ -16,6 +15,7 @@ from corral.manager.sweep import sweep
 from corral.settings import SchedulerSettings
 from corral.store import agents, leases
 from corral.store.db import reading, transaction
+from corral.store.unit import Engine
 from corral.wakeup import Wakeup, repeat
 
 log = structlog.get_logger("corral.loop")
@@ -28,7 +28,7 @@ class SchedulerLoop:
     """Sweeps and runs the coordinator for one group whenever woken, or every interval."""
 
     def __init__(
-        self, engine: AsyncEngine, resource_group: str, cfg: SchedulerSettings, wakeup: Wakeup, holder: str
+        self, engine: Engine, resource_group: str, cfg: SchedulerSettings, wakeup: Wakeup, holder: str
     ) -> None:
         self._engine = engine
         self._rg = resource_group
@@ -99,7 +99,7 @@ class SchedulerLoop:
 class Scheduler:
     """Starts a loop for every resource group (and for groups created later)."""
 
-    def __init__(self, engine: AsyncEngine, cfg: SchedulerSettings, wakeup: Wakeup) -> None:
+    def __init__(self, engine: Engine, cfg: SchedulerSettings, wakeup: Wakeup) -> None:
         self._engine = engine
         self._cfg = cfg
         self._wakeup = wakeup

@@ -14,7 +14,6 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import structlog
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from corral import metrics
 from corral.clock import utcnow
@@ -23,13 +22,14 @@ from corral.domain.cluster import ClusterSettings
 from corral.domain.error_record import Source, error_record
 from corral.domain.failure import attempt_conditions, categorise, kernel_facts, log_tail, termination_message
 from corral.domain.policy import FailureFacts, NamedPolicy, PolicyError, policy_from
+from corral.domain.records import NewSession, SessionRecord
 from corral.domain.retry import Chain, Decision, Verdict, attempt_creation_id, attempt_name, decide, held
 from corral.domain.status import SessionResult, SessionStatus
 from corral.store import config, journal, retries
 from corral.store import sessions as session_store
 from corral.store.db import reading, statements, transaction
-from corral.store.records import NewSession, SessionRecord
 from corral.store.retries import Claim
+from corral.store.unit import Engine, Tx
 from corral.wakeup import Wakeup, repeat
 
 log = structlog.get_logger("corral.retry")
@@ -53,7 +53,7 @@ class RetryEngine:
 
     def __init__(
         self,
-        engine: AsyncEngine,
+        engine: Engine,
         wakeup: Wakeup,
         clock: Callable[[], datetime] = utcnow,
         batch: int = 1000,
@@ -267,7 +267,7 @@ class RetryEngine:
             return True
 
     async def _retry(
-        self, conn: AsyncConnection, s: SessionRecord, d: Decision, cause: str, now: datetime, start: datetime
+        self, conn: Tx, s: SessionRecord, d: Decision, cause: str, now: datetime, start: datetime
     ) -> None:
         counts = dict(s.rule_counts)
         if d.counter is not None:
@@ -321,7 +321,7 @@ class RetryEngine:
         )
         metrics.RETRY_SCHEDULED.labels(cause=cause).inc()
 
-    async def _succeeded(self, conn: AsyncConnection, s: SessionRecord, now: datetime) -> None:
+    async def _succeeded(self, conn: Tx, s: SessionRecord, now: datetime) -> None:
         retried = s.attempt > 1
         await retries.decide(conn, s.id, "succeeded" if retried else "none", "succeeded")
         if retried:
@@ -329,14 +329,14 @@ class RetryEngine:
             metrics.RETRY_SUCCEEDED.inc()
 
     async def _say(
-        self, conn: AsyncConnection, s: SessionRecord, kind: str, payload: dict[str, Any], now: datetime
+        self, conn: Tx, s: SessionRecord, kind: str, payload: dict[str, Any], now: datetime
     ) -> None:
         if s.spec.retry_policy is not None and not s.spec.retry_policy.emit_retry_events:
             return  # the user asked for quiet; the counters still count
         await journal.add_events(conn, [(s.id, kind, None, None, payload)], now)
 
     async def _named(
-        self, conn: AsyncConnection, s: SessionRecord, settings: ClusterSettings
+        self, conn: Tx, s: SessionRecord, settings: ClusterSettings
     ) -> tuple[list[NamedPolicy], list[str]]:
         """The project's policies first (always), then those the session named (additive), else the
         cluster's retry.default_policy; and the names that could not be applied (deleted, or
@@ -360,9 +360,7 @@ class RetryEngine:
                 missing.append(f"{name} (unusable)")
         return found, missing
 
-    async def _facts(
-        self, conn: AsyncConnection, s: SessionRecord, settings: ClusterSettings
-    ) -> FailureFacts:
+    async def _facts(self, conn: Tx, s: SessionRecord, settings: ClusterSettings) -> FailureFacts:
         cause = s.cause or Cause.UNKNOWN
         root = (
             next((k for k in s.kernels if k.rank == s.root_rank), None) if s.root_rank is not None else None

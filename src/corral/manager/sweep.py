@@ -9,7 +9,6 @@ from collections import defaultdict
 from datetime import datetime, timedelta
 
 import structlog
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from corral.domain.cause import TerminationReason
 from corral.domain.scheduling import SchedulingResult
@@ -17,6 +16,7 @@ from corral.domain.status import KernelStatus
 from corral.settings import SchedulerSettings
 from corral.store import agents, journal, kernels, sessions
 from corral.store.db import reading, transaction
+from corral.store.unit import Engine, Tx
 
 log = structlog.get_logger("corral.sweep")
 
@@ -25,7 +25,7 @@ DECLARED_GONE = "KernelsDeclaredGone"
 
 
 async def _note(
-    conn: AsyncConnection, about: list[tuple[str, str, str, int]], handler: str, say: str, now: datetime
+    conn: Tx, about: list[tuple[str, str, str, int]], handler: str, say: str, now: datetime
 ) -> None:
     """One history row per session: `say` formatted with the agent and the ranks concerned."""
     ranks: dict[tuple[str, str, str], list[int]] = defaultdict(list)
@@ -38,7 +38,7 @@ async def _note(
     await journal.add_history(conn, rows, now)
 
 
-async def sweep(engine: AsyncEngine, resource_group: str, cfg: SchedulerSettings, now: datetime) -> int:
+async def sweep(engine: Engine, resource_group: str, cfg: SchedulerSettings, now: datetime) -> int:
     """Returns how many things it recorded (so the loop knows to run the handlers)."""
     changed = 0
     lease = timedelta(seconds=cfg.agent_lease)

@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-from sqlalchemy.ext.asyncio import AsyncEngine
-
+from corral.domain.records import AgentRecord
 from corral.services.errors import Forbidden
 from corral.store import agents
 from corral.store.auth import Principal
 from corral.store.db import reading
-from corral.store.records import AgentRecord
+from corral.store.unit import Engine
 
 
-async def list_agents(engine: AsyncEngine, who: Principal) -> list[AgentRecord]:
+async def list_agents(engine: Engine, who: Principal) -> list[AgentRecord]:
     if not who.is_admin:
         raise Forbidden("admin only")
     async with reading(engine) as conn:

@@ -8,12 +8,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from sqlalchemy.exc import IntegrityError
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
-
 from corral.clock import utcnow
 from corral.domain.arrays import describe, element_creation_id, element_name
 from corral.domain.cause import TerminationReason
+from corral.domain.errors import Duplicate
+from corral.domain.records import NewSession, SessionRecord
 from corral.domain.spec import SessionSpec
 from corral.domain.status import TERMINAL_SESSION, SessionResult
 from corral.services import sessions as session_service
@@ -21,7 +20,7 @@ from corral.services.errors import Conflict, CorralError, InvalidInput, NotFound
 from corral.store import arrays, journal, retries, sessions
 from corral.store.auth import Principal
 from corral.store.db import reading, transaction
-from corral.store.records import NewSession, SessionRecord
+from corral.store.unit import Engine, Tx
 
 
 @dataclass(frozen=True)
@@ -59,7 +58,7 @@ def _array_digest(spec: SessionSpec, indices: Sequence[int]) -> str:
 
 
 async def create(
-    engine: AsyncEngine,
+    engine: Engine,
     who: Principal,
     spec: SessionSpec,
     retry_fields: Mapping[str, Any] | None,
@@ -70,7 +69,7 @@ async def create(
     with this creation_id (each element's key is the request's plus its index)."""
     try:
         return await _create(engine, who, spec, retry_fields, requested_priority, indices)
-    except IntegrityError:
+    except Duplicate:
         if not spec.creation_id:
             raise
         async with reading(engine) as conn:
@@ -80,9 +79,7 @@ async def create(
         return earlier, False
 
 
-async def _earlier(
-    conn: AsyncConnection, who: Principal, spec: SessionSpec, indices: Sequence[int]
-) -> ArrayView | None:
+async def _earlier(conn: Tx, who: Principal, spec: SessionSpec, indices: Sequence[int]) -> ArrayView | None:
     assert spec.creation_id is not None
     found = await sessions.find_creation(conn, who.name, element_creation_id(spec.creation_id, indices[0]))
     if found is None:
@@ -98,7 +95,7 @@ async def _earlier(
 
 
 async def _create(
-    engine: AsyncEngine,
+    engine: Engine,
     who: Principal,
     spec: SessionSpec,
     retry_fields: Mapping[str, Any] | None,
@@ -136,7 +133,7 @@ async def _create(
 
 
 async def create_many(
-    engine: AsyncEngine, who: Principal, items: Sequence[BulkItem]
+    engine: Engine, who: Principal, items: Sequence[BulkItem]
 ) -> list[tuple[SessionRecord, bool]]:
     """Every item in one transaction (all or none); an item whose creation_id the caller used
     before for the same request is that earlier session, not a new one."""
@@ -175,7 +172,7 @@ def _for_item(exc: CorralError, n: int) -> CorralError:
     return exc
 
 
-async def _view(conn: AsyncConnection, array_id: str) -> ArrayView:
+async def _view(conn: Tx, array_id: str) -> ArrayView:
     latest = await arrays.latest(conn, array_id)
     counts: dict[str, int] = {}
     for s in latest:
@@ -192,19 +189,19 @@ async def _view(conn: AsyncConnection, array_id: str) -> ArrayView:
     )
 
 
-async def _visible(conn: AsyncConnection, who: Principal, array_id: str) -> None:
+async def _visible(conn: Tx, who: Principal, array_id: str) -> None:
     project = await arrays.project_of(conn, array_id)
     if project is None or not (who.is_admin or project in who.projects):
         raise NotFound(f"no array {array_id[:80]}", {"field": "array_id"})
 
 
-async def get(engine: AsyncEngine, who: Principal, array_id: str) -> ArrayView:
+async def get(engine: Engine, who: Principal, array_id: str) -> ArrayView:
     async with reading(engine) as conn:
         await _visible(conn, who, array_id)
         return await _view(conn, array_id)
 
 
-async def cancel(engine: AsyncEngine, who: Principal, array_id: str) -> ArrayView:
+async def cancel(engine: Engine, who: Principal, array_id: str) -> ArrayView:
     """Stop every element: live attempts are cancelled, retries not yet made are not made."""
     message = f"cancelled by {who.name} (the whole array)"
     for _ in range(3):  # the retry engine may make a child between our read and our write: again
@@ -235,7 +232,7 @@ def _undecided(s: SessionRecord) -> bool:
     return s.retry_state is None and session_service.may_retry(s)
 
 
-async def retry(engine: AsyncEngine, who: Principal, array_id: str) -> tuple[ArrayView, int]:
+async def retry(engine: Engine, who: Principal, array_id: str) -> tuple[ArrayView, int]:
     """A manual retry of every element whose latest attempt ended without success (a success is
     not run again; a live element is left alone); returns the array and how many were retried."""
     now = utcnow()

@@ -5,23 +5,22 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from sqlalchemy.ext.asyncio import AsyncEngine
-
 from corral.clock import utcnow
 from corral.domain.cluster import nested, settings_of, values_of
 from corral.domain.policy import PolicyError
+from corral.domain.records import AuditRecord
 from corral.services.errors import InvalidInput
 from corral.store import config
 from corral.store.auth import Principal
 from corral.store.db import reading, transaction
-from corral.store.records import AuditRecord
+from corral.store.unit import Engine
 
 
 class StartupError(Exception):
     """The stored settings cannot be used: the manager does not start (the message names why)."""
 
 
-async def check_at_start(engine: AsyncEngine) -> None:
+async def check_at_start(engine: Engine) -> None:
     """Refuse to start on settings that cannot be used, naming the rule (never a silent default)."""
     async with reading(engine) as conn:
         try:
@@ -30,12 +29,12 @@ async def check_at_start(engine: AsyncEngine) -> None:
             raise StartupError(f"cluster config {exc.field}: {exc}") from None
 
 
-async def current(engine: AsyncEngine) -> dict[str, Any]:
+async def current(engine: Engine) -> dict[str, Any]:
     async with reading(engine) as conn:
         return nested(values_of(await config.cluster_values(conn)))
 
 
-async def change(engine: AsyncEngine, who: Principal, changes: Mapping[str, Any]) -> dict[str, Any]:
+async def change(engine: Engine, who: Principal, changes: Mapping[str, Any]) -> dict[str, Any]:
     """Apply already type-checked changes (dotted keys) after checking they make sense together."""
     now = utcnow()
     async with transaction(engine) as conn:
@@ -63,6 +62,6 @@ def _short(value: Any) -> str:
     return text if len(text) <= 200 else text[:197] + "..."
 
 
-async def audit(engine: AsyncEngine, after: int, limit: int, action: str | None) -> list[AuditRecord]:
+async def audit(engine: Engine, after: int, limit: int, action: str | None) -> list[AuditRecord]:
     async with reading(engine) as conn:
         return await config.audit_rows(conn, after, limit, action)

@@ -5,19 +5,18 @@ from __future__ import annotations
 import asyncio
 import time
 
-from sqlalchemy.ext.asyncio import AsyncEngine
-
+from corral.domain.records import EventRecord
 from corral.services.short_ids import full_id
 from corral.store import retries
 from corral.store.auth import Principal
 from corral.store.db import reading
-from corral.store.records import EventRecord
+from corral.store.unit import Engine
 
 _POLL = 0.25
 
 
 async def read(
-    engine: AsyncEngine,
+    engine: Engine,
     who: Principal,
     after: int,
     limit: int,

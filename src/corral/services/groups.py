@@ -5,14 +5,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from sqlalchemy.ext.asyncio import AsyncEngine
-
 from corral.clock import utcnow
 from corral.domain.preemption import group_settings
 from corral.services.errors import NotFound
 from corral.store import agents, config, preemption
 from corral.store.auth import Principal
 from corral.store.db import reading, transaction
+from corral.store.unit import Engine
 
 # Stored under "queue": the coordinator's limits for the group (None: the manager's setting).
 QUEUE_KEYS = ("pending_timeout", "max_reschedules")
@@ -28,7 +27,7 @@ def _view(name: str, cfg: Mapping[str, Any], members: list[str]) -> dict[str, An
     }
 
 
-async def listed(engine: AsyncEngine) -> list[dict[str, Any]]:
+async def listed(engine: Engine) -> list[dict[str, Any]]:
     async with reading(engine) as conn:
         found = await preemption.groups(conn)
         members = await agents.list_agents(conn)
@@ -37,16 +36,14 @@ async def listed(engine: AsyncEngine) -> list[dict[str, Any]]:
     ]
 
 
-async def get(engine: AsyncEngine, name: str) -> dict[str, Any]:
+async def get(engine: Engine, name: str) -> dict[str, Any]:
     found = [g for g in await listed(engine) if g["name"] == name]
     if not found:
         raise NotFound(f"no resource group {name[:80]!r}", {"field": "name"})
     return found[0]
 
 
-async def update(
-    engine: AsyncEngine, who: Principal, name: str, changes: Mapping[str, Any]
-) -> dict[str, Any]:
+async def update(engine: Engine, who: Principal, name: str, changes: Mapping[str, Any]) -> dict[str, Any]:
     now = utcnow()
     async with transaction(engine) as conn:
         cfg = await preemption.group_config(conn, name)

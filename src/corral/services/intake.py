@@ -16,18 +16,17 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy.exc import DBAPIError
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
-
 from corral.clock import utcnow
+from corral.domain.errors import Unavailable
+from corral.domain.records import NewSession, SessionRecord
 from corral.services import sessions as session_service
 from corral.services import users
 from corral.services.arrays import BulkItem
 from corral.services.errors import CorralError
 from corral.store import auth, sessions
 from corral.store.auth import Principal
-from corral.store.db import autocommitting, reading, statements
-from corral.store.records import NewSession, SessionRecord
+from corral.store.db import autocommitting, reading, statements, translated
+from corral.store.unit import Engine, Tx
 
 Made = tuple[SessionRecord, bool]
 
@@ -85,9 +84,7 @@ class _AtCommit(Exception):
 class Intake:
     """The manager's one door for single-session creates."""
 
-    def __init__(
-        self, engine: AsyncEngine, reader: AsyncEngine | None = None, busy_gap: float = BUSY_GAP
-    ) -> None:
+    def __init__(self, engine: Engine, reader: Engine | None = None, busy_gap: float = BUSY_GAP) -> None:
         self._engine = engine
         self._reader = reader or engine
         self._busy_gap = busy_gap
@@ -168,7 +165,7 @@ class Intake:
                 waiting.made.set_result(answer)
 
 
-async def _callers(conn: AsyncConnection, asks: Sequence[Ask]) -> list[Principal | None]:
+async def _callers(conn: Tx, asks: Sequence[Ask]) -> list[Principal | None]:
     """Each ask's caller (None: nobody has its key), in one read."""
     known = await auth.principals_for(conn, {a.key for a in asks})
     return [known.get(a.key) for a in asks]
@@ -179,9 +176,7 @@ def _forget(made: asyncio.Future[Made | None]) -> None:
         made.exception()
 
 
-async def _together(
-    engine: AsyncEngine, reader: AsyncEngine, asks: Sequence[Ask]
-) -> list[Made | CorralError]:
+async def _together(engine: Engine, reader: Engine, asks: Sequence[Ask]) -> list[Made | CorralError]:
     """Every ask in one write (one statement on PostgreSQL, one transaction on SQLite): each one's
     session, its earlier one, or its own refusal (an unknown key's: 401)."""
     # The callers of the whole batch in one read, not one a request: on PostgreSQL each statement
@@ -223,11 +218,12 @@ async def _together(
                 else:
                     answers.append((admitted, False))
             try:
-                written = await sessions.insert_rows(conn, news, utcnow())
-            except DBAPIError as exc:
+                with translated():
+                    written = await sessions.insert_rows(conn, news, utcnow())
+            except Unavailable as exc:
                 # Outside a transaction the statement is its own commit: with no answer from the
                 # server (the connection lost), it may have been written.
-                if exc.connection_invalidated and autocommitting(conn):
+                if exc.maybe_applied and autocommitting(conn):
                     raise _AtCommit(answers) from exc
                 raise
             # From here on (PostgreSQL: written already) any failure may leave it written.

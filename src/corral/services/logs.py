@@ -4,15 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy.ext.asyncio import AsyncEngine
-
+from corral.domain.records import SessionRecord
 from corral.domain.status import TERMINAL_SESSION
 from corral.services import sessions as session_service
 from corral.store import agents, logs
 from corral.store.auth import Principal
 from corral.store.db import reading
 from corral.store.logs import LogChunk
-from corral.store.records import SessionRecord
+from corral.store.unit import Engine
 
 PAGE_BYTES = 4 << 20
 
@@ -36,7 +35,7 @@ def _output_closed(session: SessionRecord, alive: set[str]) -> bool:
 
 
 async def read(
-    engine: AsyncEngine, who: Principal, session_id: str, after: int, max_bytes: int = PAGE_BYTES
+    engine: Engine, who: Principal, session_id: str, after: int, max_bytes: int = PAGE_BYTES
 ) -> LogPage:
     # The session first: if its output is complete now, every chunk was stored before.
     session = await session_service.get(engine, who, session_id)

@@ -6,20 +6,19 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy.exc import IntegrityError
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
-
 from corral.clock import utcnow
+from corral.domain.errors import Duplicate
 from corral.domain.policy import PolicyError, policy_from
 from corral.domain.priority import PriorityRules, overlay
+from corral.domain.records import ProjectRecord
 from corral.services.errors import Conflict, InvalidInput, NotFound
 from corral.store import config
 from corral.store.auth import Principal
 from corral.store.db import reading, transaction
-from corral.store.records import ProjectRecord
+from corral.store.unit import Engine, Tx
 
 
-async def apply(engine: AsyncEngine, who: Principal, name: str, spec: dict[str, Any]) -> bool:
+async def apply(engine: Engine, who: Principal, name: str, spec: dict[str, Any]) -> bool:
     """Create or replace a policy (its rules checked first); True when created."""
     try:
         policy_from(name, spec)
@@ -34,7 +33,7 @@ async def apply(engine: AsyncEngine, who: Principal, name: str, spec: dict[str, 
     return created
 
 
-async def get(engine: AsyncEngine, name: str) -> dict[str, Any]:
+async def get(engine: Engine, name: str) -> dict[str, Any]:
     async with reading(engine) as conn:
         found = await config.policies(conn, [name])
         times = await config.policy_times(conn, name)
@@ -43,7 +42,7 @@ async def get(engine: AsyncEngine, name: str) -> dict[str, Any]:
     return _doc(name, found[name], times)
 
 
-async def list_all(engine: AsyncEngine) -> list[dict[str, Any]]:
+async def list_all(engine: Engine) -> list[dict[str, Any]]:
     async with reading(engine) as conn:
         found = await config.policies(conn)
         return [_doc(n, s, await config.policy_times(conn, n)) for n, s in found.items()]
@@ -56,7 +55,7 @@ def _doc(name: str, spec: dict[str, Any], times: tuple[datetime, datetime] | Non
     return {"metadata": meta, "spec": spec}
 
 
-async def delete(engine: AsyncEngine, who: Principal, name: str) -> None:
+async def delete(engine: Engine, who: Principal, name: str) -> None:
     now = utcnow()
     async with transaction(engine) as conn:
         bound = await config.projects_binding(conn, name)
@@ -75,7 +74,7 @@ async def delete(engine: AsyncEngine, who: Principal, name: str) -> None:
         await config.audit(conn, who.name, "policy.delete", name, "deleted", now)
 
 
-async def check_names(conn: AsyncConnection, names: list[str], field: str) -> None:
+async def check_names(conn: Tx, names: list[str], field: str) -> None:
     """Every named policy exists (a typo would silently retry nothing)."""
     if not names:
         return
@@ -85,16 +84,14 @@ async def check_names(conn: AsyncConnection, names: list[str], field: str) -> No
             raise InvalidInput(f"{field}.{i}", f"no retry policy {name[:80]!r} (see `corral policy list`)")
 
 
-async def create_project(
-    engine: AsyncEngine, who: Principal, name: str, cfg: Mapping[str, Any]
-) -> ProjectRecord:
+async def create_project(engine: Engine, who: Principal, name: str, cfg: Mapping[str, Any]) -> ProjectRecord:
     now = utcnow()
     try:
         async with transaction(engine) as conn:
             await check_names(conn, list(cfg.get("retry_policies") or []), "retry_policies")
             await config.create_project(conn, name, dict(cfg), now)
             await config.audit(conn, who.name, "project.create", name, _describe(cfg), now)
-    except IntegrityError:
+    except Duplicate:
         raise Conflict(f"project {name!r} already exists", {"field": "name"}) from None
     return await get_project(engine, name)
 
@@ -107,7 +104,7 @@ def check_priority_rules(raw: Mapping[str, Any] | None) -> None:
 
 
 async def update_project(
-    engine: AsyncEngine, who: Principal, name: str, changes: Mapping[str, Any]
+    engine: Engine, who: Principal, name: str, changes: Mapping[str, Any]
 ) -> ProjectRecord:
     now = utcnow()
     async with transaction(engine) as conn:
@@ -130,7 +127,7 @@ def _describe(cfg: Mapping[str, Any]) -> str:
     return "; ".join(f"{k}={v!r}"[:200] for k, v in sorted(cfg.items())) or "no change"
 
 
-async def get_project(engine: AsyncEngine, name: str) -> ProjectRecord:
+async def get_project(engine: Engine, name: str) -> ProjectRecord:
     async with reading(engine) as conn:
         found = await config.project_rows(conn, name)
     if not found:
@@ -138,6 +135,6 @@ async def get_project(engine: AsyncEngine, name: str) -> ProjectRecord:
     return found[0]
 
 
-async def list_projects(engine: AsyncEngine) -> list[ProjectRecord]:
+async def list_projects(engine: Engine) -> list[ProjectRecord]:
     async with reading(engine) as conn:
         return await config.project_rows(conn)

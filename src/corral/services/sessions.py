@@ -9,13 +9,12 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy.exc import IntegrityError
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
-
 from corral.clock import utcnow
 from corral.domain.cause import NEVER_RETRIABLE, TerminationReason
 from corral.domain.cluster import values_of
+from corral.domain.errors import Duplicate
 from corral.domain.priority import PriorityRefused, choose, effective
+from corral.domain.records import HistoryRecord, NewSession, SessionRecord
 from corral.domain.resources import BUILTIN_SLOTS, ResourceSlots
 from corral.domain.retry import attempt_creation_id, attempt_name
 from corral.domain.spec import UNNAMED_PROJECT, RetryPolicy, SessionSpec, SessionType
@@ -25,16 +24,14 @@ from corral.services.errors import Conflict, Forbidden, InvalidInput, NotFound
 from corral.services.short_ids import full_id
 from corral.store import agents, auth, config, journal, retries, sessions, users
 from corral.store.auth import Principal
-from corral.store.db import reading, statements, transaction
-from corral.store.records import HistoryRecord, NewSession, SessionRecord
+from corral.store.db import reading, savepoint, statements, transaction
+from corral.store.unit import Engine, Tx
 
 _KNOWN_SECONDS = 5.0
 _known_names: dict[tuple[str, str], float] = {}
 
 
-async def _known(
-    conn: AsyncConnection, kind: str, name: str, exists: Callable[[AsyncConnection, str], Awaitable[bool]]
-) -> bool:
+async def _known(conn: Tx, kind: str, name: str, exists: Callable[[Tx, str], Awaitable[bool]]) -> bool:
     """Existence of a group or project, remembered briefly: they are created rarely, and only
     a positive answer is cached, so a new one is usable at once."""
     seen = _known_names.get((kind, name))
@@ -47,7 +44,7 @@ async def _known(
 
 
 async def create(
-    engine: AsyncEngine,
+    engine: Engine,
     who: Principal,
     spec: SessionSpec,
     retry_fields: Mapping[str, Any] | None = None,
@@ -64,7 +61,7 @@ async def create(
     (default: now) is when the request reached the manager, its place in the queue."""
     try:
         return await _create(engine, who, spec, retry_fields, requested_priority, arrived)
-    except IntegrityError:
+    except Duplicate:
         # The same creation_id, committed by a concurrent request between our check and our insert.
         if not spec.creation_id:
             raise
@@ -75,7 +72,7 @@ async def create(
         return found, False
 
 
-async def earlier(conn: AsyncConnection, who: Principal, spec: SessionSpec) -> SessionRecord | None:
+async def earlier(conn: Tx, who: Principal, spec: SessionSpec) -> SessionRecord | None:
     """The caller's session made with this creation_id (409 if for a different request)."""
     assert spec.creation_id is not None
     earlier = await sessions.find_creation(conn, who.name, spec.creation_id)
@@ -116,7 +113,7 @@ class Shared:
         return self._cluster
 
     async def submitter_configs(
-        self, conn: AsyncConnection, project: str, user_id: str
+        self, conn: Tx, project: str, user_id: str
     ) -> tuple[dict[str, Any], dict[str, Any]]:
         found = self._configs.get((project, user_id))
         if found is None:
@@ -143,7 +140,7 @@ def _effective_policy(
 
 
 async def _create(
-    engine: AsyncEngine,
+    engine: Engine,
     who: Principal,
     spec: SessionSpec,
     retry_fields: Mapping[str, Any] | None,
@@ -162,7 +159,7 @@ async def _create(
 
 
 async def admit(
-    conn: AsyncConnection,
+    conn: Tx,
     who: Principal,
     spec: SessionSpec,
     retry_fields: Mapping[str, Any] | None,
@@ -190,7 +187,7 @@ async def admit(
 
 
 async def prepared(
-    conn: AsyncConnection,
+    conn: Tx,
     who: Principal,
     spec: SessionSpec,
     retry_fields: Mapping[str, Any] | None,
@@ -218,7 +215,7 @@ async def prepared(
     )
 
 
-async def _project_for(conn: AsyncConnection, who: Principal) -> str:
+async def _project_for(conn: Tx, who: Principal) -> str:
     """A request that names no project goes to the caller's only project, else to their
     default_project, else it must name one."""
     if len(who.projects) == 1:
@@ -237,7 +234,7 @@ async def _project_for(conn: AsyncConnection, who: Principal) -> str:
 _capacity_cache: dict[str, tuple[float, list[ResourceSlots]]] = {}
 
 
-async def _capacities(conn: AsyncConnection, group: str) -> list[ResourceSlots]:
+async def _capacities(conn: Tx, group: str) -> list[ResourceSlots]:
     """Agents' declared capacities, remembered briefly (agents register rarely; the scheduler still
     places against live numbers, this only refuses the impossible)."""
     seen = _capacity_cache.get(group)
@@ -249,7 +246,7 @@ async def _capacities(conn: AsyncConnection, group: str) -> list[ResourceSlots]:
     return found
 
 
-async def _check_fits(conn: AsyncConnection, spec: SessionSpec) -> None:
+async def _check_fits(conn: Tx, spec: SessionSpec) -> None:
     """Refuse what no agent of the group could ever run; a group with no agent yet accepts anything
     (the scheduler then says why it waits)."""
     custom = set(spec.resources) - set(BUILTIN_SLOTS)
@@ -276,7 +273,7 @@ def _visible(who: Principal, s: SessionRecord) -> bool:
     return who.is_admin or s.spec.project in who.projects
 
 
-async def get(engine: AsyncEngine, who: Principal, session_id: str) -> SessionRecord:
+async def get(engine: Engine, who: Principal, session_id: str) -> SessionRecord:
     """The session with this id, or with the only id the caller may see that starts with it."""
     async with reading(engine) as conn:
         full = await full_id(conn, who, session_id)
@@ -287,7 +284,7 @@ async def get(engine: AsyncEngine, who: Principal, session_id: str) -> SessionRe
 
 
 async def list_visible(
-    engine: AsyncEngine,
+    engine: Engine,
     who: Principal,
     statuses: list[str] | None,
     limit: int,
@@ -305,7 +302,7 @@ async def list_visible(
         )
 
 
-async def waiting_reason(engine: AsyncEngine, session: SessionRecord) -> str | None:
+async def waiting_reason(engine: Engine, session: SessionRecord) -> str | None:
     """Why a pending session waits (e.g. "unschedulable: ..."), from the scheduler's last word."""
     if session.status is not SessionStatus.PENDING:
         return None
@@ -315,18 +312,18 @@ async def waiting_reason(engine: AsyncEngine, session: SessionRecord) -> str | N
         return await journal.latest_skip(conn, session.id)
 
 
-async def history(engine: AsyncEngine, who: Principal, session_id: str) -> list[HistoryRecord]:
+async def history(engine: Engine, who: Principal, session_id: str) -> list[HistoryRecord]:
     found = await get(engine, who, session_id)
     async with reading(engine) as conn:
         return await journal.history_of(conn, found.id)
 
 
-async def counts(engine: AsyncEngine, who: Principal) -> dict[str, int]:
+async def counts(engine: Engine, who: Principal) -> dict[str, int]:
     async with reading(engine) as conn:
         return await sessions.count_by_status(conn, None if who.is_admin else who.projects)
 
 
-async def cancel(engine: AsyncEngine, who: Principal, session_id: str) -> SessionRecord:
+async def cancel(engine: Engine, who: Principal, session_id: str) -> SessionRecord:
     """Stop a session; for an attempt that has ended, stop its chain: the live attempt after it is
     cancelled, or a retry not yet decided is not made.  Returns the attempt that was stopped."""
     found = await get(engine, who, session_id)
@@ -352,7 +349,7 @@ def may_retry(s: SessionRecord) -> bool:
     )
 
 
-async def _stop_chain(engine: AsyncEngine, who: Principal, root_session_id: str) -> str | None:
+async def _stop_chain(engine: Engine, who: Principal, root_session_id: str) -> str | None:
     for _ in range(3):  # the engine may decide between our read and our write: look again
         now = utcnow()
         async with transaction(engine) as conn:
@@ -375,16 +372,14 @@ async def _stop_chain(engine: AsyncEngine, who: Principal, root_session_id: str)
     return None
 
 
-async def attempts(engine: AsyncEngine, who: Principal, session_id: str) -> list[SessionRecord]:
+async def attempts(engine: Engine, who: Principal, session_id: str) -> list[SessionRecord]:
     """Every attempt of the session's retry chain, first to last."""
     found = await get(engine, who, session_id)
     async with reading(engine) as conn:
         return await retries.chain(conn, found.root_session_id)
 
 
-async def chain_rows(
-    engine: AsyncEngine, records: Sequence[SessionRecord]
-) -> dict[str, list[dict[str, Any]]]:
+async def chain_rows(engine: Engine, records: Sequence[SessionRecord]) -> dict[str, list[dict[str, Any]]]:
     """Light rows of the chains of these sessions, by root id (one query for a page).  None for a
     chain of one, a first attempt nothing followed (most sessions): the chain is the record itself,
     and reading it cost a follower's every poll a round trip."""
@@ -400,7 +395,7 @@ def _alone(s: SessionRecord) -> bool:
     return s.root_session_id == s.id and s.next_attempt_id is None
 
 
-async def retry(engine: AsyncEngine, who: Principal, session_id: str, force: bool = False) -> SessionRecord:
+async def retry(engine: Engine, who: Principal, session_id: str, force: bool = False) -> SessionRecord:
     """A manual retry: a new attempt after the chain's latest one, which must have ended (and not
     succeeded, unless `force`: running a finished job again is rarely what was meant)."""
     found = await get(engine, who, session_id)
@@ -415,7 +410,7 @@ async def retry(engine: AsyncEngine, who: Principal, session_id: str, force: boo
     return await get(engine, who, child_id)
 
 
-async def retry_latest(conn: AsyncConnection, who: Principal, latest: SessionRecord, now: datetime) -> str:
+async def retry_latest(conn: Tx, who: Principal, latest: SessionRecord, now: datetime) -> str:
     """Make the manual retry after `latest`, the last attempt of its chain; returns the child's id."""
     await sessions.lock(conn, latest.id)
     if latest.spec.type is not SessionType.BATCH:
@@ -448,9 +443,9 @@ async def retry_latest(conn: AsyncConnection, who: Principal, latest: SessionRec
         retry_cause=str(latest.cause) if latest.cause else None,
     )
     try:
-        async with conn.begin_nested():
+        async with savepoint(conn):
             await sessions.insert_session(conn, child, now)
-    except IntegrityError:
+    except Duplicate:
         raise Conflict("the retry engine has just retried this attempt", {"field": "status"}) from None
     state = latest.retry_state or "failed"
     await retries.decide(conn, latest.id, state, latest.retry_reason or "manually retried", child_id)

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import re
 
-from sqlalchemy.ext.asyncio import AsyncConnection
-
 from corral.services.errors import Conflict, NotFound
 from corral.store import session_ids
 from corral.store.auth import Principal
+from corral.store.unit import Tx
 
 SHORT_ID = re.compile(r"^[0-9a-f][0-9a-f-]*$")
 SHORT_ID_DIGITS = 8
@@ -16,7 +15,7 @@ SHORT_ID_DIGITS = 8
 SHOWN_MATCHES = 10
 
 
-async def full_id(conn: AsyncConnection, who: Principal, given: str, field: str = "id") -> str:
+async def full_id(conn: Tx, who: Principal, given: str, field: str = "id") -> str:
     """The id `given` starts, among the sessions the caller may see (404 none, 409 several); `given`
     itself when it is no short id (a full id, or no id at all: the caller's look-up finds nothing)."""
     prefix = given.lower()

@@ -5,17 +5,16 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy.exc import IntegrityError
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
-
 from corral.clock import utcnow
+from corral.domain.errors import Duplicate
 from corral.domain.priority import effective
+from corral.domain.records import ApiKeyRecord, UserRecord
 from corral.services.errors import Conflict, InvalidInput, NotFound, Unauthorized
 from corral.services.policies import check_priority_rules
 from corral.store import auth, config, users
 from corral.store.auth import Principal, new_key
 from corral.store.db import reading, transaction
-from corral.store.records import ApiKeyRecord, UserRecord
+from corral.store.unit import Engine, Tx
 
 
 class Unset:
@@ -25,7 +24,7 @@ class Unset:
 UNSET = Unset()
 
 
-async def identify(reader: AsyncEngine, key: str) -> Principal:
+async def identify(reader: Engine, key: str) -> Principal:
     """The caller with this API key; 401 for a key nobody has.  Looked up on every request, never
     cached: a revoked key is refused from its next request, on every manager."""
     async with reading(reader) as conn:
@@ -44,7 +43,7 @@ def unknown_key() -> Unauthorized:
     return Unauthorized("unknown API key", {"field": "authorization"})
 
 
-async def _check_projects(conn: AsyncConnection, names: Sequence[str]) -> None:
+async def _check_projects(conn: Tx, names: Sequence[str]) -> None:
     missing = await users.missing_projects(conn, names)
     if missing:
         index = list(names).index(missing[0])
@@ -52,7 +51,7 @@ async def _check_projects(conn: AsyncConnection, names: Sequence[str]) -> None:
 
 
 async def create(
-    engine: AsyncEngine, who: Principal, name: str, role: str, projects: Sequence[str]
+    engine: Engine, who: Principal, name: str, role: str, projects: Sequence[str]
 ) -> tuple[UserRecord, str, str]:
     """The new user, a first API key for them (shown once) and its id."""
     now = utcnow()
@@ -65,31 +64,31 @@ async def create(
             await config.audit(
                 conn, who.name, "user.create", name, f"role {role}; projects {list(projects)}", now
             )
-    except IntegrityError:
+    except Duplicate:
         raise Conflict(f"user {name!r} already exists", {"field": "name"}) from None
     return await get(engine, name), key, key_id
 
 
-async def _found(conn: AsyncConnection, name: str) -> UserRecord:
+async def _found(conn: Tx, name: str) -> UserRecord:
     found = await users.find(conn, name)
     if found is None:
         raise NotFound(f"no user {name[:80]!r}", {"field": "name"})
     return found
 
 
-async def get(engine: AsyncEngine, name: str) -> UserRecord:
+async def get(engine: Engine, name: str) -> UserRecord:
     async with reading(engine) as conn:
         found = await _found(conn, name)
     return found
 
 
-async def listed(engine: AsyncEngine) -> list[UserRecord]:
+async def listed(engine: Engine) -> list[UserRecord]:
     async with reading(engine) as conn:
         return await users.listed(conn)
 
 
 async def update(
-    engine: AsyncEngine,
+    engine: Engine,
     who: Principal,
     name: str,
     role: str | None,
@@ -139,7 +138,7 @@ async def update(
     return await get(engine, name)
 
 
-async def me(engine: AsyncEngine, who: Principal) -> dict[str, Any]:
+async def me(engine: Engine, who: Principal) -> dict[str, Any]:
     """Who the caller is, and the priority rules that apply to them in each of their projects."""
     async with reading(engine) as conn:
         own = (await users.config_of(conn, who.user_id)).get("priority_rules")
@@ -150,7 +149,7 @@ async def me(engine: AsyncEngine, who: Principal) -> dict[str, Any]:
     return {"name": who.name, "role": who.role, "projects": sorted(who.projects), "priority": rules}
 
 
-async def add_key(engine: AsyncEngine, who: Principal, name: str) -> tuple[str, str]:
+async def add_key(engine: Engine, who: Principal, name: str) -> tuple[str, str]:
     """A new key for the user (shown once) and its id."""
     now = utcnow()
     key = new_key()
@@ -161,13 +160,13 @@ async def add_key(engine: AsyncEngine, who: Principal, name: str) -> tuple[str, 
     return key, key_id
 
 
-async def keys(engine: AsyncEngine, name: str) -> list[ApiKeyRecord]:
+async def keys(engine: Engine, name: str) -> list[ApiKeyRecord]:
     found = await get(engine, name)
     async with reading(engine) as conn:
         return await users.keys(conn, found.id)
 
 
-async def revoke(engine: AsyncEngine, who: Principal, name: str, key_id: str) -> None:
+async def revoke(engine: Engine, who: Principal, name: str, key_id: str) -> None:
     """Effective at once: keys are looked up on every request, never cached."""
     now = utcnow()
     async with transaction(engine) as conn:

@@ -9,10 +9,10 @@ from typing import Any
 from sqlalchemy import and_, bindparam, case, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from corral.domain.records import AgentRecord
 from corral.domain.resources import ResourceSlots
 from corral.domain.status import KERNEL_ON_AGENT, KERNEL_PROCESS, AgentStatus, KernelStatus
 from corral.store import convert, kernels
-from corral.store.records import AgentRecord
 from corral.store.tables import LIVE_KERNEL, agents, allocations, resource_groups
 from corral.store.tables import kernels as kernel_table
 

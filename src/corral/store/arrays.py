@@ -5,8 +5,8 @@ from __future__ import annotations
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from corral.domain.records import SessionRecord
 from corral.store import convert
-from corral.store.records import SessionRecord
 from corral.store.tables import sessions
 
 

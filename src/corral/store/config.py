@@ -11,7 +11,7 @@ from sqlalchemy import bindparam, delete, insert, literal, select, union_all, up
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.domain.cluster import ClusterSettings, settings_of, values_of
-from corral.store.records import AuditRecord, ProjectRecord
+from corral.domain.records import AuditRecord, ProjectRecord
 from corral.store.tables import audit_log, cluster_config, projects, retry_policies, users
 
 # Read on every submit: built once.

@@ -12,10 +12,10 @@ from sqlalchemy.engine import Result, Row
 
 from corral.domain.cause import Cause
 from corral.domain.placement import PlacementStrategy
+from corral.domain.records import AgentRecord, HistoryRecord, KernelRecord, SessionRecord
 from corral.domain.resources import ResourceSlots
 from corral.domain.spec import ErrorStrategy, RetryPolicy, SessionSpec, SessionType
 from corral.domain.status import AgentStatus, KernelStatus, SessionResult, SessionStatus
-from corral.store.records import AgentRecord, HistoryRecord, KernelRecord, SessionRecord
 
 Source = Row[Any] | Mapping[str, Any]
 

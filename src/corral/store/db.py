@@ -6,7 +6,7 @@ import asyncio
 import json
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, contextmanager
 from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar, cast
@@ -16,12 +16,13 @@ from alembic import command
 from alembic.config import Config
 from sqlalchemy import ARRAY, BindParameter, QueuePool, String, create_engine, event
 from sqlalchemy.engine import Connection, Engine, make_url
-from sqlalchemy.exc import DBAPIError, DisconnectionError
+from sqlalchemy.exc import DBAPIError, DisconnectionError, IntegrityError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.sqltypes import TupleType
 
+from corral.domain.errors import Duplicate, Unavailable
 from corral.metrics import DB_CONNECTIONS_OPENED
 from corral.store import sqlite_inline
 from corral.store.inline_engine import InlineEngine
@@ -278,22 +279,44 @@ def _sqlite_session(engine: Engine, begin: str, pragmas: tuple[str, ...]) -> Non
         conn.exec_driver_sql(begin)
 
 
-class DatabaseUnavailable(Exception):
-    """No connection to the database could be made (a request answers 503 and may be sent again)."""
+@contextmanager
+def translated() -> Iterator[None]:
+    """The driver's failures as the model names them: a unique key taken is `Duplicate`, a
+    connection that died under the work `Unavailable` (it may have committed).  Every unit of work
+    below is wrapped in it; a caller that must tell one statement's failure from the rest wraps
+    that statement too."""
+    try:
+        yield
+    except IntegrityError as exc:
+        raise Duplicate(str(exc.orig)[:300]) from exc
+    except DBAPIError as exc:
+        if not exc.connection_invalidated:
+            raise
+        raise Unavailable(f"connection lost: {type(exc.orig).__name__}", maybe_applied=True) from exc
 
 
 @asynccontextmanager
 async def transaction(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
     """One database transaction: committed on success, rolled back on any error."""
-    async with _connected(engine) as conn, conn.begin():
-        yield conn
+    with translated():
+        async with _connected(engine) as conn, conn.begin():
+            yield conn
+
+
+@asynccontextmanager
+async def savepoint(conn: AsyncConnection) -> AsyncIterator[None]:
+    """A nested transaction in `conn`'s: on an error only its own statements are undone."""
+    with translated():
+        async with conn.begin_nested():
+            yield
 
 
 @asynccontextmanager
 async def reading(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
     """A connection for reads (the engine's own BEGIN only), back to the pool on exit."""
-    async with _connected(engine, autocommit=engine.dialect.name == "postgresql") as conn:
-        yield conn
+    with translated():
+        async with _connected(engine, autocommit=engine.dialect.name == "postgresql") as conn:
+            yield conn
 
 
 @asynccontextmanager
@@ -305,8 +328,9 @@ async def statements(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
         async with transaction(engine) as conn:
             yield conn
         return
-    async with _connected(engine, autocommit=True) as conn:
-        yield conn
+    with translated():
+        async with _connected(engine, autocommit=True) as conn:
+            yield conn
 
 
 def autocommitting(conn: AsyncConnection) -> bool:
@@ -331,7 +355,7 @@ async def _connected(engine: AsyncEngine, autocommit: bool = False) -> AsyncIter
         # Refused, no answer, turned away (the server starting or stopping, a missing database or
         # role), or no pooled connection freed in time: nothing ran on this connection.
         reason = exc.orig if isinstance(exc, DBAPIError) else exc
-        raise DatabaseUnavailable(f"{type(reason).__name__}: {str(reason)[:300]}") from exc
+        raise Unavailable(f"{type(reason).__name__}: {str(reason)[:300]}", maybe_applied=False) from exc
     try:
         if autocommit:
             # Under READ COMMITTED each statement reads its own snapshot, in a transaction or not:

@@ -14,9 +14,9 @@ from typing import Any
 from sqlalchemy import Select, and_, bindparam, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from corral.domain.records import KernelRecord, SessionRecord
 from corral.store import convert
 from corral.store.db import chunks
-from corral.store.records import KernelRecord, SessionRecord
 from corral.store.tables import agents, kernels, sessions
 
 _KERNEL_COLUMNS = [c for c in kernels.c if c.computed is None]

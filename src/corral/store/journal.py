@@ -10,8 +10,8 @@ from typing import Any
 from sqlalchemy import Insert, and_, bindparam, exists, func, literal, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from corral.domain.records import HistoryRecord
 from corral.store import bulk, convert, unnest
-from corral.store.records import HistoryRecord
 from corral.store.tables import session_events, session_history
 
 EventRow = tuple[str, str, str | None, str | None, dict[str, Any]]

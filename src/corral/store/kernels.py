@@ -32,6 +32,7 @@ from sqlalchemy.sql.dml import ReturningUpdate
 from corral.domain.cause import TerminationReason
 from corral.domain.devices import assign_devices
 from corral.domain.placement import Placement
+from corral.domain.records import KernelRecord, KernelReport, OrderedKernel
 from corral.domain.rendezvous import pick_port, port_range
 from corral.domain.status import (
     KERNEL_ON_AGENT,
@@ -43,7 +44,6 @@ from corral.domain.status import (
 from corral.domain.transitions import kernel_sources
 from corral.store import convert, report_statement, unnest
 from corral.store.db import chunks
-from corral.store.records import KernelRecord, KernelReport, OrderedKernel
 from corral.store.tables import LIVE_KERNEL, UNSHIPPED, agents, allocations, kernels, sessions
 
 log = structlog.get_logger("corral.store.kernels")

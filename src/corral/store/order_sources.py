@@ -13,9 +13,9 @@ from typing import Any
 from sqlalchemy import BindParameter, and_, bindparam, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from corral.domain.records import SessionRecord
 from corral.store import joined
 from corral.store.db import IN_CHUNK, chunks
-from corral.store.records import SessionRecord
 from corral.store.tables import agents, kernels, sessions, users
 
 _IDS: BindParameter[str] = bindparam("ids", expanding=True)

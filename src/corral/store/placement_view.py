@@ -15,11 +15,11 @@ from typing import Any
 from sqlalchemy import Text, bindparam, cast, func, literal, null, select, union_all
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from corral.domain.records import AgentCapacity
 from corral.domain.resources import ResourceSlots
 from corral.domain.status import AgentStatus, SessionStatus
 from corral.store import convert
 from corral.store.agents import SCHEDULABLE
-from corral.store.records import AgentCapacity
 from corral.store.tables import agents, allocations, sessions
 
 _AGENTS = (

@@ -9,9 +9,9 @@ from typing import Any
 from sqlalchemy import Text, bindparam, cast, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from corral.domain.records import RunningRecord
 from corral.domain.status import TERMINAL_SESSION, SessionStatus
 from corral.store.convert import slots_of
-from corral.store.records import RunningRecord
 from corral.store.tables import kernels, resource_groups, sessions
 
 

@@ -41,10 +41,10 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.types import TypeEngine
 
 from corral.domain.cause import TerminationReason
+from corral.domain.records import KernelReport
 from corral.domain.status import KERNEL_STARTED, TERMINAL_KERNEL, KernelStatus
 from corral.domain.transitions import kernel_chain, kernel_sources
 from corral.store import unnest
-from corral.store.records import KernelReport
 from corral.store.tables import agents, allocations, kernels, sessions
 
 _STATUS = kernels.c.status.type

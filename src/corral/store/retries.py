@@ -10,10 +10,10 @@ from typing import Any
 from sqlalchemy import Integer, and_, bindparam, case, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from corral.domain.records import EventRecord, SessionRecord
 from corral.domain.status import TERMINAL_SESSION, SessionResult, SessionStatus
 from corral.store import sessions as session_store
 from corral.store.db import chunks
-from corral.store.records import EventRecord, SessionRecord
 from corral.store.tables import cluster_config, event_cursors, kernel_logs, session_events, sessions
 
 _TERMINAL = [str(s) for s in TERMINAL_SESSION]

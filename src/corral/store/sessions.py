@@ -32,6 +32,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.dml import ReturningUpdate, Update
 
 from corral.domain.cause import TerminationReason
+from corral.domain.errors import RefusedTransition
+from corral.domain.records import KernelRecord, Move, NewSession, SessionRecord
 from corral.domain.rendezvous import may_run
 from corral.domain.status import (
     FAILED_KERNEL,
@@ -45,7 +47,6 @@ from corral.domain.transitions import kernel_move_allowed, kernel_sources, sessi
 from corral.store import agents as agent_store
 from corral.store import bulk, convert, joined, journal
 from corral.store.db import IN_CHUNK, autocommitting, chunks
-from corral.store.records import KernelRecord, Move, NewSession, SessionRecord
 from corral.store.tables import (
     agents,
     allocations,
@@ -55,10 +56,6 @@ from corral.store.tables import (
     session_history,
     sessions,
 )
-
-
-class RefusedTransition(Exception):
-    """A move the transition table does not allow (a bug in the caller, not a lost race)."""
 
 
 async def insert_session(conn: AsyncConnection, new: NewSession, now: datetime) -> SessionRecord:

@@ -10,7 +10,7 @@ from typing import Any
 from sqlalchemy import delete, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from corral.store.records import ApiKeyRecord, UserRecord
+from corral.domain.records import ApiKeyRecord, UserRecord
 from corral.store.tables import api_keys, project_members, projects, users
 
 

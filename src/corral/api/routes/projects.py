@@ -6,8 +6,8 @@ from fastapi import APIRouter
 
 from corral.api.retry_schemas import ProjectIn, ProjectOut, ProjectPatch
 from corral.api.state import Admin, State
+from corral.domain.records import ProjectRecord
 from corral.services import policies as svc
-from corral.store.records import ProjectRecord
 
 router = APIRouter(prefix="/api/v1/projects", tags=["projects"])
 

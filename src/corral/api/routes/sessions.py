@@ -17,6 +17,7 @@ from corral.api.schemas import (
     errors_of,
 )
 from corral.api.state import AppState, Caller, Key, State
+from corral.domain.records import SessionRecord
 from corral.domain.status import SessionStatus
 from corral.protocol.types import INT64_MAX
 from corral.services import arrays as array_service
@@ -26,7 +27,6 @@ from corral.services import users
 from corral.services.arrays import BulkItem
 from corral.services.errors import InvalidInput
 from corral.services.intake import Ask
-from corral.store.records import SessionRecord
 
 router = APIRouter(prefix="/api/v1/sessions", tags=["sessions"])
 

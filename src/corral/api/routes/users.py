@@ -10,9 +10,9 @@ from pydantic import BaseModel, Field, StringConstraints
 
 from corral.api.schemas import PriorityRulesIn
 from corral.api.state import Admin, Caller, State
+from corral.domain.records import ApiKeyRecord, UserRecord
 from corral.protocol.types import STRICT, Name
 from corral.services import users as svc
-from corral.store.records import ApiKeyRecord, UserRecord
 
 router = APIRouter(prefix="/api/v1", tags=["users"])
 

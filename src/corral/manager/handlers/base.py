@@ -8,22 +8,21 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, ClassVar
 
-from sqlalchemy.ext.asyncio import AsyncConnection
-
 from corral.domain.cause import Cause
 from corral.domain.final import FinalVerdict
 from corral.domain.judge import PhaseLimits
 from corral.domain.placement import Placement
+from corral.domain.records import SessionRecord
 from corral.domain.scheduling import HandlerResult, KernelMatchType, StatusTransitions, kernels_match
 from corral.domain.status import KernelStatus, SessionStatus
-from corral.store.records import SessionRecord
+from corral.store.unit import Tx
 
 
 @dataclass(frozen=True)
 class HandlerContext:
     """What a handler may use: the cycle's transaction, its clock and its group."""
 
-    conn: AsyncConnection
+    conn: Tx
     """The transaction the coordinator applies the result in."""
     now: datetime
     """The cycle's clock."""

@@ -6,10 +6,10 @@ from collections.abc import Sequence
 
 from corral.domain.cause import Cause
 from corral.domain.final import FinalVerdict
+from corral.domain.records import SessionRecord
 from corral.domain.scheduling import StatusTransitions, TransitionStatus
 from corral.domain.status import KernelStatus, SessionResult, SessionStatus
 from corral.manager.handlers.base import HandlerContext, LifecycleHandler, LifecycleResult
-from corral.store.records import SessionRecord
 
 
 class CancelPendingSessions(LifecycleHandler):

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from corral.domain.records import SessionRecord
 from corral.domain.scheduling import KernelMatchType
 from corral.domain.status import TERMINAL_KERNEL, SessionStatus
 from corral.manager.handlers.base import SessionPromotionHandler
-from corral.store.records import SessionRecord
 
 
 class DetectTermination(SessionPromotionHandler):

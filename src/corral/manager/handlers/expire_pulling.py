@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from corral.domain.records import SessionRecord
 from corral.domain.scheduling import StatusTransitions, TransitionStatus
 from corral.domain.status import KernelStatus, SessionStatus
 from corral.manager.handlers.base import HandlerContext, LifecycleHandler, LifecycleResult
-from corral.store.records import SessionRecord
 
 
 class ExpirePulling(LifecycleHandler):

@@ -4,16 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sqlalchemy.ext.asyncio import AsyncConnection
-
+from corral.domain.records import SessionRecord
 from corral.domain.scheduling import Failure
 from corral.domain.status import KERNEL_NOT_STARTED, SessionStatus
 from corral.manager.handlers.base import LifecycleResult
 from corral.store import agents
-from corral.store.records import SessionRecord
+from corral.store.unit import Tx
 
 
-async def lost_agents_of(conn: AsyncConnection, targets: Sequence[SessionRecord]) -> set[str]:
+async def lost_agents_of(conn: Tx, targets: Sequence[SessionRecord]) -> set[str]:
     """Agents of these sessions' kernels that are not ALIVE (or no longer registered)."""
     wanted = {k.agent_id for s in targets for k in s.kernels if k.agent_id}
     if not wanted:
@@ -22,7 +21,7 @@ async def lost_agents_of(conn: AsyncConnection, targets: Sequence[SessionRecord]
 
 
 async def hand_over(
-    conn: AsyncConnection,
+    conn: Tx,
     targets: Sequence[SessionRecord],
     ready: SessionStatus,
     message: str,

@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import ClassVar
 
+from corral.domain.records import SessionRecord
 from corral.domain.scheduling import StatusTransitions, TransitionStatus
 from corral.domain.status import KernelStatus, SessionStatus
 from corral.manager.handlers.base import HandlerContext, LifecycleHandler, LifecycleResult
 from corral.manager.handlers.liveness import hand_over
-from corral.store.records import SessionRecord
 
 
 class PrepareSessions(LifecycleHandler):

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from corral.domain.cause import TerminationReason
 from corral.domain.final import FinalVerdict, final_verdict
+from corral.domain.records import SessionRecord
 from corral.domain.scheduling import KernelMatchType
 from corral.domain.status import NON_TERMINAL_KERNEL, SessionStatus
 from corral.manager.handlers.base import SessionPromotionHandler
-from corral.store.records import SessionRecord
 
 
 class PromoteToTerminated(SessionPromotionHandler):

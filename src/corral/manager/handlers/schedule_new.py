@@ -21,13 +21,13 @@ from corral.domain.preemption import (
     group_settings,
 )
 from corral.domain.queue import QueueEntry, queue_order
+from corral.domain.records import AgentCapacity, Move, RunningRecord, SessionRecord
 from corral.domain.resources import CPU, ResourceSlots
 from corral.domain.scheduling import Skip, StatusTransitions, TransitionStatus
 from corral.domain.status import AgentStatus, KernelStatus, SessionStatus
 from corral.manager.handlers.base import HandlerContext, LifecycleHandler, LifecycleResult, Step
 from corral.manager.handlers.prepare import PrepareSessions
 from corral.store import journal, placement_view, preemption, retry_holds, sessions
-from corral.store.records import AgentCapacity, Move, RunningRecord, SessionRecord
 
 
 class ScheduleNewSessions(LifecycleHandler):

@@ -11,11 +11,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from corral.domain.cause import TerminationReason
+from corral.domain.records import SessionRecord
 from corral.domain.scheduling import Skip, StatusTransitions, TransitionStatus
 from corral.domain.status import TERMINAL_KERNEL, KernelStatus, SessionStatus
 from corral.manager.handlers.base import HandlerContext, LifecycleHandler, LifecycleResult
 from corral.store import kernels, sessions
-from corral.store.records import SessionRecord
 
 
 class SuspendSessions(LifecycleHandler):

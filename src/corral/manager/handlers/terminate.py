@@ -10,16 +10,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sqlalchemy.ext.asyncio import AsyncConnection
-
 from corral.domain.cause import TerminationReason
 from corral.domain.preemption import group_settings
+from corral.domain.records import SessionRecord
 from corral.domain.rendezvous import start_at_once
 from corral.domain.scheduling import StatusTransitions
 from corral.domain.status import KERNEL_HANDED, KERNEL_NOT_STARTED, KernelStatus, SessionStatus
 from corral.manager.handlers.base import HandlerContext, LifecycleHandler, LifecycleResult
 from corral.store import agents, kernels
-from corral.store.records import SessionRecord
+from corral.store.unit import Tx
 
 _RUNNING = frozenset({KernelStatus.CREATING, KernelStatus.RUNNING})
 
@@ -106,7 +105,7 @@ class TerminateSessions(LifecycleHandler):
         return result
 
 
-async def _silent_handed(conn: AsyncConnection, targets: Sequence[SessionRecord]) -> set[str]:
+async def _silent_handed(conn: Tx, targets: Sequence[SessionRecord]) -> set[str]:
     """Kernels handed with a "prepare and start" order to an agent that is not alive."""
     handed = [
         k
