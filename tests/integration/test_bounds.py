@@ -17,7 +17,7 @@ from corral.manager.handlers.expire_pulling import ExpirePulling
 from corral.manager.handlers.schedule_new import ScheduleNewSessions
 from corral.store import journal, sessions
 from corral.store.db import transaction
-from corral.store.records import NewSession
+from corral.domain.records import NewSession
 from corral.store.tables import sessions as session_table
 from tests.conftest import BACKENDS
 from tests.support.db import migrated

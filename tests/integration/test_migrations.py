@@ -29,7 +29,7 @@ from corral.store import kernels as kernel_store
 from corral.store import sessions as session_rows
 from corral.store.auth import Principal
 from corral.store.db import make_engine, reading, transaction, upgrade
-from corral.store.records import NewSession, SessionRecord
+from corral.domain.records import NewSession, SessionRecord
 from corral.store.tables import kernels, metadata, sessions
 from tests.conftest import BACKENDS
 from tests.support.db import migrated, register_agent

@@ -12,7 +12,7 @@ from sqlalchemy import select, update
 from corral.domain.spec import SessionSpec
 from corral.store import agents, kernels, sessions
 from corral.store.db import transaction
-from corral.store.records import NewSession
+from corral.domain.records import NewSession
 from corral.store.tables import kernels as kernel_table
 from tests.conftest import BACKENDS
 from tests.integration.test_bounds import NOW

@@ -25,7 +25,7 @@ from corral.settings import SchedulerSettings
 from corral.store import auth, journal, sessions
 from corral.store.auth import Principal
 from corral.store.db import reading, transaction
-from corral.store.records import KernelReport, SessionRecord
+from corral.domain.records import KernelReport, SessionRecord
 from corral.wakeup import Wakeup
 from tests.conftest import BACKENDS
 from tests.support.db import migrated, register_agent

@@ -18,7 +18,7 @@ from corral.manager.handlers.base import HandlerContext, LifecycleResult
 from corral.manager.handlers.schedule_new import ScheduleNewSessions
 from corral.store import sessions
 from corral.store.db import make_engine, transaction, upgrade
-from corral.store.records import NewSession, SessionRecord
+from corral.domain.records import NewSession, SessionRecord
 from corral.store.tables import allocations
 from tests.conftest import BACKENDS
 from tests.support.db import register_agent

@@ -27,7 +27,7 @@ from corral.services.agent_protocol import AgentProtocol
 from corral.settings import SchedulerSettings
 from corral.store import journal, kernels, sessions
 from corral.store.db import transaction
-from corral.store.records import KernelReport, Move, NewSession
+from corral.domain.records import KernelReport, Move, NewSession
 from corral.store.tables import agents as agent_rows
 from corral.store.tables import allocations
 from corral.wakeup import Wakeup

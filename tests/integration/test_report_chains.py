@@ -22,7 +22,7 @@ from corral.domain.cause import TerminationReason
 from corral.domain.status import KernelStatus
 from corral.store import kernels
 from corral.store.db import statements, transaction
-from corral.store.records import KernelReport
+from corral.domain.records import KernelReport
 from corral.store.tables import allocations
 from corral.store.tables import kernels as kernel_table
 from corral.store.tables import sessions as session_table

@@ -18,7 +18,7 @@ from corral.domain.status import KernelStatus, SessionStatus
 from corral.services.errors import Fenced
 from corral.store import agents, sessions
 from corral.store.db import statements, transaction
-from corral.store.records import KernelReport, Move
+from corral.domain.records import KernelReport, Move
 from corral.store.tables import agents as agent_table
 from corral.store.tables import allocations
 from corral.store.tables import kernels as kernel_table

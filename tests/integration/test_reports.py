@@ -22,7 +22,7 @@ from corral.services.agent_protocol import AgentProtocol
 from corral.settings import SchedulerSettings
 from corral.store import logs, sessions
 from corral.store.db import transaction
-from corral.store.records import KernelRecord, KernelReport, Move, NewSession
+from corral.domain.records import KernelRecord, KernelReport, Move, NewSession
 from corral.store.tables import kernels as kernels_table
 from corral.wakeup import Wakeup
 from tests.conftest import BACKENDS

@@ -17,7 +17,7 @@ from corral.manager import retry_engine
 from corral.manager.retry_engine import RetryEngine
 from corral.store import journal, sessions
 from corral.store.db import transaction
-from corral.store.records import NewSession
+from corral.domain.records import NewSession
 from corral.store.tables import sessions as session_table
 from corral.wakeup import Wakeup
 from tests.support.db import migrated

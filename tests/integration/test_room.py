@@ -24,7 +24,7 @@ from corral.manager.loop import SchedulerLoop
 from corral.settings import SchedulerSettings
 from corral.store import agents, journal, kernels, sessions
 from corral.store.db import transaction
-from corral.store.records import NewSession, SessionRecord
+from corral.domain.records import NewSession, SessionRecord
 from corral.store.tables import agents as agent_table
 from corral.store.tables import kernels as kernel_table
 from corral.store.tables import sessions as session_table

@@ -24,7 +24,7 @@ from corral.domain.status import KernelStatus, SessionStatus
 from corral.store import agents as agent_store
 from corral.store import bulk, driver_rows, journal, kernels, sessions
 from corral.store.db import transaction
-from corral.store.records import Move, NewSession
+from corral.domain.records import Move, NewSession
 from corral.store.tables import UNSHIPPED, allocations, session_events, session_history
 from corral.store.tables import agents as agent_table
 from corral.store.tables import kernels as kernel_table

@@ -44,7 +44,7 @@ from corral.domain.spec import (
 from corral.protocol.types import STRICT, Amount, Name, SlotName, Text, clean_text
 from corral.services.errors import InvalidInput
 from corral.services.logs import LogPage
-from corral.store.records import AgentRecord, HistoryRecord, KernelRecord, SessionRecord
+from corral.domain.records import AgentRecord, HistoryRecord, KernelRecord, SessionRecord
 
 # Documented limits (README "Limits"): a request past them is refused with 422 naming the field.
 MAX_COMMAND_ARGS = 4096

@@ -20,7 +20,7 @@ from corral.services.errors import Conflict, Fenced, InvalidInput
 from corral.settings import SchedulerSettings
 from corral.store import agents, kernels, logs, order_sources, sessions
 from corral.store.db import reading, statements, transaction
-from corral.store.records import KernelRecord, KernelReport, OrderedKernel, SessionRecord
+from corral.domain.records import KernelRecord, KernelReport, OrderedKernel, SessionRecord
 from corral.wakeup import Wakeup
 
 # Orders carry the full spec only where the agent must act on it.

@@ -24,7 +24,7 @@ from corral.protocol.messages import (
 )
 from corral.services import agents as agent_service
 from corral.services.agent_protocol import heartbeat_interval
-from corral.store.records import KernelReport
+from corral.domain.records import KernelReport
 
 router = APIRouter(prefix="/api/v1", tags=["agents"])
 
