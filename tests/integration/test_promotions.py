@@ -456,6 +456,8 @@ async def test_placement_hands_over_in_the_same_update_and_the_agent_sees_the_or
             assert list(events) == [("PENDING", "SCHEDULED"), ("SCHEDULED", "PREPARING")]
         protocol = AgentProtocol(engine, SchedulerSettings(), Wakeup(), log_cap=1 << 20)
         _, orders, _ = await protocol.orders("a", epoch, "", 0)
-        mine = sorted((o for o in orders if o["session_id"] == sid), key=lambda o: o["rank"])
+        mine = sorted(
+            (o.model_dump(mode="json") for o in orders if o.session_id == sid), key=lambda o: o["rank"]
+        )
         assert [(o["status"], o["spec"]["start_at_once"]) for o in mine] == [("PREPARING", True)] * 2
         assert [o["spec"]["pick_master_port"] for o in mine] == [True, False]

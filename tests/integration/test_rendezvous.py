@@ -60,7 +60,7 @@ async def _orders(protocol: AgentProtocol, epochs: dict[str, int], sid: str) -> 
     found = []
     for agent_id, epoch in epochs.items():
         _, orders, _ = await protocol.orders(agent_id, epoch, "", 0)
-        found += [o for o in orders if o["session_id"] == sid]
+        found += [o.model_dump(mode="json") for o in orders if o.session_id == sid]
     return sorted(found, key=lambda o: o["rank"])
 
 
@@ -276,7 +276,7 @@ async def test_an_order_carries_its_spec_until_the_agent_says_it_started_that_ge
 
         async def orders(said: frozenset[str]) -> dict[str, dict[str, Any]]:
             _, found, _ = await protocol.orders("a", epoch, "", 0, said)
-            return {o["session_id"]: o for o in found}
+            return {o.session_id: o.model_dump(mode="json") for o in found}
 
         before = await orders(frozenset())
         assert before[started]["spec"]["command"] == ["true"] and before[waiting]["spec"]["command"] == [
@@ -284,7 +284,7 @@ async def test_an_order_carries_its_spec_until_the_agent_says_it_started_that_ge
         ]
         key = f"{before[started]['kernel_id']}.{before[started]['generation']}"
         after = await orders(frozenset({key}))
-        assert after[started]["spec"] == {}
+        assert after[started]["spec"] is None
         assert {k: v for k, v in after[started].items() if k != "spec"} == {
             k: v for k, v in before[started].items() if k != "spec"
         }

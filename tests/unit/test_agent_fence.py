@@ -12,7 +12,8 @@ from typing import Any
 from corral.agent.agent import Agent
 from corral.agent.settings import AgentSettings
 from corral.domain.status import KernelStatus
-from corral.protocol.messages import KernelOrder, OrdersOut, RegisterOut
+from corral.protocol.messages import RegisterIn, RegisterOut
+from corral.protocol.orders import KernelOrder, OrdersIn, OrdersOut
 
 
 def registered(epoch: int) -> RegisterOut:
@@ -38,14 +39,12 @@ class Manager:
         self.polls = 0
         self.second_poll = asyncio.Event()
 
-    async def orders(
-        self, agent_id: str, epoch: int, seen: str, wait: float, started: list[str]
-    ) -> OrdersOut:
+    async def orders(self, body: OrdersIn) -> OrdersOut:
         self.polls += 1
         if self.polls > 1:
             self.second_poll.set()
             await asyncio.Event().wait()
-        fence = asyncio.create_task(self.agent._fenced("epoch fenced", 1))
+        fence = asyncio.create_task(self.agent.fenced("epoch fenced", 1))
         await self.registering.wait()  # kernels forgotten, epoch not yet renewed
         order = KernelOrder(
             kernel_id="k1",
@@ -54,12 +53,11 @@ class Manager:
             generation=1,
             status=KernelStatus.CREATING,
             kill=False,
-            spec={},
         )
         self.fence = fence
         return OrdersOut(fingerprint="f1", orders=[order], recorded=True)
 
-    async def register(self, **_: Any) -> RegisterOut:
+    async def register(self, body: RegisterIn) -> RegisterOut:
         self.registering.set()
         await self.registered.wait()
         return registered(2)
@@ -71,8 +69,8 @@ async def test_an_order_reply_from_before_a_fence_is_dropped() -> None:
     manager = Manager(agent)
     agent.client = manager  # type: ignore[assignment]
     acted: list[str] = []
-    agent._reconcile = lambda orders: acted.extend(o.kernel_id for o in orders)  # type: ignore[method-assign]
-    pulling = asyncio.create_task(agent._pull_loop())
+    agent.pull.reconcile = lambda orders: acted.extend(o.kernel_id for o in orders)  # type: ignore[method-assign]
+    pulling = asyncio.create_task(agent.pull.run())
     await asyncio.wait_for(manager.second_poll.wait(), 10)  # the first reply was read (and dropped)
     assert acted == []
     manager.registered.set()
@@ -89,7 +87,7 @@ class Registrar:
         self.epoch = 1
         self.calls = 0
 
-    async def register(self, **_: Any) -> RegisterOut:
+    async def register(self, body: RegisterIn) -> RegisterOut:
         self.calls += 1
         await asyncio.sleep(0.01)
         self.epoch += 1
@@ -105,7 +103,7 @@ async def test_loops_fenced_at_once_register_once() -> None:
     registrar = Registrar()
     agent.client = registrar  # type: ignore[assignment]
     await asyncio.wait_for(
-        asyncio.gather(*(agent._fenced(f"loop {i}", 1) for i in range(3))),
+        asyncio.gather(*(agent.fenced(f"loop {i}", 1) for i in range(3))),
         10,
     )
     assert (registrar.calls, agent.epoch) == (1, 2)
@@ -118,10 +116,10 @@ async def test_a_refusal_of_an_epoch_already_replaced_changes_nothing() -> None:
     agent.epoch = 1
     registrar = Registrar()
     agent.client = registrar  # type: ignore[assignment]
-    await agent._fenced("the log loop's refusal", 1)
+    await agent.fenced("the log loop's refusal", 1)
     assert agent.epoch == 2
     agent.kernels["k2"] = "ordered under epoch 2"  # type: ignore[assignment]
-    await agent._fenced("the poll sent under epoch 1, refused now", 1)
+    await agent.fenced("the poll sent under epoch 1, refused now", 1)
     assert (registrar.calls, agent.epoch, list(agent.kernels)) == (1, 2, ["k2"])
 
 
@@ -142,12 +140,12 @@ def test_contact_after_the_fence_passed_renews_the_supervisors_deadline_at_once(
     gets orders for new kernels: the supervisor must hear the new deadline before their starts, or
     it kills them (it kills every kernel while its deadline is past)."""
     agent = Agent(AgentSettings(id="a1", token="t"))
-    agent.fence_timeout = 3.0
-    agent.last_contact = time.monotonic() - 10
+    agent.fence.timeout = 3.0
+    agent.fence.last_contact = time.monotonic() - 10
     link = Link()
-    agent.link = link  # type: ignore[assignment]
-    agent._contact(time.monotonic())
+    agent.supervision.link = link  # type: ignore[assignment]
+    agent.fence.contact(time.monotonic())
     [ping] = link.sent
     assert ping["op"] == "ping" and ping["fence_at"] > time.monotonic()
-    agent._contact(time.monotonic())  # in contact all along: the fence watch's tick is enough
+    agent.fence.contact(time.monotonic())  # in contact all along: the fence watch's tick is enough
     assert len(link.sent) == 1

@@ -9,10 +9,11 @@ import time
 
 import pytest
 
-import corral.agent.agent as agent_module
+import corral.agent.push as push_module
 from corral.agent.agent import Agent
 from corral.agent.settings import AgentSettings
-from corral.protocol.messages import ReportsOut
+from corral.domain.status import KernelStatus
+from corral.protocol.reports import KernelReportIn, ReportsIn, ReportsOut
 
 
 class Manager:
@@ -21,13 +22,13 @@ class Manager:
     def __init__(self) -> None:
         self.pushes: list[tuple[float, list[str]]] = []
 
-    async def reports(self, agent_id: str, epoch: int, reports: list[dict[str, object]]) -> ReportsOut:
-        self.pushes.append((time.monotonic(), [str(r["kernel_id"]) for r in reports]))
-        return ReportsOut(applied=len(reports), refused=[], recorded=True)
+    async def reports(self, body: ReportsIn) -> ReportsOut:
+        self.pushes.append((time.monotonic(), [r.kernel_id for r in body.reports]))
+        return ReportsOut(applied=len(body.reports), refused=[], recorded=True)
 
 
-def _report(kernel_id: str, status: str) -> dict[str, object]:
-    return {"kernel_id": kernel_id, "generation": 1, "status": status}
+def _report(kernel_id: str, status: KernelStatus) -> KernelReportIn:
+    return KernelReportIn(kernel_id=kernel_id, generation=1, status=status)
 
 
 async def _pushed(manager: Manager, count: int, within: float = 10.0) -> None:
@@ -42,9 +43,9 @@ async def _pushing(first: list[str]) -> tuple[Agent, Manager, asyncio.Task[None]
     agent.epoch = 1
     manager = Manager()
     agent.client = manager  # type: ignore[assignment]
-    agent.outbox = [_report(k, "RUNNING") for k in first]
-    agent._wake_push.set()
-    return agent, manager, asyncio.create_task(agent._push_loop())
+    for k in first:
+        agent.push.queue(_report(k, KernelStatus.RUNNING))
+    return agent, manager, asyncio.create_task(agent.push.run())
 
 
 @pytest.mark.parametrize("kernels", [["k1", "k2"], ["k1"]])
@@ -54,12 +55,11 @@ async def test_pushes_after_several_kernels_are_spaced_and_after_one_are_not(
     # Spaced far apart when under load, so that a push sent at once after one kernel's reports
     # (within the 10 s deadline) cannot be mistaken for a spaced one.
     spacing = 0.3 if len(kernels) > 1 else 30.0
-    monkeypatch.setattr(agent_module, "REPORT_SPACING", spacing)
+    monkeypatch.setattr(push_module, "REPORT_SPACING", spacing)
     agent, manager, task = await _pushing(kernels)
     try:
         await _pushed(manager, 1)
-        agent.outbox.append(_report("k3", "TERMINATED"))
-        agent._wake_push.set()
+        agent.push.queue(_report("k3", KernelStatus.TERMINATED))
         await _pushed(manager, 2)
         (first, sent), (second, then) = manager.pushes
         assert sent == kernels and then == ["k3"]

@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 from pydantic import BaseModel, ValidationError
 
-from corral.protocol.messages import OrdersIn, RegisterIn
+from corral.protocol.messages import RegisterIn
+from corral.protocol.orders import OrdersIn
 
 REGISTER: dict[str, Any] = {"agent_id": "a", "hostname": "h", "address": "127.0.0.1", "capacity": {"cpu": 1}}
 ORDERS: dict[str, Any] = {"agent_id": "a", "epoch": 1}

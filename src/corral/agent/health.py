@@ -20,6 +20,7 @@ from corral.agent.cgroup import CgroupMode, ensure_parents
 from corral.agent.client import Fenced, ManagerUnreachable, ProtocolClient, Rejected
 from corral.agent.identity import KernelIdentity
 from corral.domain.rendezvous import parse_port_range
+from corral.protocol.messages import HealthIn
 from corral.waits import wait_set
 
 log = structlog.get_logger("corral.agent.health")
@@ -86,11 +87,12 @@ class Health:
             log.info("schedulable again: the agent's cgroups are usable", was=self.reason)
         self.reason = reason
 
-    def registering(self) -> dict[str, Any]:
-        """The registration's fields, as they stand now (`registered` then records them as told)."""
+    def registering(self) -> str | None:
+        """Why no kernel can start here (None: they can), as it stands now, for the registration
+        (`registered` then records it as told)."""
         self.check()
         self._registering = self.reason
-        return {"schedulable": self.reason is None, "unschedulable_reason": self.reason}
+        return self.reason
 
     def registered(self, epoch: int) -> None:
         self._told = (epoch, self._registering)
@@ -106,7 +108,13 @@ class Health:
             now = (epoch(), self.reason)
             if now != self._told:
                 try:
-                    await client.health(agent_id, now[0], now[1] is None, now[1])
+                    body = HealthIn(
+                        agent_id=agent_id,
+                        epoch=now[0],
+                        schedulable=now[1] is None,
+                        unschedulable_reason=now[1],
+                    )
+                    await client.health(body)
                     self._told = now
                 except Fenced:
                     pass  # another loop registers again, with how it stands then

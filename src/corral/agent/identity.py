@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from corral.protocol.orders import RunAs
+
 DEFAULT_ACCOUNT = "corral"
 
 
@@ -79,12 +81,10 @@ class KernelIdentity:
             )
         return cls(account_of(entry.pw_uid, entry.pw_gid), switches=True)
 
-    def for_kernel(self, run_as: dict[str, Any] | None) -> Account:
+    def for_kernel(self, run_as: RunAs | None) -> Account:
         """The account of one kernel: its owner's mapping (when this agent can switch), else the default."""
-        if self.switches and run_as and int(run_as.get("uid") or 0) > 0:
-            uid = int(run_as["uid"])
-            gid = run_as.get("gid")
-            return account_of(uid, int(gid) if gid is not None else None)
+        if self.switches and run_as is not None and run_as.uid > 0:
+            return account_of(run_as.uid, run_as.gid)
         return self.default
 
     def info(self) -> dict[str, Any]:

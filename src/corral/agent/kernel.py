@@ -4,33 +4,34 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import signal
 import socket
-import stat
 import time
 from collections.abc import Callable
-from functools import cache
 from pathlib import Path
 from typing import Any
 
 import structlog
+from pydantic import ValidationError
 
-from corral.agent.identity import Account, KernelIdentity, cannot_enter, give, reachable, unreachable_from
+from corral.agent.events import Exited, Started
+from corral.agent.identity import Account, KernelIdentity, cannot_enter, give, unreachable_from
+from corral.agent.kernel_env import WORKER_LIB, kernel_env, rechecked
+from corral.agent.kernel_files import TERMINATION_LOG_MAX, KernelFiles, error_record, tail_text
 from corral.agent.link import SupervisorLink
-from corral.agent.shipper import STREAMS, KernelLogs
-from corral.domain.error_record import FILE_MAX, FileRecord, parse_file
+from corral.agent.shipper import KernelLogs
 from corral.domain.exits import cannot_execute, normalise_exit
 from corral.domain.status import KernelStatus
 from corral.protocol.messages import kernel_key
+from corral.protocol.orders import KernelSpec
+from corral.protocol.reports import DETAILS, KernelReportIn
 from corral.protocol.types import scrub
 
 log = structlog.get_logger("corral.agent.kernel")
 
-TERMINATION_LOG_MAX = 4096
-WORKER_LIB = Path(__file__).resolve().parent.parent / "workerlib"
-Report = dict[str, Any]
+Reporter = Callable[[KernelReportIn, bool], None]
+"""Queues a report for the manager; true: the kernel's final one (the agent then forgets it)."""
 
 
 def free_port() -> int:
@@ -49,133 +50,6 @@ def port_is_free(port: int) -> bool:
     return True
 
 
-_CHECKED: dict[tuple[str, str], tuple[float, Any]] = {}
-RECHECK = 10.0  # seconds: directories' permissions change rarely; a kernel start is frequent
-
-
-def _rechecked(kind: str, key: str, check: Callable[[], Any]) -> Any:
-    """`check()`, remembered for RECHECK seconds (walking each directory's ancestors on every kernel
-    start took a third of a busy agent's time)."""
-    seen = _CHECKED.get((kind, key))
-    if seen is not None and time.monotonic() - seen[0] < RECHECK:
-        return seen[1]
-    found = check()
-    now = time.monotonic()
-    if len(_CHECKED) > 1000:  # keys include user-given checkpoint dirs: forget what has expired
-        for old in [k for k, (at, _) in _CHECKED.items() if now - at >= RECHECK]:
-            del _CHECKED[old]
-    _CHECKED[(kind, key)] = (now, found)
-    return found
-
-
-def _reachable_path(value: str | None) -> str:
-    """The entries of PATH every account can reach."""
-    value = value if value is not None else os.defpath
-    return str(
-        _rechecked(
-            "path",
-            value,
-            lambda: os.pathsep.join(p for p in value.split(os.pathsep) if p and reachable(Path(p))),
-        )
-    )
-
-
-@cache
-def _inherited() -> dict[str, str]:
-    """The agent's environment, as every kernel inherits it: nothing of Corral's own configuration
-    (tokens, keys, data paths).  Read once: the agent's environment is set when it starts (reading
-    os.environ decodes every entry again, a fifth of a kernel's start)."""
-    return {k: v for k, v in os.environ.items() if not k.startswith("CORRAL_") and k != "XDG_CONFIG_HOME"}
-
-
-def kernel_env(
-    spec: dict[str, Any],
-    kernel_id: str,
-    session_id: str,
-    files: dict[str, Path],
-    checkpoint_dir: Path,
-    account: Account | None = None,
-    worker_lib: Path = WORKER_LIB,
-) -> dict[str, str]:
-    """`account`: the kernel runs as another account than the agent's."""
-    env = dict(_inherited())
-    if account is not None:
-        # Its own name, a home it can write (not root's), and only the PATH entries it can reach
-        # (a root agent's PATH often starts in /root, where `python3` would be "Permission denied").
-        home = account.home or str(files["stdout"].parent)
-        env.update(HOME=home, USER=account.name, LOGNAME=account.name, PATH=_reachable_path(env.get("PATH")))
-    env.update(spec.get("env") or {})
-    hosts = spec["hosts"]
-    env.update(
-        CORRAL_SESSION_ID=session_id,
-        CORRAL_KERNEL_ID=kernel_id,
-        CORRAL_ATTEMPT=str(spec["attempt"]),
-        CORRAL_MAX_ATTEMPTS=str(spec["max_attempts"]),
-        CORRAL_CLUSTER_SIZE=str(spec["cluster_size"]),
-        CORRAL_CLUSTER_RANK=str(spec["rank"]),
-        CORRAL_CLUSTER_ROLE=spec["role"],
-        CORRAL_CLUSTER_HOSTS=",".join(hosts),
-        MASTER_ADDR=spec["master_addr"],
-        MASTER_PORT=str(spec["master_port"] or ""),
-        WORLD_SIZE=str(spec["cluster_size"]),
-        RANK=str(spec["rank"]),
-        CORRAL_WORKER_NAME=spec["worker_name"],
-        CORRAL_ERROR_STRATEGY=spec["error_strategy"],
-        CORRAL_ERROR_FILE=str(files["error"]),
-        TORCHELASTIC_ERROR_FILE=str(files["error"]),
-        CORRAL_TERMINATION_LOG=str(files["termination"]),
-        CORRAL_CHECKPOINT_DIR=str(checkpoint_dir),
-        CORRAL_RESUME_COUNT=str(int(spec.get("resume_count") or 0)),
-        # Only the devices allocated to it (none: empty, so a GPU node's devices stay hidden).
-        CUDA_VISIBLE_DEVICES=",".join(str(int(d)) for d in spec.get("gpu_devices") or []),
-        PYTHONUNBUFFERED="1",
-        # `import corral_worker` works in any kernel's python3, with nothing installed.
-        PYTHONPATH=os.pathsep.join(p for p in (str(worker_lib), env.get("PYTHONPATH", "")) if p),
-    )
-    if spec.get("array_id") is not None:
-        env.update(CORRAL_ARRAY_ID=str(spec["array_id"]), CORRAL_ARRAY_INDEX=str(int(spec["array_index"])))
-    return env
-
-
-def read_kernel_file(path: Path, max_bytes: int, tail: bool = True) -> bytes:
-    """A file the kernel controls, read safely: never a FIFO, device or symlink (which could block the
-    agent or never end), and at most `max_bytes` (its end, or its start when `tail` is false)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
-    except OSError:
-        return b""
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            return b""
-        if tail:
-            os.lseek(fd, max(0, info.st_size - max_bytes), os.SEEK_SET)
-        return os.read(fd, max_bytes)
-    except OSError:
-        return b""
-    finally:
-        os.close(fd)
-
-
-def _tail_text(path: Path, max_bytes: int) -> str:
-    return read_kernel_file(path, max_bytes).decode("utf-8", "replace")
-
-
-def _error_record(path: Path) -> dict[str, Any] | None:
-    """The worker's error file, normalised (both formats, fields capped); {"note"} when it is unusable
-    (too big, binary, not JSON, unknown format): the manager then synthesizes the record."""
-    raw = read_kernel_file(path, FILE_MAX + 1, tail=False)
-    if not raw:
-        return None
-    if len(raw) > FILE_MAX:
-        return {"note": f"the error file is over {FILE_MAX // 1024} KiB: not read"}
-    try:
-        parsed = parse_file(json.loads(raw))
-    except (ValueError, RecursionError):  # anything a kernel wrote: a bad record is no record
-        return {"note": "the error file is not valid UTF-8 JSON"}
-    return parsed.to_json() if isinstance(parsed, FileRecord) else {"note": parsed}
-
-
 class KernelRunner:
     """Lives from the prepare order to the final report; `report` queues a report for the manager."""
 
@@ -188,7 +62,7 @@ class KernelRunner:
         work_dir: Path,
         link: SupervisorLink,
         grace: float,
-        report: Callable[[Report], None],
+        report: Reporter,
         log_cap: int,
         identity: KernelIdentity,
     ) -> None:
@@ -203,13 +77,8 @@ class KernelRunner:
         self.link = link
         self.grace = grace
         self._report = report
-        self.files = {
-            "stdout": self.dir / "stdout.log",
-            "stderr": self.dir / "stderr.log",
-            "error": self.dir / "error.json",
-            "termination": self.dir / "termination.log",
-        }
-        self.logs = KernelLogs(kernel_id, generation, {s: self.files[s] for s in STREAMS}, log_cap)
+        self.files = KernelFiles.under(self.dir)
+        self.logs = KernelLogs(kernel_id, generation, self.files.streams(), log_cap)
         self.prepared = False
         self.started = False
         self.ended = False
@@ -223,9 +92,9 @@ class KernelRunner:
         """Who it runs as, as its messages name it."""
         self._done = asyncio.Event()
 
-    def prepare(self, spec: dict[str, Any], images: dict[str, str], quiet: bool = False) -> None:
+    def prepare(self, spec: KernelSpec, images: dict[str, str], quiet: bool = False) -> None:
         self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        image = spec.get("image")
+        image = spec.image
         if image and image not in images:
             self._end(
                 KernelStatus.ERROR,
@@ -233,11 +102,11 @@ class KernelRunner:
                 termination_message=f"unknown image {image!r} on this agent",
             )
             return
-        if spec.get("pick_master_port"):
+        if spec.pick_master_port:
             self.master_port = free_port()
-        elif self.rank == 0 and spec.get("master_port"):
+        elif self.rank == 0 and spec.master_port:
             # Chosen at placement from this agent's declared range: it must be free here.
-            self.master_port = int(spec["master_port"])
+            self.master_port = spec.master_port
             if not port_is_free(self.master_port):
                 self._end(
                     KernelStatus.ERROR,
@@ -250,15 +119,15 @@ class KernelRunner:
 
     def _own_files(self, account: Account, checkpoint: Path) -> str | None:
         """Give the kernel's directories and log files to its account; why not, when it cannot be."""
-        blocked = _rechecked("dir", str(checkpoint.parent), lambda: unreachable_from(checkpoint.parent))
+        blocked = rechecked("dir", str(checkpoint.parent), lambda: unreachable_from(checkpoint.parent))
         if blocked is not None:
             return f"the checkpoint directory {checkpoint} is not reachable by uid {account.uid} ({blocked})"
         try:
             # The files before the directory: once it is the account's, it could put a link or a
             # FIFO where they go (a FIFO would block this loop; O_NONBLOCK fails it instead).
-            for name in STREAMS:
+            for path in self.files.streams().values():
                 flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-                fd = os.open(self.files[name], flags, 0o600)
+                fd = os.open(path, flags, 0o600)
                 os.fchown(fd, account.uid, account.gid)
                 os.close(fd)
             give(self.dir, account)
@@ -267,21 +136,21 @@ class KernelRunner:
             return f"cannot give the kernel's files to uid {account.uid}: {exc}"
         return None
 
-    def start(self, spec: dict[str, Any], report_creating: bool = False) -> None:
+    def start(self, spec: KernelSpec, report_creating: bool = False) -> None:
         """Start it. `report_creating`: it starts without a start order (prepare and start), so the
         agent itself reports PREPARED -> CREATING, before RUNNING, as the manager's order would."""
         # One directory per retry chain: every attempt sees what the previous ones saved.
-        given = spec.get("checkpoint_dir")
-        checkpoint = Path(given) if given else self.work_dir / "checkpoints" / spec["root_session_id"]
+        given = spec.checkpoint_dir
+        checkpoint = Path(given) if given else self.work_dir / "checkpoints" / spec.root_session_id
         try:
             checkpoint.mkdir(parents=True, exist_ok=True, mode=0o700)
         except OSError as exc:
             self.fail(f"cannot create the checkpoint directory {checkpoint}: {exc.strerror}")
             return
-        account = self.identity.for_kernel(spec.get("run_as"))
+        account = self.identity.for_kernel(spec.run_as)
         self.uid = account.uid
         self.account = account.describe()
-        workdir = spec.get("workdir")
+        workdir = spec.workdir
         if workdir:
             why = cannot_enter(Path(workdir), account)
             if why is not None:
@@ -297,7 +166,7 @@ class KernelRunner:
         command = {
             "op": "start",
             "key": self.key,
-            "command": spec["command"],
+            "command": spec.command,
             "user": {"uid": account.uid, "gid": account.gid} if other else None,
             "env": {"CORRAL_WORK_DIR": str(self.dir)}
             | kernel_env(
@@ -311,10 +180,10 @@ class KernelRunner:
                 self.work_dir / "lib" if other else WORKER_LIB,
             ),
             "cwd": workdir or str(self.dir),
-            "stdout": str(self.files["stdout"]),
-            "stderr": str(self.files["stderr"]),
-            "mem_limit": int(float(spec["resources"].get("mem", 0))),
-            "cpus": float(spec["resources"].get("cpu", 0)),
+            "stdout": str(self.files.stdout),
+            "stderr": str(self.files.stderr),
+            "mem_limit": spec.mem_limit(),
+            "cpus": spec.cpus(),
             "grace": self.grace,
         }
         self.started = True
@@ -331,13 +200,13 @@ class KernelRunner:
     def _refused(self, code: int, why: str, report_creating: bool) -> None:
         """It ends as a process that exited `code` at once, saying `why` in its log and as its
         termination message (nothing was executed)."""
-        for name, line in (("stderr", f"corral: {why}\n"), ("termination", why)):
-            with contextlib.suppress(OSError), open(self.files[name], "a") as f:
+        for path, line in ((self.files.stderr, f"corral: {why}\n"), (self.files.termination, why)):
+            with contextlib.suppress(OSError), open(path, "a") as f:
                 f.write(line)
         self.started = True
         if report_creating:
             self._say(KernelStatus.CREATING)
-        self._finish({"ev": "exited", "exit_code": code, "exited_at_ns": time.time_ns(), "start_error": why})
+        self._finish(Exited(key=self.key, exit_code=code, exited_at_ns=time.time_ns(), start_error=why))
 
     @property
     def starting(self) -> bool:
@@ -351,26 +220,26 @@ class KernelRunner:
             return
         self._end(KernelStatus.ERROR, termination_message=why)
 
-    def on_event(self, event: dict[str, Any]) -> None:
+    def on_event(self, event: Started | Exited) -> None:
         """An event from the supervisor about this kernel."""
-        if event["ev"] == "started":
-            self.pid = int(event["pid"])
-            self._say(KernelStatus.RUNNING, detail={"pid": event["pid"], "uid": self.uid})
-        elif event["ev"] == "exited":
+        if isinstance(event, Started):
+            self.pid = event.pid
+            self._say(KernelStatus.RUNNING, detail={"pid": event.pid, "uid": self.uid})
+        else:
             self._finish(event)
 
-    def _finish(self, result: dict[str, Any]) -> None:
-        raw = result.get("exit_code")
+    def _finish(self, result: Exited) -> None:
+        raw = result.exit_code
         info = normalise_exit(raw) if raw is not None else None
-        oom = bool(result.get("oom_killed"))
-        killed = bool(result.get("killed_by_corral")) or self.kill_sent
+        oom = result.oom_killed
+        killed = result.killed_by_corral or self.kill_sent
         ok = info is not None and info.exit_code == 0 and not oom and not self.fenced
         exit_code = 137 if oom and info is not None else (info.exit_code if info else None)
-        message = _tail_text(self.files["termination"], TERMINATION_LOG_MAX).strip()
+        message = tail_text(self.files.termination, TERMINATION_LOG_MAX).strip()
         tail = ""
         if not ok:
             # Read here, not from the shipped logs: the retry decision must not wait for them.
-            tail = _tail_text(self.files["stderr"], 2048) or _tail_text(self.files["stdout"], 2048)
+            tail = tail_text(self.files.stderr, 2048) or tail_text(self.files.stdout, 2048)
             tail = "\n".join(tail.splitlines()[-80:])
         source = "file" if message else "log_tail"
         said = cannot_execute(tail, self.account) if not message and exit_code in (126, 127) else None
@@ -378,7 +247,7 @@ class KernelRunner:
             message, source = said, "start_error"
         if not message:
             message = tail
-        record = _error_record(self.files["error"])
+        record = error_record(self.files.error)
         self._end(
             KernelStatus.TERMINATED if ok else KernelStatus.ERROR,
             exit_code=exit_code,
@@ -386,24 +255,12 @@ class KernelRunner:
             oom_killed=oom,
             killed_by_corral=killed and not oom,
             agent_lost=self.fenced,
-            exited_at_ns=result.get("exited_at_ns"),
+            exited_at_ns=result.exited_at_ns,
             termination_message=scrub(message[-TERMINATION_LOG_MAX:]) or None,
             error_record=scrub(record) if record is not None else None,
             detail=scrub(
                 {
-                    **{
-                        k: result[k]
-                        for k in (
-                            "oom_kill_counter",
-                            "memory_mode",
-                            "cpu_mode",
-                            "cpu_seconds",
-                            "wall_seconds",
-                            "cgroup",
-                            "start_error",
-                        )
-                        if result.get(k) is not None
-                    },
+                    **result.detail(),
                     "uid": self.uid,
                     **({"log_tail": tail} if tail else {}),
                     **({"termination_source": source} if message else {}),
@@ -412,6 +269,7 @@ class KernelRunner:
         )
 
     def _end(self, status: KernelStatus, **fields: Any) -> None:
+        """It ended: its final report, with `fields` (KernelReportIn's)."""
         self.ended = True
         self.logs.ended = True  # everything it wrote is in its files now
         self._done.set()
@@ -419,8 +277,23 @@ class KernelRunner:
         self.logs.closed = self.logs.all_shipped()
         self._say(status, final=True, output_done=self.logs.closed, **fields)
 
-    def _say(self, status: KernelStatus, **fields: Any) -> None:
-        self._report({"kernel_id": self.kernel_id, "generation": self.generation, "status": status, **fields})
+    def _say(self, status: KernelStatus, final: bool = False, **fields: Any) -> None:
+        """Queue a report of `status` with `fields` (KernelReportIn's)."""
+        try:
+            report = KernelReportIn(
+                kernel_id=self.kernel_id, generation=self.generation, status=status, **fields
+            )
+        except ValidationError as exc:
+            # Its details cannot be sent (the manager would refuse them too): its transition still
+            # is, or the kernel would never end for the manager.
+            log.error(
+                "a kernel report's details are unusable: sent without them", kernel=self.key, error=str(exc)
+            )
+            essential = {k: v for k, v in fields.items() if k not in DETAILS}
+            report = KernelReportIn(
+                kernel_id=self.kernel_id, generation=self.generation, status=status, **essential
+            )
+        self._report(report, final)
 
     def kill(self, grace: float | None = None) -> None:
         """Graceful stop ordered by the manager (SIGTERM, grace, SIGKILL in the supervisor); `grace`

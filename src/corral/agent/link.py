@@ -10,8 +10,10 @@ from collections.abc import Callable
 from typing import Any
 
 import structlog
+from pydantic import ValidationError
 
 from corral.agent.cgroup import CgroupMode
+from corral.agent.events import EVENTS, Event
 
 log = structlog.get_logger("corral.agent.link")
 
@@ -22,7 +24,7 @@ class SupervisorLink:
     def __init__(
         self,
         mode: CgroupMode,
-        on_event: Callable[[dict[str, Any]], None],
+        on_event: Callable[[Event], None],
         on_exit: Callable[[int | None], None] | None = None,
         spawn_helper: bool = True,
     ) -> None:
@@ -50,15 +52,14 @@ class SupervisorLink:
         assert self._proc is not None and self._proc.stdout is not None
         async for line in self._proc.stdout:
             try:
-                event = json.loads(line)
-            except ValueError:
+                event = EVENTS.validate_json(line)
+            except ValidationError:
                 log.warning("unreadable line from the supervisor", line=line[:200])
                 continue
-            if isinstance(event, dict):
-                try:
-                    self._on_event(event)
-                except Exception:  # one event the agent cannot handle must not stop it hearing the rest
-                    log.exception("could not handle a supervisor event", ev=str(event.get("ev")))
+            try:
+                self._on_event(event)
+            except Exception:  # one event the agent cannot handle must not stop it hearing the rest
+                log.exception("could not handle a supervisor event", ev=event.ev)
         if self._proc.returncode is None:
             await self._proc.wait()
         if not self._closing:

@@ -10,20 +10,21 @@ import os
 import stat
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, Literal
 
 from corral.domain.text import utf8_cut
 
 PIECE = 16 << 20
 """Bytes per request: large enough for disk speed, small enough to bound memory."""
-STREAMS = ("stdout", "stderr")
+Stream = Literal["stdout", "stderr"]
+STREAMS: tuple[Stream, ...] = ("stdout", "stderr")
 
 
 @dataclass(frozen=True)
 class Piece:
     """What to send next: `data` at `offset` of `stream` (past a gap when the cap dropped bytes)."""
 
-    stream: str
+    stream: Stream
     offset: int
     data: bytes
 
@@ -50,7 +51,7 @@ def _size(path: Path) -> int:
 class KernelLogs:
     """Offsets the manager has stored, per stream; `ended` once the kernel's processes are gone."""
 
-    def __init__(self, kernel_id: str, generation: int, files: dict[str, Path], cap: int) -> None:
+    def __init__(self, kernel_id: str, generation: int, files: dict[Stream, Path], cap: int) -> None:
         self.kernel_id = kernel_id
         self.generation = generation
         self.files = files
@@ -83,6 +84,10 @@ class KernelLogs:
             if data:
                 return Piece(stream, offset, data)
         return None
+
+    def end_piece(self) -> Piece:
+        """The empty piece that says, once the kernel ended and all was sent, that this is all."""
+        return Piece(STREAMS[0], self.offsets[STREAMS[0]], b"")
 
     def all_shipped(self) -> bool:
         """Nothing left to send (true at once for a kernel that printed nothing)."""

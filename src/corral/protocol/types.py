@@ -21,6 +21,11 @@ Offset = Annotated[int, Field(ge=0, le=2**62)]
 
 STRICT = ConfigDict(extra="forbid", strict=True)
 """Request models: unknown fields and silent type coercion (true -> 1, "5" -> 5) refused."""
+REQUEST = ConfigDict(extra="forbid", strict=True, frozen=True)
+"""The agent protocol's requests: as STRICT, and a value once built (the agent builds them)."""
+REPLY = ConfigDict(extra="forbid", frozen=True)
+"""The agent protocol's replies and the log shipment's query: unknown fields refused, and a value
+once built; not strict, since a query string's numbers and a reply's enums arrive as text."""
 
 
 def clean_text(value: str) -> str:

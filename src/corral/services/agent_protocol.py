@@ -8,19 +8,20 @@ import time
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
-
 from corral.clock import utcnow
 from corral.domain.error_record import worker_name
+from corral.domain.records import KernelRecord, KernelReport, OrderedKernel, SessionRecord
 from corral.domain.rendezvous import start_at_once
 from corral.domain.resources import ResourceError, ResourceSlots
 from corral.domain.status import TERMINAL_KERNEL, KernelStatus
-from corral.protocol.messages import LogShipment, kernel_key
+from corral.protocol.logs import LogShipment
+from corral.protocol.messages import kernel_key
+from corral.protocol.orders import KernelOrder, KernelSpec, RunAs
 from corral.services.errors import Conflict, Fenced, InvalidInput
 from corral.settings import SchedulerSettings
 from corral.store import agents, kernels, logs, order_sources, sessions
 from corral.store.db import reading, statements, transaction
-from corral.domain.records import KernelRecord, KernelReport, OrderedKernel, SessionRecord
+from corral.store.unit import Engine, Tx
 from corral.wakeup import Wakeup
 
 # Orders carry the full spec only where the agent must act on it.
@@ -32,12 +33,12 @@ class AgentProtocol:
 
     def __init__(
         self,
-        engine: AsyncEngine,
+        engine: Engine,
         cfg: SchedulerSettings,
         wakeup: Wakeup,
         log_cap: int,
         checkpoint_root: str = "",
-        reader: AsyncEngine | None = None,
+        reader: Engine | None = None,
     ) -> None:
         self._log_cap = log_cap
         self._checkpoint_root = checkpoint_root
@@ -105,7 +106,7 @@ class AgentProtocol:
             self._written.clear()
         self._written[(agent_id, epoch)] = time.monotonic()
 
-    async def _contact(self, conn: AsyncConnection, agent_id: str, epoch: int) -> bool:
+    async def _contact(self, conn: Tx, agent_id: str, epoch: int) -> bool:
         """Refuse a fenced epoch; write the contact if due.  True when written (the caller marks it
         once its transaction has committed)."""
         if self._due(agent_id, epoch):
@@ -142,7 +143,7 @@ class AgentProtocol:
 
     async def orders(
         self, agent_id: str, epoch: int, seen: str, wait: float, started: frozenset[str] = frozenset()
-    ) -> tuple[str, list[dict[str, Any]], bool]:
+    ) -> tuple[str, list[KernelOrder], bool]:
         """The agent's orders, once they differ from `seen` (or the wait is over).  Kernels the
         agent has `started` (`<kernel id>.<generation>`) get no spec: it reads none for them, and
         building one reads the session (a session per kernel, for every poll until its next
@@ -234,8 +235,8 @@ def _fingerprint(mine: list[OrderedKernel]) -> str:
 
 
 async def _orders(
-    conn: AsyncConnection, mine: list[OrderedKernel], checkpoint_root: str, started: frozenset[str]
-) -> list[dict[str, Any]]:
+    conn: Tx, mine: list[OrderedKernel], checkpoint_root: str, started: frozenset[str]
+) -> list[KernelOrder]:
     """The orders for an agent's kernels `mine` (those it should hold a process or preparation for)."""
     if not mine:
         return []
@@ -249,60 +250,60 @@ async def _orders(
     out = []
     for k in mine:
         own = spec_of.get(k.id)
-        spec = _spec(src.sessions[k.session_id], own, src, checkpoint_root) if own else {}
         out.append(
-            {
-                "kernel_id": k.id,
-                "session_id": k.session_id,
-                "rank": k.rank,
-                "generation": k.generation,
-                "status": k.status,
-                "kill": k.kill_requested,
-                "force": k.kill_forced,
-                "grace": k.kill_grace,
-                "spec": spec,
-            }
+            KernelOrder(
+                kernel_id=k.id,
+                session_id=k.session_id,
+                rank=k.rank,
+                generation=k.generation,
+                status=k.status,
+                kill=k.kill_requested,
+                force=k.kill_forced,
+                grace=k.kill_grace,
+                spec=_spec(src.sessions[k.session_id], own, src, checkpoint_root) if own else None,
+            )
         )
     return out
 
 
 def _spec(
     s: SessionRecord, k: KernelRecord, src: order_sources.OrderSources, checkpoint_root: str
-) -> dict[str, Any]:
-    hosts = [src.addresses.get(p.agent_id or "", "127.0.0.1") for p in s.kernels]
+) -> KernelSpec:
+    hosts = tuple(src.addresses.get(p.agent_id or "", "127.0.0.1") for p in s.kernels)
     master = s.kernels[0]
-    return {
-        "session_name": s.name,
-        "command": list(s.spec.command),
-        "env": dict(s.spec.env),
-        "image": s.spec.image,
-        "workdir": s.spec.workdir,
-        "resources": k.resources.to_json(),
-        "cluster_size": s.cluster_size,
-        "rank": k.rank,
-        "role": k.role,
-        "hosts": hosts,
-        "master_addr": hosts[0],
-        "master_port": master.master_port,
+    run_as = src.run_as.get(s.owner)
+    return KernelSpec(
+        session_name=s.name,
+        command=tuple(s.spec.command),
+        env=dict(s.spec.env),
+        image=s.spec.image,
+        workdir=s.spec.workdir,
+        resources=k.resources.to_json(),
+        cluster_size=s.cluster_size,
+        rank=k.rank,
+        role=k.role,
+        hosts=hosts,
+        master_addr=hosts[0],
+        master_port=master.master_port,
         # Rank 0's agent picks a free port unless one was chosen at placement.
-        "pick_master_port": k.rank == 0 and master.master_port is None,
+        pick_master_port=k.rank == 0 and master.master_port is None,
         # "Prepare and start" (one round trip, not two) when the rendezvous is known now; else the
         # kernel waits, prepared, for the start order that carries rank 0's port.
-        "start_at_once": start_at_once([p.agent_id for p in s.kernels], master.master_port),
-        "attempt": s.attempt,
-        "resume_count": s.resume_count,
-        "array_id": s.spec.array_id,
-        "array_index": s.spec.array_index,
-        "max_attempts": s.max_attempts,
-        "checkpoint_dir": f"{checkpoint_root}/{s.root_session_id}" if checkpoint_root else None,
-        "error_strategy": str(s.spec.error_strategy),
-        "gpu_devices": k.devices or [],
-        "worker_name": worker_name(k.rank),
-        "root_session_id": s.root_session_id,
-        "timeout_grace": 10.0,
+        start_at_once=start_at_once([p.agent_id for p in s.kernels], master.master_port),
+        attempt=s.attempt,
+        resume_count=s.resume_count,
+        array_id=s.spec.array_id,
+        array_index=s.spec.array_index,
+        max_attempts=s.max_attempts,
+        checkpoint_dir=f"{checkpoint_root}/{s.root_session_id}" if checkpoint_root else None,
+        error_strategy=str(s.spec.error_strategy),
+        gpu_devices=tuple(k.devices or ()),
+        worker_name=worker_name(k.rank),
+        root_session_id=s.root_session_id,
+        timeout_grace=10.0,
         # The owner's uid/gid on agents started as root (else the agent's default account).
-        "run_as": src.run_as.get(s.owner),
-    }
+        run_as=RunAs.model_validate(run_as) if run_as else None,
+    )
 
 
 def heartbeat_interval(cfg: SchedulerSettings) -> float:

@@ -8,23 +8,12 @@ from fastapi import APIRouter, Query, Request
 
 from corral.api.schemas import AgentOut
 from corral.api.state import Admin, AgentAuth, State
-from corral.protocol.messages import (
-    HealthIn,
-    HealthOut,
-    KernelOrder,
-    LeaveIn,
-    LogShipment,
-    LogsShipped,
-    OrdersIn,
-    OrdersOut,
-    RegisterIn,
-    RegisterOut,
-    ReportsIn,
-    ReportsOut,
-)
+from corral.protocol.logs import LogShipment, LogsShipped
+from corral.protocol.messages import HealthIn, HealthOut, LeaveIn, RegisterIn, RegisterOut
+from corral.protocol.orders import OrdersIn, OrdersOut
+from corral.protocol.reports import ReportsIn, ReportsOut, to_record
 from corral.services import agents as agent_service
 from corral.services.agent_protocol import heartbeat_interval
-from corral.domain.records import KernelReport
 
 router = APIRouter(prefix="/api/v1", tags=["agents"])
 
@@ -62,7 +51,7 @@ async def orders(body: OrdersIn, state: State) -> OrdersOut:
     fingerprint, found, recorded = await state.protocol.orders(
         body.agent_id, body.epoch, body.seen, body.wait, frozenset(body.started)
     )
-    return OrdersOut(fingerprint=fingerprint, orders=[KernelOrder(**o) for o in found], recorded=recorded)
+    return OrdersOut(fingerprint=fingerprint, orders=found, recorded=recorded)
 
 
 @router.post("/agent/health", response_model=HealthOut, dependencies=[AgentAuth])
@@ -88,7 +77,8 @@ async def ship_logs(query: Annotated[LogShipment, Query()], request: Request, st
 
 @router.post("/agent/reports", response_model=ReportsOut, dependencies=[AgentAuth])
 async def reports(body: ReportsIn, state: State) -> ReportsOut:
+    # The wire's reports become the domain's here, once: nothing past this route sees the wire model.
     applied, refused, recorded = await state.protocol.report(
-        body.agent_id, body.epoch, [KernelReport(**r.model_dump()) for r in body.reports]
+        body.agent_id, body.epoch, [to_record(r) for r in body.reports]
     )
     return ReportsOut(applied=applied, refused=refused, recorded=recorded)
