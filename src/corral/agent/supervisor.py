@@ -20,9 +20,8 @@ kills every kernel itself: a stopped agent still fences.  A command it cannot ca
 kernel (an "exited" event), never the supervisor.
 
 It is single-threaded (a selector over stdin and a SIGCHLD wake-up pipe), uses posix_spawn (a
-fork of this process costs more than a shell's exec: measured on this 2-core VM, 3.2 ms of CPU per
-kernel against 2.7), and writes the events of one turn of its loop in one write: it is on the path
-of every session.
+fork of this process costs more than a shell's exec), and writes the events of one turn of its
+loop in one write: it is on the path of every session.
 """
 
 from __future__ import annotations
@@ -40,20 +39,13 @@ from typing import Any
 
 from corral.agent import spawn
 from corral.agent.cgroup import CgroupError, CgroupMode, KernelCgroup
+from corral.agent.cgroup_pool import CgroupPool
+from corral.agent.proctree import children_of, pgid, rss, signal_all
 
 PR_SET_CHILD_SUBREAPER = 36
 TICK = 0.1
 FLUSH_EVERY = 0.002
 """Within a batch of commands, events are written at least this often (seconds)."""
-KEEP_CGROUPS = 64
-"""Emptied kernel cgroups kept at most, for the next kernels to start in (_cgroup)."""
-LOOK_AT = 4
-"""Kept cgroups a start looks at, the last kept first (each costs a read of its charge)."""
-SHARE_OF_LIMIT = 16
-"""A kept cgroup is given to a kernel with a memory limit only if what is still charged to it is at
-most this fraction of the limit (1/16)."""
-
-
 # Every signal a kernel's first process gets at its default disposition, whatever the agent inherited
 # (a background job or nohup ignores SIGINT, SIGQUIT, SIGHUP; Python ignores SIGPIPE, SIGXFSZ; this
 # process ignores SIGTERM): as Slurm's step daemon does.  glibc's posix_spawn alone sets its own two
@@ -87,47 +79,6 @@ def _subreaper() -> None:
         pass
 
 
-def _children_of(pids: set[int]) -> set[int]:
-    """Descendants of `pids` by /proc ancestry (watchdog mode only: it scans the process table)."""
-    parent: dict[int, int] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat", "rb") as f:
-                    stat = f.read()
-                parent[int(entry)] = int(stat[stat.rindex(b")") + 2 :].split()[1])
-            except (OSError, ValueError):
-                continue
-    found, frontier = set(), set(pids)
-    while frontier:
-        frontier = {p for p, pp in parent.items() if pp in frontier and p not in found}
-        found |= frontier
-    return found
-
-
-def _rss(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        return 0
-
-
-def _pgid(pid: int) -> int:
-    try:
-        return os.getpgid(pid)
-    except (ProcessLookupError, PermissionError):
-        return -1
-
-
-def _signal(pids: set[int] | list[int], sig: int) -> None:
-    for pid in pids:
-        try:
-            os.kill(pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
-
-
 class Supervisor:
     def __init__(self, mode: CgroupMode) -> None:
         self.mode = mode
@@ -138,13 +89,11 @@ class Supervisor:
         self._flushed = time.monotonic()
         # Needed to join cgroups or change account; an unprivileged supervisor without cgroups does neither.
         self.helper = spawn.helper() if os.geteuid() == 0 or mode.kind != "watchdog" else None
-        self._idle: list[KernelCgroup] = []
-        """Emptied kernel cgroups kept for the next kernels (_cgroup)."""
-        self._keeps = os.geteuid() == 0
+        self.cgroups = CgroupPool(mode)
 
     def emit(self, event: dict[str, Any]) -> None:
-        """Queued: `flush` writes a turn's events at once (a write to the pipe per event was a fifth
-        of the supervisor's time under load)."""
+        """Queued: `flush` writes a turn's events at once (a write to the pipe per event would be a
+        large share of the supervisor's time under load)."""
         self._events.append(json.dumps(event))
 
     def flush(self) -> None:
@@ -167,7 +116,7 @@ class Supervisor:
         command, env, cwd = list(cmd["command"]), dict(cmd["env"]), str(cmd["cwd"])
         out, err = cmd["stdout"], cmd["stderr"]
         grace = float(cmd.get("grace", 10.0))  # before the start: nothing may fail after it
-        cgroup = self._cgroup(key, mem or None, float(cmd.get("cpus") or 0) or None)
+        cgroup = self.cgroups.take(key, mem or None, float(cmd.get("cpus") or 0) or None)
         before = cpu_before = 0
         if cgroup is not None:
             try:
@@ -217,43 +166,6 @@ class Supervisor:
             key, pid, cgroup, before, mem, grace, started=time.monotonic(), cpu_before=cpu_before
         )
         self.emit({"ev": "started", "key": key, "pid": pid})
-
-    def _cgroup(self, key: str, mem: int | None, cpus: float | None) -> KernelCgroup | None:
-        """A kernel's cgroups with its limits: an emptied one kept from an earlier kernel, else new.
-        Making and removing them was half of what starting a short kernel cost the machine (cgroup
-        v1: a memory, a cpu and a cpuacct directory, each made and torn down by the OS)."""
-        for kept in self._idle[-LOOK_AT:][::-1]:
-            self._idle.remove(kept)
-            try:
-                kept.check()  # removed behind our back (its join would fail): forgotten, not handed out
-                # What is still charged to it counts against this kernel's limit: a sixteenth at most.
-                if not mem or kept.charge() * SHARE_OF_LIMIT <= mem:
-                    kept.limit(mem, cpus)
-                    return kept
-                if len(self._idle) + 1 < KEEP_CGROUPS:
-                    self._idle.insert(0, kept)  # for a kernel with a larger limit, or none
-                    continue
-            except (OSError, ValueError):
-                pass
-            kept.remove()  # unusable, or making room for the new one
-        cgroup = KernelCgroup.of(self.mode, key)
-        if cgroup is not None:
-            try:
-                cgroup.create(mem, cpus)
-            except BaseException:
-                cgroup.remove()
-                raise
-        return cgroup
-
-    def _done_with(self, cgroup: KernelCgroup, empty: bool = False) -> None:
-        """Kept for the next kernel when nothing runs in it and little is charged to it.  Only by a
-        root supervisor: its cgroups' files are root's, out of the kernels' reach (unprivileged,
-        the agent's delegated tree is its kernels' account's too, who could raise a limit there
-        that the next kernel would inherit)."""
-        if self._keeps and len(self._idle) < KEEP_CGROUPS and cgroup.reusable(empty):
-            self._idle.append(cgroup)
-        else:
-            cgroup.remove()
 
     def _spawn_failed(
         self, cmd: dict[str, Any], cgroup: KernelCgroup | None, code: int, why: str, said: str = ""
@@ -311,7 +223,7 @@ class Supervisor:
     def _tree(self, k: Kernel) -> set[int]:
         if k.cgroup is not None:
             return set(k.cgroup.pids())
-        k.members |= _children_of({k.pid})
+        k.members |= children_of({k.pid})
         return {k.pid, *k.members}
 
     def _signal_tree(self, k: Kernel, sig: int) -> None:
@@ -322,7 +234,7 @@ class Supervisor:
             os.killpg(k.pid, sig)  # the kernel's session/process group (it was started with setsid)
         except (ProcessLookupError, PermissionError):
             pass
-        _signal({p for p in tree if _pgid(p) != k.pid}, sig)  # those that left its group (setsid)
+        signal_all({p for p in tree if pgid(p) != k.pid}, sig)  # those that left its group (setsid)
 
     def _finish(self, k: Kernel, status: int) -> None:
         exited_at = time.time_ns()
@@ -332,7 +244,7 @@ class Supervisor:
             rest = tree - {k.pid}
             if not rest:
                 break
-            _signal(rest, signal.SIGKILL)
+            signal_all(rest, signal.SIGKILL)
             self._reap()
             self.flush()  # what is known goes out before this waits
             time.sleep(0.005)
@@ -348,7 +260,7 @@ class Supervisor:
             except (OSError, ValueError):
                 after, usage = k.cgroup.oom_kills(), k.cgroup.cpu_usage_ns()
                 k.cgroup.counted = None
-            self._done_with(k.cgroup, empty)
+            self.cgroups.give_back(k.cgroup, empty)
         if usage is not None:
             usage -= k.cpu_before  # a kept cgroup's counter started with its earlier kernels'
         self.emit(
@@ -392,23 +304,21 @@ class Supervisor:
                 self._signal_tree(k, signal.SIGKILL)
             if (k.cgroup is None or k.cgroup.path is None) and k.mem_limit:
                 tree = self._tree(k)
-                if sum(_rss(p) for p in tree) > k.mem_limit:
+                if sum(rss(p) for p in tree) > k.mem_limit:
                     k.watchdog_oom = True
-                    _signal(tree, signal.SIGKILL)
+                    signal_all(tree, signal.SIGKILL)
 
     def shutdown(self) -> None:
         """The agent is gone: nothing it started may outlive it."""
         for k in list(self.kernels.values()):
             k.by_us = True
             self._signal_tree(k, signal.SIGKILL)
-        _signal(_children_of({os.getpid()}), signal.SIGKILL)
+        signal_all(children_of({os.getpid()}), signal.SIGKILL)
         deadline = time.monotonic() + 5
         while self.kernels and time.monotonic() < deadline:
             self._reap()
             time.sleep(0.01)
-        for cgroup in self._idle:
-            cgroup.remove()  # so that the agent can remove its own (release)
-        self._idle.clear()
+        self.cgroups.clear()  # so that the agent can remove its own (release)
 
     # --- loop ------------------------------------------------------------------------------
     def run(self) -> int:
