@@ -10,6 +10,7 @@ import pytest
 from sqlalchemy import update
 
 from corral.domain.judge import PhaseLimits
+from corral.domain.records import NewSession
 from corral.domain.spec import SessionSpec
 from corral.domain.status import SessionStatus
 from corral.manager.coordinator import Coordinator
@@ -17,7 +18,6 @@ from corral.manager.handlers.expire_pulling import ExpirePulling
 from corral.manager.handlers.schedule_new import ScheduleNewSessions
 from corral.store import journal, sessions
 from corral.store.db import transaction
-from corral.domain.records import NewSession
 from corral.store.tables import sessions as session_table
 from tests.conftest import BACKENDS
 from tests.support.db import migrated

@@ -84,7 +84,7 @@ def fuzz(op: Any, http: requests.Session, headers: dict[str, str], examples: int
 
 def _operations() -> list[tuple[str, str]]:
     """Every (METHOD, path) of the API, from the app itself (no server needed to collect)."""
-    from corral.api.app import create_app
+    from corral.boot.manager_app import create_app
 
     paths = create_app().openapi()["paths"]
     methods = {"get", "put", "post", "delete", "patch"}

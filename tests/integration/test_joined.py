@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 from sqlalchemy import event, select, update
 
+from corral.domain.records import NewSession
 from corral.domain.spec import SessionSpec
 from corral.store import agents, order_sources, sessions, users
 from corral.store.db import IN_CHUNK, transaction
-from corral.domain.records import NewSession
 from corral.store.tables import kernels as kernel_table
 from corral.store.tables import sessions as session_table
 from tests.conftest import BACKENDS

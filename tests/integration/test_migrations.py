@@ -20,6 +20,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from corral.domain.records import NewSession, Principal, SessionRecord
 from corral.domain.resources import ResourceSlots
 from corral.domain.spec import SessionSpec
 from corral.domain.status import TERMINAL_KERNEL, KernelStatus
@@ -27,9 +28,7 @@ from corral.services import sessions as session_service
 from corral.store import auth
 from corral.store import kernels as kernel_store
 from corral.store import sessions as session_rows
-from corral.store.auth import Principal
 from corral.store.db import make_engine, reading, transaction, upgrade
-from corral.domain.records import NewSession, SessionRecord
 from corral.store.tables import kernels, metadata, sessions
 from tests.conftest import BACKENDS
 from tests.support.db import migrated, register_agent

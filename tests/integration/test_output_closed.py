@@ -9,10 +9,10 @@ from collections.abc import Callable
 import pytest
 from sqlalchemy import select, update
 
+from corral.domain.records import NewSession
 from corral.domain.spec import SessionSpec
 from corral.store import agents, kernels, sessions
 from corral.store.db import transaction
-from corral.domain.records import NewSession
 from corral.store.tables import kernels as kernel_table
 from tests.conftest import BACKENDS
 from tests.integration.test_bounds import NOW

@@ -11,6 +11,7 @@ import pytest
 
 from corral.clock import utcnow
 from corral.domain.judge import PhaseLimits
+from corral.domain.records import KernelReport, Principal, SessionRecord
 from corral.domain.resources import ResourceSlots
 from corral.domain.spec import SessionSpec
 from corral.domain.status import KernelStatus, SessionStatus
@@ -23,9 +24,7 @@ from corral.services import sessions as session_service
 from corral.services.agent_protocol import AgentProtocol
 from corral.settings import SchedulerSettings
 from corral.store import auth, journal, sessions
-from corral.store.auth import Principal
 from corral.store.db import reading, transaction
-from corral.domain.records import KernelReport, SessionRecord
 from corral.wakeup import Wakeup
 from tests.conftest import BACKENDS
 from tests.support.db import migrated, register_agent

@@ -11,6 +11,7 @@ import pytest
 from sqlalchemy import func, select
 
 from corral.domain.judge import PhaseLimits
+from corral.domain.records import NewSession, SessionRecord
 from corral.domain.resources import ResourceSlots
 from corral.domain.spec import SessionSpec
 from corral.manager.coordinator import Coordinator
@@ -18,7 +19,6 @@ from corral.manager.handlers.base import HandlerContext, LifecycleResult
 from corral.manager.handlers.schedule_new import ScheduleNewSessions
 from corral.store import sessions
 from corral.store.db import make_engine, transaction, upgrade
-from corral.domain.records import NewSession, SessionRecord
 from corral.store.tables import allocations
 from tests.conftest import BACKENDS
 from tests.support.db import register_agent

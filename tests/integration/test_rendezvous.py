@@ -19,6 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from corral.domain.judge import PhaseLimits
 from corral.domain.placement import Placement
+from corral.domain.records import KernelReport, Move, NewSession
 from corral.domain.spec import SessionSpec
 from corral.domain.status import KernelStatus, SessionStatus
 from corral.manager.coordinator import Coordinator
@@ -27,7 +28,6 @@ from corral.services.agent_protocol import AgentProtocol
 from corral.settings import SchedulerSettings
 from corral.store import journal, kernels, sessions
 from corral.store.db import transaction
-from corral.domain.records import KernelReport, Move, NewSession
 from corral.store.tables import agents as agent_rows
 from corral.store.tables import allocations
 from corral.wakeup import Wakeup

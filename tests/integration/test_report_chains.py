@@ -19,10 +19,10 @@ from hypothesis import HealthCheck, example, given, settings
 from sqlalchemy import select, update
 
 from corral.domain.cause import TerminationReason
+from corral.domain.records import KernelReport
 from corral.domain.status import KernelStatus
 from corral.store import kernels
 from corral.store.db import statements, transaction
-from corral.domain.records import KernelReport
 from corral.store.tables import allocations
 from corral.store.tables import kernels as kernel_table
 from corral.store.tables import sessions as session_table

@@ -14,11 +14,11 @@ import pytest
 from sqlalchemy import event, select, text, update
 
 from corral.domain.cause import TerminationReason
+from corral.domain.records import KernelReport, Move
 from corral.domain.status import KernelStatus, SessionStatus
 from corral.services.errors import Fenced
 from corral.store import agents, sessions
 from corral.store.db import statements, transaction
-from corral.domain.records import KernelReport, Move
 from corral.store.tables import agents as agent_table
 from corral.store.tables import allocations
 from corral.store.tables import kernels as kernel_table

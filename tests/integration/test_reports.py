@@ -14,6 +14,7 @@ from sqlalchemy import event, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from corral.domain.judge import PhaseLimits
+from corral.domain.records import KernelRecord, KernelReport, Move, NewSession
 from corral.domain.spec import SessionSpec
 from corral.domain.status import KernelStatus, SessionStatus
 from corral.manager.coordinator import Coordinator
@@ -22,7 +23,6 @@ from corral.services.agent_protocol import AgentProtocol
 from corral.settings import SchedulerSettings
 from corral.store import logs, sessions
 from corral.store.db import transaction
-from corral.domain.records import KernelRecord, KernelReport, Move, NewSession
 from corral.store.tables import kernels as kernels_table
 from corral.wakeup import Wakeup
 from tests.conftest import BACKENDS

@@ -12,12 +12,12 @@ from datetime import UTC, datetime
 import pytest
 from sqlalchemy import select, update
 
+from corral.domain.records import NewSession
 from corral.domain.spec import SessionSpec
 from corral.manager import retry_engine
 from corral.manager.retry_engine import RetryEngine
 from corral.store import journal, sessions
 from corral.store.db import transaction
-from corral.domain.records import NewSession
 from corral.store.tables import sessions as session_table
 from corral.wakeup import Wakeup
 from tests.support.db import migrated

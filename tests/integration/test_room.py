@@ -11,6 +11,7 @@ from sqlalchemy import event, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.domain.judge import PhaseLimits
+from corral.domain.records import NewSession, SessionRecord
 from corral.domain.resources import ResourceSlots
 from corral.domain.scheduling import StatusTransitions
 from corral.domain.spec import SessionSpec
@@ -24,7 +25,6 @@ from corral.manager.loop import SchedulerLoop
 from corral.settings import SchedulerSettings
 from corral.store import agents, journal, kernels, sessions
 from corral.store.db import transaction
-from corral.domain.records import NewSession, SessionRecord
 from corral.store.tables import agents as agent_table
 from corral.store.tables import kernels as kernel_table
 from corral.store.tables import sessions as session_table

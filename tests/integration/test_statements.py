@@ -18,13 +18,13 @@ from sqlalchemy.dialects.sqlite.aiosqlite import SQLiteDialect_aiosqlite as SQLi
 from sqlalchemy.exc import DBAPIError
 
 from corral.domain.placement import Placement
+from corral.domain.records import Move, NewSession
 from corral.domain.resources import ResourceSlots
 from corral.domain.spec import Backoff, RetryPolicy, SessionSpec
 from corral.domain.status import KernelStatus, SessionStatus
 from corral.store import agents as agent_store
 from corral.store import bulk, driver_rows, journal, kernels, sessions
 from corral.store.db import transaction
-from corral.domain.records import Move, NewSession
 from corral.store.tables import UNSHIPPED, allocations, session_events, session_history
 from corral.store.tables import agents as agent_table
 from corral.store.tables import kernels as kernel_table

@@ -26,6 +26,7 @@ from corral.domain.failure import kernel_conditions
 from corral.domain.final import failure_records
 from corral.domain.placement import PlacementStrategy
 from corral.domain.priority import PRIORITY_MAX, PRIORITY_MIN
+from corral.domain.records import AgentRecord, HistoryRecord, KernelRecord, SessionRecord
 from corral.domain.resources import ResourceError, ResourceSlots
 from corral.domain.retry import RETRY_KEY_MARK, AttemptBrief, shown_retry_state
 from corral.domain.root_cause import default_strategy, is_side_effect, ordered
@@ -44,7 +45,6 @@ from corral.domain.spec import (
 from corral.protocol.types import STRICT, Amount, Name, SlotName, Text, clean_text
 from corral.services.errors import InvalidInput
 from corral.services.logs import LogPage
-from corral.domain.records import AgentRecord, HistoryRecord, KernelRecord, SessionRecord
 
 # Documented limits (README "Limits"): a request past them is refused with 422 naming the field.
 MAX_COMMAND_ARGS = 4096

@@ -8,13 +8,12 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
-from corral.services import users
+from corral.domain.records import Principal
+from corral.services import Engine, users
 from corral.services.agent_protocol import AgentProtocol
 from corral.services.errors import Forbidden, Unauthorized
 from corral.services.intake import Intake
 from corral.settings import ManagerSettings, SchedulerSettings
-from corral.store.auth import Principal
-from corral.store.unit import Engine
 from corral.wakeup import Wakeup
 
 

@@ -2,79 +2,17 @@
 
 from __future__ import annotations
 
-import json
-import os
-import re
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any
 
 import httpx
 import typer
 
-if TYPE_CHECKING:
-    from pydantic_settings import BaseSettings
-
-S = TypeVar("S", bound="BaseSettings")
-
-
-def config_path() -> Path:
-    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
-    return Path(os.environ.get("CORRAL_CONFIG") or Path(base) / "corral" / "config.json")
-
-
-def save_config(url: str, api_key: str) -> Path:
-    path = config_path()
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    os.fchmod(fd, 0o600)  # never readable by others, not even for a moment
-    with os.fdopen(fd, "w") as f:
-        f.write(json.dumps({"url": url, "api_key": api_key}, indent=2) + "\n")
-    return path
-
-
-def load_saved() -> tuple[str, str]:
-    """The URL and key `corral up` saved ('' when none)."""
-    saved: dict[str, str] = {}
-    path = config_path()
-    if path.is_file():
-        try:
-            saved = json.loads(path.read_text())
-        except ValueError:
-            saved = {}
-    if not isinstance(saved, dict):
-        saved = {}
-    return str(saved.get("url") or ""), str(saved.get("api_key") or "")
-
-
-def load_config() -> tuple[str, str]:
-    saved_url, saved_key = load_saved()
-    url = os.environ.get("CORRAL_URL") or saved_url or "http://127.0.0.1:8470"
-    key = os.environ.get("CORRAL_API_KEY") or saved_key
-    return url, key
+from corral.saved_config import config_path, load_config
 
 
 def fail(message: str, code: int = 1) -> typer.Exit:
     typer.echo(f"error: {message}", err=True)
     return typer.Exit(code)
-
-
-def from_env(kind: type[S], **given: Any) -> S:
-    """Settings read from the environment (and `given`); one that does not parse or is out of range
-    exits 2 naming its variable and what is wrong, never its value (it may be a secret)."""
-    from pydantic import ValidationError
-    from pydantic_settings import SettingsError
-
-    prefix = str(kind.model_config.get("env_prefix", ""))
-    try:
-        return kind(**given)
-    except ValidationError as exc:
-        wrong = [(str(e["loc"][0]), e["msg"]) for e in exc.errors(include_input=False)]
-    except SettingsError as exc:  # a value that is not JSON where JSON is read (a mapping)
-        found = re.search(r'field "(\w+)"', str(exc))
-        wrong = [(found.group(1) if found else "?", "not valid JSON")]
-    for field, message in wrong:
-        typer.echo(f"error: {prefix}{field.upper()}: {message}", err=True)
-    raise typer.Exit(2)
 
 
 class Api:

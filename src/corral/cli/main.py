@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import os
-import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from corral.cli import admin, arrays, groups, session, users
-from corral.cli.client import Api, fail, from_env, load_saved, save_config
+from corral.cli.client import Api
 from corral.cli.output import Format, OutputOpt, binary_size, emit
 from corral.cli.run import run
 
@@ -80,67 +78,23 @@ def up(
     Stops cleanly (agents, their kernels, then the manager; exit 0) on SIGTERM, SIGINT or SIGHUP.
     Its files (database, keys, kernel logs) are readable by their owner only.
     """
-    from corral.agent.identity import IdentityError, KernelIdentity, ensure_account
-    from corral.agent.settings import AgentSettings
-    from corral.cli.serve import agent_token_file, kernel_tree, private_dir, serve_embedded
-    from corral.logsetup import add_secret
-    from corral.settings import ManagerSettings, SchedulerSettings, data_dir
-    from corral.store.auth import new_key
+    from corral.boot.up import up as start
 
-    os.umask(0o077)
-    # Read first: a bad setting stops `up` before it makes an account, a key or a directory (its
-    # agents read theirs from the same environment).
-    settings, scheduler = from_env(ManagerSettings, host=host, port=port), from_env(SchedulerSettings)
-    agent_cfg = from_env(AgentSettings)
-    data = private_dir(data_dir())
-    url = f"http://{host}:{port}"
-    saved_url, saved_key = load_saved()
-    key = saved_key if saved_key and saved_url == url and not rotate_key else new_key()
-    token = agent_token_file(data)
-    add_secret(key, token)
-    try:
-        created = ensure_account()
-        # What the agents will enforce, resolved as they resolve it: the banner never guesses.
-        identity = KernelIdentity.resolve(agent_cfg.kernel_user, agent_cfg.allow_root_kernels)
-    except IdentityError as exc:
-        raise fail(str(exc)) from None
-    if created:
-        typer.echo(f"corral: {created}", err=True)
-    kernels = kernel_tree(data)
-    settings.agent_token, settings.bootstrap_admin_key, settings.rotate_admin_key = token, key, rotate_key
-    # Every local agent sees the same checkpoint directory per retry chain.
-    settings.checkpoint_root = str(kernels / "checkpoints")
-    if kernels != data:
-        typer.echo(f"kernels run as {identity.info()['kernel_user']}; their files are in {kernels}", err=True)
-    cfg = save_config(url, key)
-    typer.echo(f"Corral is starting at {url} with {agents} local agent(s); data in {data}", err=True)
-    if key == saved_key:
-        # Shown in full only when minted: a restart's output (often a service log) never holds it.
-        typer.echo(f"admin API key: {key[:8]}... as before (in {cfg}; --rotate-key for a new one)", err=True)
-    else:
-        what = "new admin API key (older ones revoked)" if rotate_key else "admin API key"
-        typer.echo(f"{what}: {key}  (saved for the CLI in {cfg})", err=True)
-    typer.echo(f"From another shell:  {_this_command()} run -- python3 -c 'print(42)'", err=True)
-    from corral.services.cluster import StartupError
+    with _booting():
+        start(agents, port, host, rotate_key)
+
+
+@contextlib.contextmanager
+def _booting() -> Iterator[None]:
+    """A process boot/ refuses to start: its lines on stderr and its exit status, no traceback."""
+    from corral.boot.failure import BootFailure
 
     try:
-        with contextlib.suppress(KeyboardInterrupt):
-            asyncio.run(serve_embedded(settings, scheduler, agents, kernels))
-    except StartupError as exc:
-        raise fail(str(exc)) from None
-
-
-def _this_command() -> str:
-    """How to run this very Corral from another shell: `corral` if that is what PATH finds, else the
-    script's full path, else this interpreter with -m (however Corral was installed)."""
-    import shlex
-    import shutil
-
-    script = Path(sys.argv[0]).resolve() if sys.argv and sys.argv[0] else None
-    if script is not None and script.name == "corral" and script.is_file():
-        found = shutil.which("corral")
-        return "corral" if found and Path(found).resolve() == script else shlex.quote(str(script))
-    return f"{shlex.quote(sys.executable)} -m corral"
+        yield
+    except BootFailure as exc:
+        for line in exc.lines:
+            typer.echo(f"error: {line}", err=True)
+        raise typer.Exit(exc.code) from None
 
 
 @app.command()
@@ -150,24 +104,10 @@ def manager(
     port: Annotated[int | None, typer.Option(help="port to listen on")] = None,
 ) -> None:
     """Run a manager (API + scheduling loops); settings from CORRAL_* variables."""
-    from corral.cli.serve import serve_manager
-    from corral.services.cluster import StartupError
-    from corral.settings import ManagerSettings, SchedulerSettings
+    from corral.boot.manager import manager as start
 
-    settings, scheduler = from_env(ManagerSettings), from_env(SchedulerSettings)
-    for attr, value in (("database_url", database_url), ("host", host), ("port", port)):
-        if value is not None:
-            setattr(settings, attr, value)
-    if not settings.agent_token:
-        raise fail("set CORRAL_AGENT_TOKEN: agents must present it to register")
-    from corral.logsetup import add_secret
-
-    os.umask(0o077)
-    add_secret(settings.agent_token, settings.bootstrap_admin_key)
-    try:
-        serve_manager(settings, scheduler)
-    except StartupError as exc:
-        raise fail(str(exc)) from None
+    with _booting():
+        start(database_url, host, port)
 
 
 @agent_app.callback(invoke_without_command=True)
@@ -211,13 +151,11 @@ def agent(
     """
     if ctx.invoked_subcommand is not None:
         return
-    from corral.agent.agent import Agent
-    from corral.agent.settings import AgentSettings
+    from corral.boot.agent import agent as start
 
-    cfg = from_env(AgentSettings)
     overrides = {
         "manager": manager,
-        "token": token or os.environ.get("CORRAL_AGENT_TOKEN"),
+        "token": token,
         "id": agent_id,
         "resource_group": resource_group,
         "cpu": cpu,
@@ -230,50 +168,8 @@ def agent(
         "allow_root_kernels": allow_root_kernels or None,
         "rendezvous_ports": rendezvous_ports,
     }
-    for attr, value in overrides.items():
-        if value is not None:
-            setattr(cfg, attr, value)
-    if not cfg.token:
-        raise fail("an agent needs CORRAL_AGENT_TOKEN (or --token)")
-    if cfg.rendezvous_ports:
-        from corral.agent.capacity import ephemeral_ports
-        from corral.domain.rendezvous import overlap, parse_port_range
-
-        try:
-            ports = parse_port_range(cfg.rendezvous_ports)
-        except ValueError as exc:
-            raise fail(f"--rendezvous-ports: {exc}") from None
-        ephemeral = ephemeral_ports()
-        if ephemeral is not None and overlap(ports, ephemeral):
-            # Other programs (and the ports agents pick) come from there: a gang's port could be taken.
-            raise fail(
-                f"--rendezvous-ports: {cfg.rendezvous_ports} overlaps this host's ephemeral ports"
-                f" {ephemeral[0]}-{ephemeral[1]}; choose a range outside it"
-            )
-    from corral.logsetup import add_secret
-
-    add_secret(cfg.token)
-    from corral.agent.identity import IdentityError
-
-    try:
-        asyncio.run(_run_agent(Agent(cfg)))
-    except IdentityError as exc:
-        raise fail(str(exc)) from None
-
-
-async def _run_agent(agent: object) -> None:
-    import signal
-
-    from corral.agent.agent import Agent
-    from corral.waits import STOP_WAIT, exit_when_stuck
-
-    assert isinstance(agent, Agent)
-    loop = asyncio.get_running_loop()
-    async with agent:
-        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-            loop.add_signal_handler(sig, agent.request_stop)
-        await agent.run()
-    await exit_when_stuck(STOP_WAIT)
+    with _booting():
+        start(overrides)
 
 
 @agent_app.command("list")
@@ -313,20 +209,10 @@ def agent_list(output: Format = OutputOpt) -> None:
 @db.command()
 def upgrade(database_url: DatabaseOpt = None) -> None:
     """Apply database migrations (idempotent)."""
-    from corral.settings import ManagerSettings
-    from corral.store.db import make_engine
-    from corral.store.db import upgrade as do_upgrade
+    from corral.boot.manager import upgrade as start
 
-    url = database_url or from_env(ManagerSettings).resolved_database_url()
-
-    async def go() -> None:
-        engine = make_engine(url)
-        try:
-            await do_upgrade(engine)
-        finally:
-            await engine.dispose()
-
-    asyncio.run(go())
+    with _booting():
+        start(database_url)
     typer.echo("database is up to date", err=True)
 
 

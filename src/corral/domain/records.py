@@ -359,3 +359,17 @@ class ApiKeyRecord:
     id: str
     prefix: str
     created_at: datetime
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who is calling: an authenticated user, with the projects whose sessions it may see."""
+
+    user_id: str
+    name: str
+    role: str
+    projects: frozenset[str]
+
+    @property
+    def is_admin(self) -> bool:
+        return self.role == "admin"

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from corral.domain.records import AgentRecord
+from corral.domain.records import AgentRecord, Principal
 from corral.services.errors import Forbidden
 from corral.store import agents
-from corral.store.auth import Principal
 from corral.store.db import reading
 from corral.store.unit import Engine
 

@@ -12,13 +12,12 @@ from corral.clock import utcnow
 from corral.domain.arrays import describe, element_creation_id, element_name
 from corral.domain.cause import TerminationReason
 from corral.domain.errors import Duplicate
-from corral.domain.records import NewSession, SessionRecord
+from corral.domain.records import NewSession, Principal, SessionRecord
 from corral.domain.spec import SessionSpec
 from corral.domain.status import TERMINAL_SESSION, SessionResult
 from corral.services import sessions as session_service
 from corral.services.errors import Conflict, CorralError, InvalidInput, NotFound
 from corral.store import arrays, journal, retries, sessions
-from corral.store.auth import Principal
 from corral.store.db import reading, transaction
 from corral.store.unit import Engine, Tx
 

@@ -8,10 +8,9 @@ from typing import Any
 from corral.clock import utcnow
 from corral.domain.cluster import nested, settings_of, values_of
 from corral.domain.policy import PolicyError
-from corral.domain.records import AuditRecord
+from corral.domain.records import AuditRecord, Principal
 from corral.services.errors import InvalidInput
 from corral.store import config
-from corral.store.auth import Principal
 from corral.store.db import reading, transaction
 from corral.store.unit import Engine
 

@@ -5,10 +5,9 @@ from __future__ import annotations
 import asyncio
 import time
 
-from corral.domain.records import EventRecord
+from corral.domain.records import EventRecord, Principal
 from corral.services.short_ids import full_id
 from corral.store import retries
-from corral.store.auth import Principal
 from corral.store.db import reading
 from corral.store.unit import Engine
 

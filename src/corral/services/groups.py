@@ -7,9 +7,9 @@ from typing import Any
 
 from corral.clock import utcnow
 from corral.domain.preemption import group_settings
+from corral.domain.records import Principal
 from corral.services.errors import NotFound
 from corral.store import agents, config, preemption
-from corral.store.auth import Principal
 from corral.store.db import reading, transaction
 from corral.store.unit import Engine
 

@@ -18,13 +18,12 @@ from typing import Any
 
 from corral.clock import utcnow
 from corral.domain.errors import Unavailable
-from corral.domain.records import NewSession, SessionRecord
+from corral.domain.records import NewSession, Principal, SessionRecord
 from corral.services import sessions as session_service
 from corral.services import users
 from corral.services.arrays import BulkItem
 from corral.services.errors import CorralError
 from corral.store import auth, sessions
-from corral.store.auth import Principal
 from corral.store.db import autocommitting, reading, statements, translated
 from corral.store.unit import Engine, Tx
 

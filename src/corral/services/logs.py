@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from corral.domain.records import SessionRecord
+from corral.domain.records import Principal, SessionRecord
 from corral.domain.status import TERMINAL_SESSION
 from corral.services import sessions as session_service
 from corral.store import agents, logs
-from corral.store.auth import Principal
 from corral.store.db import reading
 from corral.store.logs import LogChunk
 from corral.store.unit import Engine

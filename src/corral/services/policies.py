@@ -10,10 +10,9 @@ from corral.clock import utcnow
 from corral.domain.errors import Duplicate
 from corral.domain.policy import PolicyError, policy_from
 from corral.domain.priority import PriorityRules, overlay
-from corral.domain.records import ProjectRecord
+from corral.domain.records import Principal, ProjectRecord
 from corral.services.errors import Conflict, InvalidInput, NotFound
 from corral.store import config
-from corral.store.auth import Principal
 from corral.store.db import reading, transaction
 from corral.store.unit import Engine, Tx
 

@@ -14,7 +14,7 @@ from corral.domain.cause import NEVER_RETRIABLE, TerminationReason
 from corral.domain.cluster import values_of
 from corral.domain.errors import Duplicate
 from corral.domain.priority import PriorityRefused, choose, effective
-from corral.domain.records import HistoryRecord, NewSession, SessionRecord
+from corral.domain.records import HistoryRecord, NewSession, Principal, SessionRecord
 from corral.domain.resources import BUILTIN_SLOTS, ResourceSlots
 from corral.domain.retry import attempt_creation_id, attempt_name
 from corral.domain.spec import UNNAMED_PROJECT, RetryPolicy, SessionSpec, SessionType
@@ -23,7 +23,6 @@ from corral.services import policies
 from corral.services.errors import Conflict, Forbidden, InvalidInput, NotFound
 from corral.services.short_ids import full_id
 from corral.store import agents, auth, config, journal, retries, sessions, users
-from corral.store.auth import Principal
 from corral.store.db import reading, savepoint, statements, transaction
 from corral.store.unit import Engine, Tx
 

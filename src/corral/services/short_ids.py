@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import re
 
+from corral.domain.records import Principal
 from corral.services.errors import Conflict, NotFound
 from corral.store import session_ids
-from corral.store.auth import Principal
 from corral.store.unit import Tx
 
 SHORT_ID = re.compile(r"^[0-9a-f][0-9a-f-]*$")

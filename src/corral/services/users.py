@@ -8,11 +8,11 @@ from typing import Any
 from corral.clock import utcnow
 from corral.domain.errors import Duplicate
 from corral.domain.priority import effective
-from corral.domain.records import ApiKeyRecord, UserRecord
+from corral.domain.records import ApiKeyRecord, Principal, UserRecord
 from corral.services.errors import Conflict, InvalidInput, NotFound, Unauthorized
 from corral.services.policies import check_priority_rules
 from corral.store import auth, config, users
-from corral.store.auth import Principal, new_key
+from corral.store.auth import new_key
 from corral.store.db import reading, transaction
 from corral.store.unit import Engine, Tx
 

@@ -6,28 +6,14 @@ import hashlib
 import secrets
 import uuid
 from collections.abc import Iterable
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy import bindparam, delete, insert, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from corral.domain.records import Principal
 from corral.store.tables import api_keys, project_members, projects, users
-
-
-@dataclass(frozen=True)
-class Principal:
-    """Who is calling."""
-
-    user_id: str
-    name: str
-    role: str
-    projects: frozenset[str]
-
-    @property
-    def is_admin(self) -> bool:
-        return self.role == "admin"
 
 
 def hash_key(key: str) -> str:

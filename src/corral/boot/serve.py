@@ -16,8 +16,8 @@ from pathlib import Path
 import httpx
 import uvicorn
 
-from corral.api.app import create_app, prepare_database
-from corral.cli.local_agents import LocalAgents
+from corral.boot.local_agents import LocalAgents
+from corral.boot.manager_app import create_app, prepare_database
 from corral.settings import ManagerSettings, SchedulerSettings
 from corral.store.db import make_engine
 from corral.waits import STOP_WAIT, exit_when_stuck
@@ -129,7 +129,7 @@ async def serve_embedded(
     local.start()
     ready = asyncio.create_task(_say_ready(url, settings.bootstrap_admin_key, agents))
     try:
-        # Only our own stop signals end this: a dead agent is restarted (cli/local_agents.py).
+        # Only our own stop signals end this: a dead agent is restarted (boot/local_agents.py).
         while not server.should_exit and not serving.done():
             local.tick()
             await asyncio.sleep(0.2)
