@@ -23,6 +23,7 @@ from corral.domain.records import SessionRecord
 from corral.domain.resources import ResourceSlots
 from corral.domain.spec import SessionSpec
 from corral.services import intake as intake_module
+from corral.services import users
 from corral.services.errors import Conflict, InvalidInput, Unauthorized
 from corral.services.intake import BATCH_MOST, Ask, Intake
 from corral.store import auth
@@ -37,13 +38,14 @@ def _spec(n: int, **fields: Any) -> SessionSpec:
     return SessionSpec(command=("echo", str(n)), resources=ResourceSlots.parse({"cpu": 1}), **fields)
 
 
-async def _principal(engine: AsyncEngine, name: str = "alice") -> str:
-    """A new user (a member of the default project) and an API key of theirs."""
+async def _principal(engine: AsyncEngine, name: str = "alice") -> dict[str, Any]:
+    """A new user (a member of the default project) and an API key of theirs, as a request that
+    authenticated with it hands them to the intake (Ask's `key` and `who`)."""
     key = auth.new_key()
     async with transaction(engine) as conn:
         user_id = await auth.ensure_user(conn, name, "user", datetime.now(UTC))
         await auth.insert_key(conn, user_id, key, datetime.now(UTC))
-    return key
+    return {"key": key, "who": await users.identify(engine, key)}
 
 
 async def _rows(engine: AsyncEngine) -> tuple[int, int]:
@@ -65,15 +67,15 @@ async def test_creates_that_arrive_together_are_one_transaction_each_answered_al
     async with migrated(fresh_database(backend)) as engine:
         alice = await _principal(engine)
         intake = Intake(engine, busy_gap=math.inf)  # as under load: every submit waits for others
-        kept, created = await intake.create(Ask(_spec(0, creation_id="kept"), None, None, key=alice))
-        other, _ = await intake.create(Ask(_spec(0, creation_id="other"), None, None, key=alice))
+        kept, created = await intake.create(Ask(_spec(0, creation_id="kept"), None, None, **alice))
+        other, _ = await intake.create(Ask(_spec(0, creation_id="other"), None, None, **alice))
         assert created
         asks = [
-            *(Ask(_spec(i), None, None, key=alice) for i in range(1, 7)),
-            Ask(_spec(7, project="nowhere"), None, None, key=alice),
-            Ask(_spec(8, resource_group="nowhere"), None, None, key=alice),
-            Ask(_spec(0, creation_id="kept"), None, None, key=alice),
-            Ask(_spec(9, creation_id="other"), None, None, key=alice),
+            *(Ask(_spec(i), None, None, **alice) for i in range(1, 7)),
+            Ask(_spec(7, project="nowhere"), None, None, **alice),
+            Ask(_spec(8, resource_group="nowhere"), None, None, **alice),
+            Ask(_spec(0, creation_id="kept"), None, None, **alice),
+            Ask(_spec(9, creation_id="other"), None, None, **alice),
         ]
         answers = await _all(intake, asks)
 
@@ -100,9 +102,9 @@ async def test_two_requests_with_one_creation_id_in_a_batch_make_one_session(
     async with migrated(fresh_database(backend)) as engine:
         alice, bob = await _principal(engine, "alice"), await _principal(engine, "bob")
         intake = Intake(engine, busy_gap=math.inf)  # as under load: every submit waits for others
-        same = [Ask(_spec(1, creation_id="k"), None, None, key=alice) for _ in range(3)]
-        different = Ask(_spec(2, creation_id="k"), None, None, key=alice)
-        bobs = Ask(_spec(1, creation_id="k"), None, None, key=bob)  # keys are per caller
+        same = [Ask(_spec(1, creation_id="k"), None, None, **alice) for _ in range(3)]
+        different = Ask(_spec(2, creation_id="k"), None, None, **alice)
+        bobs = Ask(_spec(1, creation_id="k"), None, None, **bob)  # keys are per caller
         answers = await _all(intake, [*same, different, bobs])
 
         # They then go alone, at once: whichever commits first is the caller's one session for
@@ -130,9 +132,9 @@ async def test_a_request_that_gives_up_while_waiting_is_not_written_and_the_rest
         alice = await _principal(engine)
         intake = Intake(engine, busy_gap=math.inf)  # as under load: every submit waits for others
         # The first holds the door for one loop turn; the second gives up while it waits behind it.
-        first = asyncio.create_task(intake.create(Ask(_spec(1), None, None, key=alice)))
-        second = asyncio.create_task(intake.create(Ask(_spec(2), None, None, key=alice)))
-        third = asyncio.create_task(intake.create(Ask(_spec(3), None, None, key=alice)))
+        first = asyncio.create_task(intake.create(Ask(_spec(1), None, None, **alice)))
+        second = asyncio.create_task(intake.create(Ask(_spec(2), None, None, **alice)))
+        third = asyncio.create_task(intake.create(Ask(_spec(3), None, None, **alice)))
         await asyncio.sleep(0)
         second.cancel()
         made = [await first, await third]
@@ -142,8 +144,8 @@ async def test_a_request_that_gives_up_while_waiting_is_not_written_and_the_rest
         assert await _rows(engine) == (2, 2)
 
         # The one holding the door gives up: the others are written by the next in line.
-        leader = asyncio.create_task(intake.create(Ask(_spec(4), None, None, key=alice)))
-        others = [asyncio.create_task(intake.create(Ask(_spec(n), None, None, key=alice))) for n in (5, 6)]
+        leader = asyncio.create_task(intake.create(Ask(_spec(4), None, None, **alice)))
+        others = [asyncio.create_task(intake.create(Ask(_spec(n), None, None, **alice))) for n in (5, 6)]
         await asyncio.sleep(0)
         leader.cancel()
         with pytest.raises(asyncio.CancelledError):
@@ -168,16 +170,18 @@ async def test_a_batch_looks_its_callers_up_as_it_writes_and_refuses_only_unknow
             await auth.insert_key(conn, alice_id, second, datetime.now(UTC))
             bob_id = await auth.ensure_user(conn, "bob", "user", datetime.now(UTC))
             await auth.insert_key(conn, bob_id, revoked, datetime.now(UTC))
+        bob = {"key": revoked, "who": await users.identify(engine, revoked)}
+        second_key = {"key": second, "who": alice["who"]}
         intake = Intake(engine, busy_gap=math.inf)  # as under load: every submit waits for others
         async with transaction(engine) as conn:  # revoked after the requests were read
             await conn.execute(text("DELETE FROM api_keys WHERE user_id = :u"), {"u": bob_id})
         answers = await _all(
             intake,
             [
-                Ask(_spec(1), None, None, key=alice),
-                Ask(_spec(2), None, None, key="crl_nobody"),
-                Ask(_spec(3), None, None, key=revoked),
-                Ask(_spec(4), None, None, key=second),
+                Ask(_spec(1), None, None, **alice),
+                Ask(_spec(2), None, None, key="crl_nobody", who=alice["who"]),
+                Ask(_spec(3), None, None, **bob),
+                Ask(_spec(4), None, None, **second_key),
             ],
         )
         made, nobody, gone, other_key = answers
@@ -187,7 +191,7 @@ async def test_a_batch_looks_its_callers_up_as_it_writes_and_refuses_only_unknow
         assert not isinstance(other_key, BaseException) and other_key[0].owner == "alice"
         assert await _rows(engine) == (2, 2)
 
-        same = [Ask(_spec(5, creation_id="k"), None, None, key=k) for k in (alice, second, alice)]
+        same = [Ask(_spec(5, creation_id="k"), None, None, **k) for k in (alice, second_key, alice)]
         again = await _all(intake, same)
         assert not any(isinstance(a, BaseException) for a in again), again
         assert len({a[0].id for a in again if not isinstance(a, BaseException)}) == 1
@@ -196,62 +200,52 @@ async def test_a_batch_looks_its_callers_up_as_it_writes_and_refuses_only_unknow
 
 @asynccontextmanager
 async def _writer_held(engine: AsyncEngine, url: str) -> AsyncIterator[tuple[Intake, sqlite3.Connection]]:
-    """SQLite: an intake with its reader, as the manager has, and another process's connection
-    holding the database's write lock (BEGIN IMMEDIATE; closed, it lets go)."""
-    reader = make_reader(engine)
+    """SQLite: an intake, and another process's connection holding the database's write lock
+    (BEGIN IMMEDIATE; closed, it lets go)."""
     path = make_url(url).database
     assert path is not None
     holder = sqlite3.connect(path, isolation_level=None)
     try:
         holder.execute("BEGIN IMMEDIATE")
-        yield Intake(engine, reader, busy_gap=math.inf), holder  # as under load: every submit waits
+        yield Intake(engine, busy_gap=math.inf), holder  # as under load: every submit waits
     finally:
         holder.close()
-        await reader.dispose()
 
 
-async def test_a_batch_of_unknown_keys_never_waits_for_the_writer(
+async def test_unknown_keys_are_refused_without_waiting_for_the_writer(
     fresh_database: Callable[[str], str],
 ) -> None:
     """SQLite: while another process holds the database's write lock, requests with keys nobody
-    has are still refused at once: their batch reads its callers on a reader and, finding none,
-    never takes the writer (nor holds it from anyone else's creates)."""
+    has are still refused at once: a request's caller is read on the manager's reader, so a key
+    nobody has never reaches the intake, nor takes the writer from anyone else's creates."""
     url = fresh_database("sqlite")
     async with migrated(url) as engine:
-        async with _writer_held(engine, url) as (intake, _):
-            asks = [Ask(_spec(i), None, None, key=f"crl_nobody_{i}") for i in range(3)]
-            answers = await asyncio.wait_for(_all(intake, asks), timeout=10)
-        assert all(isinstance(a, Unauthorized) for a in answers), answers
+        reader = make_reader(engine)
+        try:
+            async with _writer_held(engine, url):
+                for i in range(3):
+                    with pytest.raises(Unauthorized):
+                        await asyncio.wait_for(users.identify(reader, f"crl_nobody_{i}"), timeout=10)
+        finally:
+            await reader.dispose()
         assert await _rows(engine) == (0, 0)
 
 
 async def test_a_key_revoked_while_its_batch_waits_for_the_writer_is_refused(
-    fresh_database: Callable[[str], str], monkeypatch: pytest.MonkeyPatch
+    fresh_database: Callable[[str], str],
 ) -> None:
-    """SQLite: a batch reads its callers on a reader, then may wait for the write lock (a cycle's
-    length); a key revoked meanwhile is refused, as the write reads its callers again."""
+    """SQLite: requests authenticated, then their batch waits for the write lock (a cycle's
+    length); a key revoked meanwhile is refused, as the write reads its keys again inside it."""
     url = fresh_database("sqlite")
-    reads: list[int] = []
-    principals_for = auth.principals_for
-
-    async def counted(conn: Any, keys: Any) -> Any:
-        found = await principals_for(conn, keys)
-        reads.append(len(found))  # observed only: the real read runs
-        return found
-
-    monkeypatch.setattr(auth, "principals_for", counted)
     async with migrated(url) as engine:
         alice = await _principal(engine)
         async with _writer_held(engine, url) as (intake, holder):
             holder.execute("DELETE FROM api_keys")  # the revocation, committed while the batch waits
-            sent = asyncio.ensure_future(
-                _all(intake, [Ask(_spec(i), None, None, key=alice) for i in range(2)])
-            )
+            sent = asyncio.ensure_future(_all(intake, [Ask(_spec(i), None, None, **alice) for i in range(2)]))
             deadline = time.monotonic() + 30
-            while not reads:  # the batch has read its callers (the key still there) and waits
-                assert time.monotonic() < deadline and not sent.done(), "the batch never read its callers"
+            while not intake._writes:  # the batch is taken and waits for the writer
+                assert time.monotonic() < deadline and not sent.done(), "the batch was never written"
                 await asyncio.sleep(0.01)
-            assert reads == [1]
             holder.execute("COMMIT")
             answers = await asyncio.wait_for(sent, timeout=30)
         assert all(isinstance(a, Unauthorized) for a in answers), answers
@@ -305,8 +299,8 @@ async def test_a_batch_taken_is_written_once_and_answered_even_if_its_taker_give
     async with migrated(fresh_database(backend)) as engine:
         alice = await _principal(engine)
         intake = Intake(engine, busy_gap=math.inf)  # as under load: every submit waits for others
-        taker = asyncio.create_task(intake.create(Ask(_spec(1), None, None, key=alice)))
-        others = [asyncio.create_task(intake.create(Ask(_spec(n), None, None, key=alice))) for n in (2, 3)]
+        taker = asyncio.create_task(intake.create(Ask(_spec(1), None, None, **alice)))
+        others = [asyncio.create_task(intake.create(Ask(_spec(n), None, None, **alice))) for n in (2, 3)]
         await asyncio.sleep(0)  # the taker holds the door, the others queue behind it
         await asyncio.sleep(0)  # the taker has taken the batch and waits for its write
         taker.cancel()
@@ -327,7 +321,7 @@ async def test_more_requests_than_a_batch_holds_are_all_written_in_several(
         alice = await _principal(engine)
         intake = Intake(engine, busy_gap=math.inf)  # as under load: every submit waits for others
         n = BATCH_MOST + 44
-        answers = await _all(intake, [Ask(_spec(i), None, None, key=alice) for i in range(n)])
+        answers = await _all(intake, [Ask(_spec(i), None, None, **alice) for i in range(n)])
         made = [a for a in answers if not isinstance(a, BaseException)]
         assert [r.spec.command for r, _ in made] == [("echo", str(i)) for i in range(n)]
         assert len({r.created_at for r, _ in made}) == 2  # two transactions: a full one, the rest
@@ -358,9 +352,9 @@ async def test_a_shared_transaction_the_database_refuses_sends_each_request_alon
     shared: list[int] = []
     together = intake_module._together
 
-    async def counted(engine: AsyncEngine, reader: AsyncEngine, asks: Any) -> Any:
+    async def counted(engine: AsyncEngine, asks: Any) -> Any:
         shared.append(len(asks))  # observed only: the real shared transaction runs
-        return await together(engine, reader, asks)
+        return await together(engine, asks)
 
     monkeypatch.setattr(intake_module, "_together", counted)
     async with migrated(fresh_database(backend)) as engine:
@@ -369,7 +363,7 @@ async def test_a_shared_transaction_the_database_refuses_sends_each_request_alon
             for ddl in _REFUSE_ON_INSERT[backend]:
                 await conn.exec_driver_sql(ddl)
         intake = Intake(engine, busy_gap=math.inf)  # as under load: every submit waits for others
-        asks = [Ask(_spec(i, name="refused" if i == 1 else None), None, None, key=alice) for i in range(3)]
+        asks = [Ask(_spec(i, name="refused" if i == 1 else None), None, None, **alice) for i in range(3)]
         first, refused, last = await _all(intake, asks)
 
         # They were tried together, and nothing of that was written; each then went alone: the
@@ -398,8 +392,10 @@ async def test_a_failure_after_the_batch_is_written_never_sends_it_again(
         alice = await _principal(engine)
         intake = Intake(engine, busy_gap=math.inf)  # as under load: every submit waits for others
         monkeypatch.setattr(session_store, "records_of", broken)
-        asks = [Ask(_spec(i), None, None, key=alice) for i in range(3)]
-        *answers, stranger = await _all(intake, [*asks, Ask(_spec(9), None, None, key="crl_nobody")])
+        asks = [Ask(_spec(i), None, None, **alice) for i in range(3)]
+        *answers, stranger = await _all(
+            intake, [*asks, Ask(_spec(9), None, None, key="crl_nobody", who=alice["who"])]
+        )
         monkeypatch.undo()
         assert all(isinstance(a, RuntimeError) for a in answers), answers
         assert isinstance(stranger, Unauthorized), stranger
@@ -417,7 +413,7 @@ async def test_a_batch_whose_connection_is_lost_as_it_writes_is_never_sent_again
     async with migrated(url) as engine:
         alice = await _principal(engine)
         intake = Intake(engine, busy_gap=math.inf)  # as under load: every submit waits for others
-        asks = [Ask(_spec(i), None, None, key=alice) for i in range(3)]
+        asks = [Ask(_spec(i), None, None, **alice) for i in range(3)]
         holder = make_engine(url)
         try:
             async with transaction(holder) as conn:
@@ -441,6 +437,6 @@ async def test_a_batch_whose_connection_is_lost_as_it_writes_is_never_sent_again
             assert isinstance(answer, Unavailable) and answer.maybe_applied, answer
         assert await _rows(engine) == (0, 0)
         # The door stays open: the next request is written.
-        made, created = await intake.create(Ask(_spec(3), None, None, key=alice))
+        made, created = await intake.create(Ask(_spec(3), None, None, **alice))
         assert created and made.spec.command == ("echo", "3")
         assert await _rows(engine) == (1, 1)

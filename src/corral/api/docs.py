@@ -26,7 +26,7 @@ AGENT_PROTOCOL = "/api/v1/agent/"
 
 def scheme_of(path: str) -> str | None:
     """The rule of state.py: every /api/v1 route takes `Authorization: Bearer <API key>` (Caller,
-    Key, Admin), but the agent protocol's, which take the agents' token (AgentAuth); nothing else
+    Admin), but the agent protocol's, which take the agents' token (AgentAuth); nothing else
     takes one.  test_docs.py holds every route to it: a declared route answers 401 without a key,
     an undeclared one does not.  Declared here, not read through HTTPBearer dependencies, which
     would declare the same but give every request one dependency more to solve (a bare FastAPI

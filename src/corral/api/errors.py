@@ -12,8 +12,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from corral.domain.errors import Unavailable
 from corral.protocol.types import safe_text
-from corral.services import users
-from corral.services.errors import CorralError, Unauthorized
+from corral.services.errors import CorralError
 
 log = structlog.get_logger("corral.api")
 
@@ -38,30 +37,13 @@ def _field(loc: tuple[Any, ...]) -> str:
     return ".".join(parts) or "body"
 
 
-async def _unknown_caller(request: Request) -> CorralError | None:
-    """For a route that checks its caller's key where it writes (state.Key), refused before it got
-    there: the 401 of a key nobody has, so that an unknown caller learns nothing of its body."""
-    key = getattr(request.state, "unchecked_key", None)
-    if key is None:
-        return None
-    try:
-        await users.identify(request.app.state.corral.reader, key)
-    except CorralError as refused:
-        return refused
-    return None
-
-
 def install(app: FastAPI) -> None:
     @app.exception_handler(CorralError)
     async def _corral(request: Request, exc: CorralError) -> JSONResponse:
-        if not isinstance(exc, Unauthorized):
-            exc = await _unknown_caller(request) or exc
         return JSONResponse(error_body(exc.code, exc.message, exc.details), status_code=exc.status)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
-        if (refused := await _unknown_caller(request)) is not None:
-            return await _corral(request, refused)
         errors = exc.errors()
         if any(e.get("type") == "json_invalid" for e in errors):
             return JSONResponse(

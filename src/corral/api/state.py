@@ -43,7 +43,8 @@ async def app_state(request: Request) -> AppState:
 State = Annotated[AppState, Depends(app_state)]
 
 
-def _bearer(request: Request) -> str:
+def bearer(request: Request) -> str:
+    """The request's API key (401 without one)."""
     header = request.headers.get("authorization", "")
     scheme, _, token = header.partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
@@ -52,23 +53,13 @@ def _bearer(request: Request) -> str:
 
 
 async def principal(request: Request, state: State) -> Principal:
-    return await users.identify(state.reader, _bearer(request))
+    """The one way in for people: every route a user calls takes its caller from here, looked up
+    on every request (a revoked key is refused from its next request).  Dependencies are solved
+    before a body is judged, so a caller nobody knows learns nothing of its body."""
+    return await users.identify(state.reader, bearer(request))
 
 
 Caller = Annotated[Principal, Depends(principal)]
-
-
-async def deferred_key(request: Request) -> str:
-    """The API key of a request that checks it where it writes (POST /sessions: a batch of creates
-    looks up its callers in one read).  Marked on the request, so that a request refused for its
-    body is refused for its key first (errors.py), as with Caller: a body is never judged for a
-    caller nobody knows."""
-    key = _bearer(request)
-    request.state.unchecked_key = key
-    return key
-
-
-Key = Annotated[str, Depends(deferred_key)]
 
 
 async def admin(who: Caller) -> Principal:
@@ -81,7 +72,7 @@ Admin = Annotated[Principal, Depends(admin)]
 
 
 async def agent_auth(request: Request, state: State) -> None:
-    token = _bearer(request)
+    token = bearer(request)
     expected = state.settings.agent_token
     if not expected or not hmac.compare_digest(token, expected):
         raise Unauthorized("unknown agent token", {"field": "authorization"})

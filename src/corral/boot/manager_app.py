@@ -88,7 +88,7 @@ def create_app(
             AgentProtocol(
                 engine, scheduler, wakeup, settings.log_cap_bytes, settings.checkpoint_root, reader=reader
             ),
-            Intake(engine, reader),
+            Intake(engine),
         )
         tasks = (
             [

@@ -24,7 +24,7 @@ from corral.services import users
 from corral.services.arrays import BulkItem
 from corral.services.errors import CorralError
 from corral.store import auth, sessions
-from corral.store.db import autocommitting, reading, statements, translated
+from corral.store.db import autocommitting, statements, translated
 from corral.store.unit import Engine, Tx
 
 Made = tuple[SessionRecord, bool]
@@ -43,10 +43,12 @@ class Ask(BulkItem):
     """One POST /sessions of a single session, as validated: what a bulk item holds, and who sent
     it when."""
 
+    who: Principal
+    """The caller, as the request's authentication found it."""
     key: str
-    """The caller's API key, looked up as the ask is written (a batch's callers in one read): a key
-    revoked since the request arrived is refused (on SQLite up to the write itself, on PostgreSQL
-    up to the read just before it, as a lone request's)."""
+    """The API key it authenticated with, checked again as the ask is written (a batch's keys in
+    one read): a key revoked since the request arrived is refused (on SQLite up to the write
+    itself, on PostgreSQL up to the read just before it, as a lone request's)."""
     arrived: datetime = field(default_factory=utcnow)
     """When it reached the manager: its place in the queue, whoever it was written with."""
 
@@ -133,16 +135,16 @@ class Intake:
             me.made.add_done_callback(_forget)
             raise
         if made is None:
-            who = await users.identify(self._reader, ask.key)
+            # Alone: as the request found its caller (the lone create reads the key no later).
             return await session_service.create(
-                self._engine, who, ask.spec, ask.retry_fields, ask.priority, ask.arrived
+                self._engine, ask.who, ask.spec, ask.retry_fields, ask.priority, ask.arrived
             )
         return made
 
     async def _write(self, batch: list[_Waiting]) -> None:
         answers: Sequence[Made | BaseException | None] = [None] * len(batch)
         try:
-            answers = await _together(self._engine, self._reader, [w.ask for w in batch])
+            answers = await _together(self._engine, [w.ask for w in batch])
         except _AtCommit as exc:
             # The commit may have happened: going alone could write each session twice.  Each
             # request it was to make fails as one alone would have; the others keep their answers.
@@ -165,9 +167,9 @@ class Intake:
 
 
 async def _callers(conn: Tx, asks: Sequence[Ask]) -> list[Principal | None]:
-    """Each ask's caller (None: nobody has its key), in one read."""
-    known = await auth.principals_for(conn, {a.key for a in asks})
-    return [known.get(a.key) for a in asks]
+    """Each ask's caller, None where its key has been revoked since: one read for the batch."""
+    held = await auth.held_keys(conn, {a.key for a in asks})
+    return [a.who if a.key in held else None for a in asks]
 
 
 def _forget(made: asyncio.Future[Made | None]) -> None:
@@ -175,19 +177,10 @@ def _forget(made: asyncio.Future[Made | None]) -> None:
         made.exception()
 
 
-async def _together(engine: Engine, reader: Engine, asks: Sequence[Ask]) -> list[Made | CorralError]:
+async def _together(engine: Engine, asks: Sequence[Ask]) -> list[Made | CorralError]:
     """Every ask in one write (one statement on PostgreSQL, one transaction on SQLite): each one's
-    session, its earlier one, or its own refusal (an unknown key's: 401)."""
-    # The callers of the whole batch in one read, not one a request: on PostgreSQL each statement
-    # is a round trip, whose wake-ups cost the server more than the look-up.  Read before the
-    # writer is taken: a batch of keys nobody has never holds it (SQLite's write lock).
-    async with reading(reader) as conn:
-        callers = await _callers(conn, asks)
-    if not any(callers):
-        return [users.unknown_key() for _ in asks]
-    keys = [
-        (w.name, a.spec.creation_id) for a, w in zip(asks, callers, strict=True) if w and a.spec.creation_id
-    ]
+    session, its earlier one, or its own refusal (a key revoked since it arrived: 401)."""
+    keys = [(a.who.name, a.spec.creation_id) for a in asks if a.spec.creation_id]
     if len(set(keys)) < len(keys):
         raise _Together
     answers: list[Made | CorralError | None] = []
@@ -195,13 +188,11 @@ async def _together(engine: Engine, reader: Engine, asks: Sequence[Ask]) -> list
     committing = False
     try:
         # As a lone create: the one write is one statement on PostgreSQL (no BEGIN and COMMIT round
-        # trips: two of a batch's four), one transaction on SQLite.
+        # trips), one transaction on SQLite.  The keys are read on the same connection just before
+        # (SQLite: inside the transaction that holds the writer), so a key revoked while its request
+        # waited is refused.
         async with statements(engine) as conn:
-            if not autocommitting(conn):
-                # SQLite: the write is a transaction holding the database's lock, which it may have
-                # waited a cycle for; read again inside it (no round trip there), a key revoked
-                # meanwhile is refused.
-                callers = await _callers(conn, asks)
+            callers = await _callers(conn, asks)
             shared = session_service.Shared()
             for ask, who in zip(asks, callers, strict=True):
                 try:

@@ -97,5 +97,15 @@ async def principals_for(conn: AsyncConnection, keys: Iterable[str]) -> dict[str
     }
 
 
+async def held_keys(conn: AsyncConnection, keys: Iterable[str]) -> set[str]:
+    """Those of `keys` that still exist (not revoked), in one query."""
+    by_hash = {hash_key(k): k for k in keys}
+    rows = await conn.execute(
+        select(api_keys.c.key_hash).where(api_keys.c.key_hash.in_(bindparam("h", expanding=True))),
+        {"h": sorted(by_hash)},
+    )
+    return {by_hash[h] for h in rows.scalars()}
+
+
 async def project_exists(conn: AsyncConnection, name: str) -> bool:
     return (await conn.execute(select(projects.c.id).where(projects.c.name == name))).first() is not None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Response
+from fastapi import APIRouter, Query, Request, Response
 
 from corral.api.array_schemas import ArrayOut, BulkCreate, BulkItemOut, BulkOut
 from corral.api.schemas import (
@@ -16,14 +16,13 @@ from corral.api.schemas import (
     SessionOut,
     errors_of,
 )
-from corral.api.state import AppState, Caller, Key, State
+from corral.api.state import AppState, Caller, State, bearer
 from corral.domain.records import SessionRecord
 from corral.domain.status import SessionStatus
 from corral.protocol.types import INT64_MAX
 from corral.services import arrays as array_service
 from corral.services import logs as log_service
 from corral.services import sessions as svc
-from corral.services import users
 from corral.services.arrays import BulkItem
 from corral.services.errors import InvalidInput
 from corral.services.intake import Ask
@@ -44,17 +43,17 @@ def _asked(body: SessionCreate) -> tuple[dict[str, Any] | None, int | None]:
     description="One session, or with `array` a job array (the response is then the array).",
 )
 async def create_session(
-    body: SessionCreate, key: Key, state: State, response: Response
+    body: SessionCreate, who: Caller, state: State, request: Request, response: Response
 ) -> SessionOut | ArrayOut:
     fields, asked = _asked(body)
     indices = body.indices()
     if indices is not None:
-        who = await users.identify(state.reader, key)
         view, created = await array_service.create(state.engine, who, body.to_spec(), fields, asked, indices)
         out: SessionOut | ArrayOut = ArrayOut.of(view)
     else:
-        # The caller is looked up where the session is written, with the others of its batch.
-        record, created = await state.intake.create(Ask(body.to_spec(), fields, asked, key=key))
+        # Its key is read again where the session is written, with the others of its batch.
+        ask = Ask(body.to_spec(), fields, asked, who=who, key=bearer(request))
+        record, created = await state.intake.create(ask)
         # Just made, it is the only attempt of its chain: no chain to read back.
         out = SessionOut.of(record) if created else (await _out(state, [record]))[0]
     if created:
