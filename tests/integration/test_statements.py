@@ -17,6 +17,7 @@ from sqlalchemy import bindparam, event, insert, select, text, update
 from sqlalchemy.dialects.sqlite.aiosqlite import SQLiteDialect_aiosqlite as SQLiteDialect
 from sqlalchemy.exc import DBAPIError
 
+from corral.domain.history import HistoryRow
 from corral.domain.placement import Placement
 from corral.domain.records import Move, NewSession
 from corral.domain.resources import ResourceSlots
@@ -70,8 +71,8 @@ async def test_many_rows_are_written_as_given(backend: str, fresh_database: Call
         ("s3", "session.custom", None, None, [1, [2, None]]),
     ]
     history = [
-        ("s1", "ScheduleNewSessions", "SUCCESS", "PENDING", "SCHEDULED", "placed on a"),
-        ("s2", "ScheduleNewSessions", "SKIPPED", "PENDING", None, ""),
+        HistoryRow("s1", "ScheduleNewSessions", "SUCCESS", "PENDING", "SCHEDULED", "placed on a"),
+        HistoryRow("s2", "ScheduleNewSessions", "SKIPPED", "PENDING", None, ""),
     ]
     async with migrated(fresh_database(backend)) as engine:
         for rows in ([events[0]], events):  # one row, then many: the same statement on PostgreSQL
@@ -84,7 +85,7 @@ async def test_many_rows_are_written_as_given(backend: str, fresh_database: Call
             assert [(*r[1:6], r.created_at) for r in written] == [(*e, NOW) for e in [events[0], *events]]
             written = await conn.execute(select(session_history).order_by(session_history.c.id))
             assert [(*r[1:7], r.count, r.created_at, r.last_at) for r in written] == [
-                (*h, 1, NOW, NOW) for h in history
+                (*h, 1, NOW, NOW) for h in journal.history_values(history)
             ]
 
 
@@ -98,10 +99,11 @@ async def test_repeated_outcomes_collapse_into_one_counted_row_per_session_and_r
     later = NOW + timedelta(seconds=5)
     skip = "ScheduleNewSessions"
     before = [
-        ("s1", skip, "SKIPPED", "PENDING", None, "no room"),
-        ("s1", skip, "SKIPPED", "PENDING", None, "no room"),  # two managers raced: the newest counts
-        ("s1", "Other", "SKIPPED", "PENDING", None, "no room"),
-        ("s2", skip, "EXPIRED", "PENDING", None, "no room"),
+        HistoryRow("s1", skip, "SKIPPED", "PENDING", None, "no room"),
+        # Two managers raced: the newest counts.
+        HistoryRow("s1", skip, "SKIPPED", "PENDING", None, "no room"),
+        HistoryRow("s1", "Other", "SKIPPED", "PENDING", None, "no room"),
+        HistoryRow("s2", skip, "EXPIRED", "PENDING", None, "no room"),
     ]
     given = [("s1", "PENDING", "no room"), ("s2", "PENDING", "no room"), ("s1", "PENDING", "held")]
     async with migrated(fresh_database(backend)) as engine:
@@ -153,7 +155,7 @@ async def test_a_move_writes_its_kernels_events_and_history_only_if_it_wins(
             for sid in ids
         ]
         history = [
-            (sid, "ScheduleNewSessions", "SUCCESS", f, t, "m")
+            HistoryRow(sid, "ScheduleNewSessions", "SUCCESS", f, t, "m")
             for sid in ids
             for f, t in (("PENDING", "SCHEDULED"), ("SCHEDULED", "PREPARING"))
         ]
@@ -166,7 +168,7 @@ async def test_a_move_writes_its_kernels_events_and_history_only_if_it_wins(
             assert len(sent) == 1  # the update, its kernels, events and history: one round trip
         async with engine.connect() as conn:
             written = await conn.execute(select(session_history).order_by(session_history.c.id))
-            assert [tuple(r[1:7]) for r in written] == history[:2]
+            assert [tuple(r[1:7]) for r in written] == journal.history_values(history[:2])
             rows = await conn.execute(
                 select(session_events.c.session_id, session_events.c.from_status, session_events.c.to_status)
                 .where(session_events.c.kind == "session.status_changed")
@@ -186,7 +188,9 @@ async def test_a_value_longer_than_its_column_is_never_stored_cut(
     async with migrated(fresh_database(backend)) as engine:
         try:
             async with transaction(engine) as conn:
-                await journal.add_history(conn, [(long_id, "H", "SUCCESS", "PENDING", None, "")], NOW)
+                await journal.add_history(
+                    conn, [HistoryRow(long_id, "H", "SUCCESS", "PENDING", None, "")], NOW
+                )
         except DBAPIError:
             assert backend == "postgres"
             return

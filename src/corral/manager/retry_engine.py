@@ -21,6 +21,7 @@ from corral.domain.cause import Cause, TerminationReason
 from corral.domain.cluster import ClusterSettings
 from corral.domain.error_record import Source, error_record
 from corral.domain.failure import attempt_conditions, categorise, kernel_facts, log_tail, termination_message
+from corral.domain.history import HistoryRow
 from corral.domain.policy import FailureFacts, NamedPolicy, PolicyError, policy_from
 from corral.domain.records import NewSession, SessionRecord
 from corral.domain.retry import Chain, Decision, Verdict, attempt_creation_id, attempt_name, decide, held
@@ -209,7 +210,9 @@ class RetryEngine:
         now = self._clock()
         async with transaction(self._engine) as conn:
             if await retries.stop_undecided(conn, session_id, reason):
-                await journal.add_history(conn, [(session_id, HANDLER, "FAIL", "ERROR", None, reason)], now)
+                await journal.add_history(
+                    conn, [HistoryRow(session_id, HANDLER, "FAIL", "ERROR", None, reason)], now
+                )
         return True
 
     async def _decide_one(self, session_id: str, settings: ClusterSettings) -> Outcome:
@@ -257,13 +260,17 @@ class RetryEngine:
             elif d.verdict is Verdict.EXHAUSTED:
                 await retries.decide(conn, s.id, "exhausted", d.reason)
                 await self._say(conn, s, "session.retry_exhausted", {"cause": cause, "reason": d.reason}, now)
-                await journal.add_history(conn, [(s.id, HANDLER, "EXHAUSTED", s.status, None, d.reason)], now)
+                await journal.add_history(
+                    conn, [HistoryRow(s.id, HANDLER, "EXHAUSTED", s.status, None, d.reason)], now
+                )
                 metrics.RETRY_EXHAUSTED.labels(cause=cause).inc()
             else:
                 asked = s.spec.max_retries > 0 or bool(named)
                 await retries.decide(conn, s.id, "failed" if asked else "none", d.reason)
                 if asked:
-                    await journal.add_history(conn, [(s.id, HANDLER, "FAIL", s.status, None, d.reason)], now)
+                    await journal.add_history(
+                        conn, [HistoryRow(s.id, HANDLER, "FAIL", s.status, None, d.reason)], now
+                    )
             return True
 
     async def _retry(
@@ -314,7 +321,9 @@ class RetryEngine:
         }
         await self._say(conn, s, "session.retry_scheduled", payload, now)
         await journal.add_history(
-            conn, [(s.id, HANDLER, "RETRY", s.status, None, f"{d.reason}; next attempt {child_id}")], now
+            conn,
+            [HistoryRow(s.id, HANDLER, "RETRY", s.status, None, f"{d.reason}; next attempt {child_id}")],
+            now,
         )
         await config.audit(
             conn, "retry-engine", "retry.auto", child_id, f"auto, {cause}, attempt {attempt} of {of}", now

@@ -11,6 +11,7 @@ from datetime import datetime, timedelta
 import structlog
 
 from corral.domain.cause import TerminationReason
+from corral.domain.history import HistoryRow
 from corral.domain.scheduling import SchedulingResult
 from corral.domain.status import KernelStatus
 from corral.settings import SchedulerSettings
@@ -32,7 +33,9 @@ async def _note(
     for sid, status, agent, rank in about:
         ranks[(sid, status, agent)].append(rank)
     rows = [
-        (sid, handler, str(SchedulingResult.SUCCESS), status, None, say.format(agent=agent, ranks=r))
+        HistoryRow(
+            sid, handler, str(SchedulingResult.SUCCESS), status, None, say.format(agent=agent, ranks=r)
+        )
         for (sid, status, agent), r in ranks.items()
     ]
     await journal.add_history(conn, rows, now)

@@ -12,6 +12,7 @@ from corral.clock import utcnow
 from corral.domain.arrays import describe, element_creation_id, element_name
 from corral.domain.cause import TerminationReason
 from corral.domain.errors import Duplicate
+from corral.domain.history import HistoryRow
 from corral.domain.records import NewSession, Principal, SessionRecord
 from corral.domain.spec import SessionSpec
 from corral.domain.status import TERMINAL_SESSION, SessionResult
@@ -213,7 +214,7 @@ async def cancel(engine: Engine, who: Principal, array_id: str) -> ArrayView:
             await journal.add_history(
                 conn,
                 [
-                    (sid, "Cancel", "FAIL", ended[sid], None, f"retries stopped by {who.name}")
+                    HistoryRow(sid, "Cancel", "FAIL", ended[sid], None, f"retries stopped by {who.name}")
                     for sid in stopped
                 ],
                 now,

@@ -13,6 +13,7 @@ from corral.clock import utcnow
 from corral.domain.cause import NEVER_RETRIABLE, TerminationReason
 from corral.domain.cluster import values_of
 from corral.domain.errors import Duplicate
+from corral.domain.history import HistoryRow
 from corral.domain.priority import PriorityRefused, choose, effective
 from corral.domain.records import HistoryRecord, NewSession, Principal, SessionRecord
 from corral.domain.resources import BUILTIN_SLOTS, ResourceSlots
@@ -364,7 +365,11 @@ async def _stop_chain(engine: Engine, who: Principal, root_session_id: str) -> s
             elif await retries.stop_undecided(conn, latest.id, f"retries stopped by {who.name}"):
                 await journal.add_history(
                     conn,
-                    [(latest.id, "Cancel", "FAIL", latest.status, None, f"retries stopped by {who.name}")],
+                    [
+                        HistoryRow(
+                            latest.id, "Cancel", "FAIL", latest.status, None, f"retries stopped by {who.name}"
+                        )
+                    ],
                     now,
                 )
                 return latest.id
@@ -452,7 +457,7 @@ async def retry_latest(conn: Tx, who: Principal, latest: SessionRecord, now: dat
     await journal.add_history(
         conn,
         [
-            (
+            HistoryRow(
                 latest.id,
                 "ManualRetry",
                 "RETRY",

@@ -10,14 +10,13 @@ from typing import Any
 from sqlalchemy import Insert, and_, bindparam, exists, func, literal, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from corral.domain.history import HistoryRow as HistoryRow  # the rows add_history takes
 from corral.domain.records import HistoryRecord
 from corral.store import bulk, convert, unnest
 from corral.store.tables import session_events, session_history
 
 EventRow = tuple[str, str, str | None, str | None, dict[str, Any]]
 """(session_id, kind, from_status, to_status, payload)"""
-HistoryRow = tuple[str, str, str, str, str | None, str]
-"""(session_id, handler, result, from_status, to_status, message)"""
 
 EVENT_COLUMNS = ("session_id", "kind", "from_status", "to_status", "payload")
 HISTORY_COLUMNS = ("session_id", "handler", "result", "from_status", "to_status", "message")
@@ -34,7 +33,12 @@ def events(rows: Sequence[EventRow], now: datetime) -> bulk.Rows:
 
 async def add_history(conn: AsyncConnection, rows: Sequence[HistoryRow], now: datetime) -> None:
     same = {"count": 1, "created_at": now, "last_at": now}
-    await bulk.insert_rows(conn, session_history, HISTORY_COLUMNS, rows, same)
+    await bulk.insert_rows(conn, session_history, HISTORY_COLUMNS, history_values(rows), same)
+
+
+def history_values(rows: Sequence[HistoryRow]) -> list[tuple[str, str, str, str, str | None, str]]:
+    """The rows' values in HISTORY_COLUMNS' order, as bulk inserts take them."""
+    return [(h.session_id, h.handler, h.result, h.from_status, h.to_status, h.message) for h in rows]
 
 
 async def add_skips(
@@ -52,12 +56,12 @@ async def add_collapsed(
     if not rows:
         return
     ids = [s for s, _, _ in rows]
-    new: list[HistoryRow] = [(s, handler, result, st, None, m) for s, st, m in rows]
+    new = [HistoryRow(s, handler, result, st, None, m) for s, st, m in rows]
     if conn.dialect.name == "postgresql":
         # One statement, not a read then an update then an insert: under load placement writes these
         # for the sessions it read and could not place in nearly every run, three round trips of the
         # run's ten (bench/throughput.py --postgres).
-        params = bulk.unnest_params(session_history, HISTORY_COLUMNS, _C, new)
+        params = bulk.unnest_params(session_history, HISTORY_COLUMNS, _C, history_values(new))
         which = {"c_ids": ids, "c_of_handler": handler, "c_of_result": result, "c_now": now}
         await conn.execute(_collapse(), {**params, **which})
         return
@@ -78,7 +82,7 @@ async def add_collapsed(
             .where(session_history.c.id.in_(bump))
             .values(count=session_history.c.count + 1, last_at=now)
         )
-    await add_history(conn, [h for h in new if (h[0], h[5]) not in known], now)
+    await add_history(conn, [h for h in new if (h.session_id, h.message) not in known], now)
 
 
 async def latest_skip(conn: AsyncConnection, session_id: str) -> str | None:

@@ -610,7 +610,7 @@ async def apply_moves(
         groups[(m.src, m.dst, m.kernel_dst, m.values, m.kernel_via, m.unrequested)].append(m)
     rows_of: dict[str, list[journal.HistoryRow]] = defaultdict(list)
     for row in history:
-        rows_of[row[0]].append(row)
+        rows_of[row.session_id].append(row)
     # On PostgreSQL a group's kernels, events and history ride in its UPDATE (data-modifying CTEs):
     # a round trip each saved, for every handler that moves sessions.
     together = conn.dialect.name == "postgresql"
@@ -654,7 +654,7 @@ def _journal_params(group: Sequence[Move], rows_of: dict[str, list[journal.Histo
     history = [row for m in group for row in rows_of.get(m.session_id, ())]
     return {
         **bulk.unnest_params(session_events, journal.EVENT_COLUMNS, "e_", events),
-        **bulk.unnest_params(session_history, journal.HISTORY_COLUMNS, "h_", history),
+        **bulk.unnest_params(session_history, journal.HISTORY_COLUMNS, "h_", journal.history_values(history)),
     }
 
 

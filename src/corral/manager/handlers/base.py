@@ -15,6 +15,7 @@ from corral.domain.placement import Placement
 from corral.domain.records import SessionRecord
 from corral.domain.scheduling import HandlerResult, KernelMatchType, StatusTransitions, kernels_match
 from corral.domain.status import KernelStatus, SessionStatus
+from corral.domain.verdicts import Step as Step  # where handlers name their steps from
 from corral.store.unit import Tx
 
 
@@ -92,22 +93,6 @@ class HandlerOptions:
     waits_for_room: ClassVar[bool] = False
     # It may free capacity without moving a session (kernels stopped, declared ended).
     frees_room: ClassVar[bool] = False
-
-
-@dataclass(frozen=True)
-class Step:
-    """A status a handler's move passes under another handler's rule, in the same guarded update:
-    one a promotion passes on its way (`through`), or one a lifecycle handler's successes go on to
-    (`then`).  Each is recorded as its own event and history row (Move.via)."""
-
-    handler: str
-    """The handler whose rule (DESIGN §3) the step applies: its name is the history row's."""
-    status: SessionStatus
-    """The status the session passes."""
-    message: str = ""
-    """The history row's message."""
-    kernel: KernelStatus | None = None
-    """Where the session's kernels move with it (None: they stay)."""
 
 
 class LifecycleHandler(HandlerOptions, ABC):

@@ -11,6 +11,7 @@ from typing import Any
 from corral.domain.backfill import Hold, Occupant, head_hold, may_use_held
 from corral.domain.capacity import FreeCapacity
 from corral.domain.cause import Cause, TerminationReason
+from corral.domain.history import HistoryRow
 from corral.domain.placement import AgentSnapshot, place_gang
 from corral.domain.preemption import (
     PreemptionMode,
@@ -177,7 +178,9 @@ async def _resume(ctx: HandlerContext, s: SessionRecord) -> bool:
         return False
     why = f"resumed at its place in the queue (resume {s.resume_count + 1}); kernels start afresh"
     await journal.add_history(
-        ctx.conn, [(s.id, "Resume", "RESUMED", SessionStatus.SUSPENDED, SessionStatus.PENDING, why)], ctx.now
+        ctx.conn,
+        [HistoryRow(s.id, "Resume", "RESUMED", SessionStatus.SUSPENDED, SessionStatus.PENDING, why)],
+        ctx.now,
     )
     return True
 
@@ -271,7 +274,10 @@ async def _preempt(
         result.requested += len(victims)
         await journal.add_history(
             ctx.conn,
-            [(v.session_id, "Preemption", "PREEMPTED", SessionStatus.RUNNING, None, why) for v in victims],
+            [
+                HistoryRow(v.session_id, "Preemption", "PREEMPTED", SessionStatus.RUNNING, None, why)
+                for v in victims
+            ],
             ctx.now,
         )
         await preemption.reserve(ctx.conn, s.id, target.agent_ids, ids)
