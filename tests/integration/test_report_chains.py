@@ -23,6 +23,7 @@ from corral.domain.records import KernelReport
 from corral.domain.status import KernelStatus
 from corral.store import kernels
 from corral.store.db import statements, transaction
+from corral.store.dialect import postgresql_reports
 from corral.store.tables import allocations
 from corral.store.tables import kernels as kernel_table
 from corral.store.tables import sessions as session_table
@@ -156,9 +157,9 @@ async def test_a_chain_in_one_write_ends_where_its_reports_one_by_one_do(
         batch = sorted(batch, key=lambda r: (r.detail["seen"], r.kernel_id))
         twin = dict(zip(one, each, strict=True))
         now = datetime.now(UTC)
-        outright, rounds = kernels.report_chains(batch)
+        outright, rounds = postgresql_reports.report_chains(batch)
         async with (statements if len(rounds) <= 1 else transaction)(engine) as conn:
-            found = await kernels.apply_reports_at(conn, "a", epoch, outright, rounds, now)
+            found = await postgresql_reports.apply_reports_at(conn, "a", epoch, outright, rounds, now)
         assert found is not None
         refused_one, unmarked = found
         async with statements(engine) as conn:

@@ -202,24 +202,18 @@ class AgentProtocol:
         self, agent_id: str, epoch: int, reports: list[KernelReport]
     ) -> tuple[int, list[str], bool]:
         now = utcnow()
-        if self._engine.dialect.name == "postgresql":
-            # The fence rides in the report's statements: one round trip for a report of one round
-            # (most), where checking it first cost three more.  The contact, when due, is written
-            # first on its own (see store/report_statement.py).
-            recorded = await self._beat(agent_id, epoch)
-            outright, rounds = kernels.report_chains(reports)
-            async with (statements if len(rounds) <= 1 else transaction)(self._engine) as conn:
-                found = await kernels.apply_reports_at(conn, agent_id, epoch, outright, rounds, now)
-                if found is None:  # raised here: what earlier rounds wrote is rolled back
-                    raise Fenced(f"agent {agent_id} epoch {epoch} is fenced; register again")
-            refused, unmarked = found
-            if unmarked:  # sessions someone held when the round ran: marked now, nothing else held
-                async with statements(self._engine) as conn:
-                    await kernels.mark_started(conn, unmarked, now)
-        else:
-            async with transaction(self._engine) as conn:
-                recorded = await self._contact(conn, agent_id, epoch)
-                refused = await kernels.apply_reports(conn, agent_id, reports, now)
+        found = await kernels.apply_report(
+            self._engine,
+            agent_id,
+            epoch,
+            reports,
+            now,
+            contact=lambda conn: self._contact(conn, agent_id, epoch),
+            beat=lambda: self._beat(agent_id, epoch),
+        )
+        if found is None:
+            raise Fenced(f"agent {agent_id} epoch {epoch} is fenced; register again")
+        refused, recorded = found
         if recorded:
             self._mark(agent_id, epoch)
         if reports:

@@ -24,7 +24,7 @@ from sqlalchemy.sql.sqltypes import TupleType
 
 from corral.domain.errors import Duplicate, Unavailable
 from corral.metrics import DB_CONNECTIONS_OPENED
-from corral.store import sqlite_inline
+from corral.store import dialect, sqlite_inline
 from corral.store.inline_engine import InlineEngine
 
 MIGRATIONS = Path(__file__).parent / "migrations"
@@ -315,7 +315,7 @@ async def savepoint(conn: AsyncConnection) -> AsyncIterator[None]:
 async def reading(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
     """A connection for reads (the engine's own BEGIN only), back to the pool on exit."""
     with translated():
-        async with _connected(engine, autocommit=engine.dialect.name == "postgresql") as conn:
+        async with _connected(engine, autocommit=dialect.of(engine).autocommits) as conn:
             yield conn
 
 
@@ -323,8 +323,8 @@ async def reading(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
 async def statements(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
     """A connection on which each statement commits on its own, for work whose every write is one
     self-guarded statement (PostgreSQL: no BEGIN and COMMIT round trips); one transaction on SQLite,
-    whose writer takes the database's lock either way."""
-    if engine.dialect.name != "postgresql":
+    whose writer takes the database's lock either way (Dialect.autocommits)."""
+    if not dialect.of(engine).autocommits:
         async with transaction(engine) as conn:
             yield conn
         return
@@ -385,6 +385,5 @@ async def upgrade(engine: AsyncEngine, revision: str = "head") -> None:
     lock, taken before Alembic reads the version (both had read none and both created the tables,
     so one failed); on SQLite under the write lock the transaction's BEGIN IMMEDIATE takes."""
     async with engine.begin() as conn:
-        if conn.dialect.name == "postgresql":
-            await conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK})")
+        await dialect.of(conn).lock_migrations(conn)
         await conn.run_sync(_upgrade, revision)

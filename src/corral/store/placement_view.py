@@ -1,6 +1,6 @@
-"""What placement reads of a resource group, in two statements: its agents, locked (PostgreSQL;
-SQLite has one writer), which serialises placement in the group; then, in one, what they have
-allocated and the holds pending preemptors keep on them (DESIGN §6).
+"""What placement reads of a resource group, in two statements: its agents, locked (where the
+backend has more than one writer: Dialect.for_update), which serialises placement in the group;
+then, in one, what they have allocated and the holds pending preemptors keep on them (DESIGN §6).
 
 The second read cannot ride in the first: a READ COMMITTED statement takes its snapshot before it
 waits for a lock, so allocations or holds read with the lock could be older than the commit of the
@@ -18,7 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from corral.domain.records import AgentCapacity
 from corral.domain.resources import ResourceSlots
 from corral.domain.status import AgentStatus, SessionStatus
-from corral.store import convert
+from corral.store import convert, dialect
 from corral.store.agents import SCHEDULABLE
 from corral.store.tables import agents, allocations, sessions
 
@@ -30,7 +30,6 @@ _AGENTS = (
     .where(agents.c.resource_group == bindparam("group"))
     .order_by(agents.c.id)
 )
-_AGENTS_LOCKED = _AGENTS.with_for_update()
 _SHAPE = cast(allocations.c.slots, Text)
 # Allocations counted per agent and slot shape (each distinct JSON text is parsed once: most
 # kernels ask for the same few shapes, so a 5,000-agent group costs milliseconds, not an object per
@@ -54,8 +53,7 @@ async def read(
 ) -> tuple[list[AgentCapacity], dict[str, dict[str, Any]]]:
     """Every agent of the group with its capacity and live allocations summed, in id order; and
     the holds, session id -> {"agents": [...], "victims": [...]}."""
-    locked = _AGENTS_LOCKED if conn.dialect.name == "postgresql" else _AGENTS
-    rows = await conn.execute(locked, {"group": resource_group})
+    rows = await conn.execute(dialect.of(conn).for_update(_AGENTS), {"group": resource_group})
     found = [
         (aid, AgentStatus(status), convert.slots_of(cap), ok is not False) for aid, status, cap, ok in rows
     ]

@@ -12,6 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.domain.records import EventRecord, SessionRecord
 from corral.domain.status import TERMINAL_SESSION, SessionResult, SessionStatus
+from corral.store import dialect
 from corral.store import sessions as session_store
 from corral.store.db import chunks
 from corral.store.tables import cluster_config, event_cursors, kernel_logs, session_events, sessions
@@ -116,9 +117,8 @@ async def claim(conn: AsyncConnection, session_id: str) -> SessionRecord | Claim
     query = select(sessions.c.id).where(
         sessions.c.id == session_id, sessions.c.retry_state.is_(None), sessions.c.status.in_(_TERMINAL)
     )
-    if conn.dialect.name == "postgresql":
-        # Another manager deciding it holds the lock: leave it to them instead of queueing behind.
-        query = query.with_for_update(skip_locked=True)
+    # Another manager deciding it holds the lock: leave it to them instead of queueing behind.
+    query = dialect.of(conn).for_update(query, skip_locked=True)
     if (await conn.execute(query)).first() is None:
         state = await conn.execute(select(sessions.c.retry_state).where(sessions.c.id == session_id))
         found = state.first()
@@ -226,15 +226,16 @@ async def log_tail(conn: AsyncConnection, kernel_id: str, max_bytes: int = 2048)
     return b"".join(reversed(parts))[-max_bytes:].decode("utf-8", "replace")
 
 
+_DISPATCH_SLOT = select(cluster_config.c.value).where(cluster_config.c.key == DISPATCH_KEY)
+
+
 async def take_dispatch_slot(
     conn: AsyncConnection, rate: float, earliest: datetime, now: datetime
 ) -> datetime:
     """The storm guard: reserve the first start time at or after `earliest` that keeps retries
     `1/rate` seconds apart cluster-wide, and return it (a retry is delayed, never dropped).  One row
-    shared by every manager (locked on PostgreSQL); a changed rate starts afresh."""
-    query = select(cluster_config.c.value).where(cluster_config.c.key == DISPATCH_KEY)
-    if conn.dialect.name == "postgresql":
-        query = query.with_for_update()
+    shared by every manager (locked); a changed rate starts afresh."""
+    query = dialect.of(conn).for_update(_DISPATCH_SLOT)
     row = (await conn.execute(query)).first()
     stored = row.value if row is not None and isinstance(row.value, dict) else {}
     next_at = float(stored.get("next_at", 0.0)) if stored.get("rate") == rate else now.timestamp()

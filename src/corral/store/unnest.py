@@ -1,54 +1,6 @@
-"""Many rows in one PostgreSQL statement: each field's values as one array, `unnest()`ed into rows.
+"""Moved to corral.store.dialect.unnest (PostgreSQL's own); this name stays for the modules that
+still import it from here."""
 
-A many-row VALUES list is a statement of its own for every row count, which asyncpg prepares
-(a round trip and a parse in the server), and an executemany runs the statement once per row in
-the server.  One array per field is one statement whatever the count."""
+from corral.store.dialect.unnest import arrays, picked, rows
 
-from __future__ import annotations
-
-import json
-from collections.abc import Sequence
-from typing import Any
-
-from sqlalchemy import ARRAY, JSON, ColumnElement, Text, bindparam, cast, column, func
-from sqlalchemy.sql.selectable import TableValuedAlias
-from sqlalchemy.types import TypeEngine
-
-from corral.store.db import unbounded
-
-
-def rows(fields: Sequence[tuple[str, TypeEngine[Any]]]) -> TableValuedAlias:
-    """`unnest(:f1, :f2, ...)` as a derived table with columns f1, f2, ...: one array parameter
-    per field, named as the field (JSON fields travel as text: see `picked`)."""
-    arrays = [bindparam(name, type_=ARRAY(_element(type_))) for name, type_ in fields]
-    named = [column(name, _element(type_)) for name, type_ in fields]
-    return func.unnest(*arrays).table_valued(*named).render_derived()
-
-
-def picked(table: TableValuedAlias, name: str, type_: TypeEngine[Any]) -> ColumnElement[Any]:
-    """A field of the rows, as its own type (an array of JSON would take a JSON list apart, so
-    JSON goes as text and is cast back here)."""
-    return cast(table.c[name], JSON) if isinstance(type_, JSON) else table.c[name]
-
-
-def arrays(
-    fields: Sequence[tuple[str, TypeEngine[Any]]], values: Sequence[Sequence[Any]]
-) -> dict[str, list[Any]]:
-    """The parameters of `rows(fields)` for these rows (each a tuple in the fields' order)."""
-    by_field = zip(*values, strict=True) if values else ((),) * len(fields)
-    return {
-        name: _json(type_, column_values) if isinstance(type_, JSON) else list(column_values)
-        for (name, type_), column_values in zip(fields, by_field, strict=True)
-    }
-
-
-def _json(type_: JSON, values: Sequence[Any]) -> list[str | None]:
-    """JSON values as text; None as SQL NULL where the column says so (as SQLAlchemy binds it),
-    JSON null elsewhere."""
-    if type_.none_as_null:
-        return [None if v is None else json.dumps(v) for v in values]
-    return [json.dumps(v) for v in values]
-
-
-def _element(type_: TypeEngine[Any]) -> TypeEngine[Any]:
-    return Text() if isinstance(type_, JSON) else unbounded(type_)
+__all__ = ["arrays", "picked", "rows"]

@@ -5,15 +5,15 @@ A round holds one chain per kernel: its reports of one generation in the order s
 any) last.  A statement cannot write a row twice, so a chain is applied as one write whose outcome
 was worked out here for every status the kernel may be in (domain `kernel_chain`): the row whose
 `from` is the kernel's status applies.  What the row then holds is what the chain's statuses,
-written one guarded UPDATE at a time (the SQLite path, store/kernels.py), would have left.  The
+written one guarded UPDATE at a time (the portable path, store/kernels/reports.py), would have left.  The
 guards are those of single reports: this agent at this epoch, the kernel's current placement
 (generation), its current status.  An UPDATE re-checks its WHERE on a row changed meanwhile, so no
-row needs locking first (a kernel whose status changed is tried again from its new one: apply_round)."""
+row needs locking first (a kernel whose status changed is tried again from its new one:
+postgresql_reports.apply_round)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from datetime import datetime
+from collections.abc import Sequence
 from functools import cache
 from typing import Any
 
@@ -37,14 +37,12 @@ from sqlalchemy import (
     union_all,
     update,
 )
-from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.types import TypeEngine
 
 from corral.domain.cause import TerminationReason
-from corral.domain.records import KernelReport
-from corral.domain.status import KERNEL_STARTED, TERMINAL_KERNEL, KernelStatus
-from corral.domain.transitions import kernel_chain, kernel_sources
-from corral.store import unnest
+from corral.domain.status import KernelStatus
+from corral.domain.transitions import kernel_sources
+from corral.store.dialect import unnest
 from corral.store.tables import agents, allocations, kernels, sessions
 
 _STATUS = kernels.c.status.type
@@ -52,7 +50,7 @@ _FLAG: TypeEngine[Any] = Boolean()
 _PORT = kernels.c.master_port.type
 # A chain's outcome that is a step (no ending applied): the status it reaches from `from`, the last
 # port reported on the way, whether the kernel started (CREATING on) and whether a process ran.
-_STEPS = (
+STEPS = (
     ("s_id", kernels.c.id.type),
     ("s_generation", kernels.c.generation.type),
     ("s_from", _STATUS),
@@ -63,7 +61,7 @@ _STEPS = (
 )
 # A chain's outcome that ends it, from `from`: the status reached before its ending, and the same
 # three as a step's for the steps on the way.  Its ending's own fields are in `ends`, once per chain.
-_ENDS_FROM = (
+ENDS_FROM = (
     ("f_id", kernels.c.id.type),
     ("f_from", _STATUS),
     ("f_before", _STATUS),
@@ -74,8 +72,8 @@ _ENDS_FROM = (
 _SUSPEND_DETAIL = "suspend_detail"
 
 
-def _ends(end_fields: Sequence[str]) -> tuple[tuple[str, Any], ...]:
-    """An ending's fields (kernels.py's _END_FIELDS), its generation, and the detail it keeps should
+def ends_fields(end_fields: Sequence[str]) -> tuple[tuple[str, Any], ...]:
+    """An ending's fields (store/kernels/rows.py's END_FIELDS), its generation, and the detail it keeps should
     its session be suspending (_suspend's)."""
     fields = (*end_fields, "generation", _SUSPEND_DETAIL)
     return tuple(
@@ -89,10 +87,10 @@ def round_statement(end_fields: tuple[str, ...]) -> Select[Any]:
     ('moved', kernel id, from) for every kernel whose chain applied, ('halted', kernel id, from) for
     one whose steps applied but whose ending was refused (below), ('started', session id) for
     sessions left to mark started, and ('missed' or 'held', kernel id, status found) for this
-    placement's kernels that did not move (apply_round).  `end_fields` is kernels.py's
-    _END_FIELDS (id first).  The agent's contact is not written here: that UPDATE could wait on
-    its row (locked by a placement) and the statement then read the sessions as they were before
-    the wait, missing a suspension that placement wrote (service's report)."""
+    placement's kernels that did not move (apply_round).  `end_fields` is store/kernels/rows.py's
+    END_FIELDS (id first).  The agent's contact is not written here: that UPDATE could wait on its
+    row (locked by a placement) and the statement then read the sessions as they were before the
+    wait, missing a suspension that placement wrote (Dialect.apply_report)."""
     now = bindparam("k_now", type_=kernels.c.status_changed_at.type)
     agent = bindparam("k_agent", type_=agents.c.id.type)
     epoch = bindparam("k_epoch", type_=agents.c.epoch.type)
@@ -118,11 +116,11 @@ def round_statement(end_fields: tuple[str, ...]) -> Select[Any]:
         ]
 
     # Materialized: a generic plan takes the rows for ten and re-ran the unnest for every kernel.
-    steps = select(*unnest.rows(_STEPS).c).cte("steps").prefix_with("MATERIALIZED")
-    end_names = _ends(end_fields)
+    steps = select(*unnest.rows(STEPS).c).cte("steps").prefix_with("MATERIALIZED")
+    end_names = ends_fields(end_fields)
     given = unnest.rows(end_names)
     ends = select(*(unnest.picked(given, name, type_).label(name) for name, type_ in end_names)).cte("ends")
-    ends_from = select(*unnest.rows(_ENDS_FROM).c).cte("ends_from")
+    ends_from = select(*unnest.rows(ENDS_FROM).c).cte("ends_from")
     # The writes below meet one outcome per kernel, the one from its status as this statement's
     # snapshot has it: joined to all of a kernel's outcomes (one per status, nine for an ending of
     # 24 columns), the planner's nested loop read every outcome of the round for every kernel (25
@@ -285,141 +283,7 @@ def round_statement(end_fields: tuple[str, ...]) -> Select[Any]:
 
 
 def _end_value(field: str, new: ColumnElement[Any]) -> ColumnElement[Any]:
-    """kernels.py's _set, for a column of the `ends` CTE (JSON there is JSON already)."""
+    """store/kernels/rows.py's new_value, for a column of the `ends` CTE (JSON there is JSON already)."""
     if field == "logs_done":
         return or_(kernels.c[field], new)
     return new
-
-
-def _chain_rows(
-    chain: Sequence[KernelReport],
-) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
-    """A chain's outcomes from every status where any of it applies: step rows and ends_from rows."""
-    step_rows: list[tuple[Any, ...]] = []
-    end_rows: list[tuple[Any, ...]] = []
-    first = chain[0]
-    for start in KernelStatus:
-        done = [r for r, ok in zip(chain, kernel_chain(start, [r.status for r in chain]), strict=True) if ok]
-        if not done:
-            continue
-        ends = done[-1].status in TERMINAL_KERNEL
-        way = done[:-1] if ends else done
-        port = next((r.master_port for r in reversed(way) if r.master_port is not None), None)
-        started = any(r.status in KERNEL_STARTED for r in way)
-        ran = any(r.status is KernelStatus.RUNNING for r in way)
-        if ends:
-            before = way[-1].status if way else start
-            end_rows.append((first.kernel_id, str(start), str(before), port, started, ran))
-        else:
-            step_rows.append(
-                (first.kernel_id, first.generation, str(start), str(done[-1].status), port, started, ran)
-            )
-    return step_rows, end_rows
-
-
-# A chain that wrote nothing is tried again this many times: see apply_round.
-AGAIN = 2
-
-
-async def apply_round(
-    conn: AsyncConnection,
-    agent_id: str,
-    epoch: int,
-    chains: Sequence[Sequence[KernelReport]],
-    end_fields: tuple[str, ...],
-    ending: Callable[[KernelReport], tuple[Any, ...]],
-    now: datetime,
-) -> tuple[list[str], set[str]] | None:
-    """One round (a chain per kernel): the refused kernel ids, one per refused report, and the
-    sessions of which a process ran that are still to be marked started; None when the agent's
-    epoch is fenced (then nothing was written).  `ending` gives an ending's row: kernels.py's
-    _ending, then the report's generation and its detail should it be suspended.
-
-    A chain's write is matched to the kernel's status as the statement found it.  When another
-    transaction changes that status meanwhile (a cancel: RUNNING to TERMINATING), PostgreSQL
-    re-checks the row against the same outcome row, not the one for its new status, and the
-    kernel is left as it was though its reports may be legal from there (an ending from
-    TERMINATING).  So such a chain is applied again from the status now, by a statement of its
-    own, as writing each report on its own would.  A chain refused for good (no outcome from the
-    status the statement found, or not this agent's placement) is not."""
-    moved: dict[str, tuple[KernelStatus, bool]] = {}
-    started: set[str] = set()
-    missed = list(chains)
-    for _ in range(1 + AGAIN):
-        found = await _apply_once(conn, agent_id, epoch, missed, end_fields, ending, now)
-        if found is None:
-            return None  # fenced, if only since the first attempt (which stays, outside a transaction)
-        moved |= found[0]
-        started |= found[1]
-        missed = [c for c in missed if _raced(c, found[2])]
-        if not missed:
-            break
-    refused: list[str] = []
-    for chain in chains:
-        at = moved.get(chain[0].kernel_id)
-        applied = kernel_chain(at[0], [r.status for r in chain]) if at else (False,) * len(chain)
-        if at and not at[1]:
-            applied = (*applied[:-1], False)  # halted: its ending refused
-        refused += [r.kernel_id for r, ok in zip(chain, applied, strict=True) if not ok]
-    return refused, started
-
-
-async def _apply_once(
-    conn: AsyncConnection,
-    agent_id: str,
-    epoch: int,
-    chains: Sequence[Sequence[KernelReport]],
-    end_fields: tuple[str, ...],
-    ending: Callable[[KernelReport], tuple[Any, ...]],
-    now: datetime,
-) -> tuple[dict[str, tuple[KernelStatus, bool]], set[str], dict[str, tuple[KernelStatus, bool]]] | None:
-    """The round statement: each moved kernel's status before and whether its whole chain applied
-    (not when halted), the sessions left to mark, and the status of this placement's kernels that
-    did not move as the statement found them, with whether their session is being suspended; None
-    when fenced."""
-    step_rows: list[tuple[Any, ...]] = []
-    from_rows: list[tuple[Any, ...]] = []
-    end_rows: list[tuple[Any, ...]] = []
-    for chain in chains:
-        steps, ends = _chain_rows(chain)
-        step_rows += steps
-        from_rows += ends
-        if ends:
-            end_rows.append(ending(chain[-1]))
-    params = {
-        **unnest.arrays(_STEPS, step_rows),
-        **unnest.arrays(_ENDS_FROM, from_rows),
-        **unnest.arrays(_ends(end_fields), end_rows),
-        "s_ids": sorted({r[0] for r in step_rows}),
-        "e_ids": [r[0] for r in end_rows],
-        "k_ids": [c[0].kernel_id for c in chains],
-        "k_now": now,
-        "k_agent": agent_id,
-        "k_epoch": epoch,
-    }
-    result = list(await conn.execute(round_statement(end_fields), params))
-    if not any(kind == "agent" for kind, _, _ in result):
-        return None
-    moved = {
-        i: (KernelStatus(start), kind == "moved") for kind, i, start in result if kind in ("moved", "halted")
-    }
-    missed = {
-        i: (KernelStatus(status), kind == "held") for kind, i, status in result if kind in ("missed", "held")
-    }
-    return moved, {i for kind, i, _ in result if kind == "started"}, missed
-
-
-def _raced(chain: Sequence[KernelReport], missed: dict[str, tuple[KernelStatus, bool]]) -> bool:
-    """The chain wrote nothing though it had an outcome from the status the statement found (and
-    one the statement writes: not an ending refused because its session is being suspended)."""
-    if chain[0].kernel_id not in missed:
-        return False
-    found, suspending = missed[chain[0].kernel_id]
-    applied = kernel_chain(found, [r.status for r in chain])
-    if not any(applied):
-        return False
-    done = [r.status for r, ok in zip(chain, applied, strict=True) if ok]
-    if suspending and done[-1] in TERMINAL_KERNEL:
-        before = done[-2] if len(done) > 1 else found
-        return before in kernel_sources(KernelStatus.SUSPENDED) or before != found
-    return True

@@ -1,0 +1,30 @@
+"""SQLite's own: no row locks (its one writer holds the database's write lock from BEGIN
+IMMEDIATE, store/db.py), and many-row INSERTs straight to the driver (sqlite_rows.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from sqlalchemy import Table
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from corral.store.dialect import S, sqlite_rows
+from corral.store.dialect.portable import Portable
+
+
+class SQLite(Portable):
+    name = "sqlite"
+
+    def for_update(self, query: S, *, of: Table | None = None, skip_locked: bool = False) -> S:
+        return query
+
+    async def insert_rows(
+        self,
+        conn: AsyncConnection,
+        table: Table,
+        columns: tuple[str, ...],
+        rows: Sequence[tuple[Any, ...]],
+        same: Mapping[str, Any],
+    ) -> None:
+        await sqlite_rows.insert_rows(conn, table, columns, rows, same)
