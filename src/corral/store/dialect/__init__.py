@@ -62,6 +62,11 @@ class Dialect(Protocol):
         lock, `query` as it is."""
         ...
 
+    async def lock(self, conn: AsyncConnection, query: Select[Any]) -> None:
+        """Lock the rows `query` reads for `conn`'s transaction, serialising their writers; where
+        the writer holds the whole database's lock, nothing (not even the read)."""
+        ...
+
     async def insert_rows(
         self,
         conn: AsyncConnection,

@@ -33,6 +33,9 @@ class Portable:
     def for_update(self, query: S, *, of: Table | None = None, skip_locked: bool = False) -> S:
         return cast(S, _locked(query, of, skip_locked))
 
+    async def lock(self, conn: AsyncConnection, query: Select[Any]) -> None:
+        await conn.execute(self.for_update(query))
+
     async def insert_rows(
         self,
         conn: AsyncConnection,

@@ -115,16 +115,15 @@ def round_statement(end_fields: tuple[str, ...]) -> Select[Any]:
             at_epoch,
         ]
 
-    # Materialized: a generic plan takes the rows for ten and re-ran the unnest for every kernel.
+    # Materialized: a generic plan guesses the unnest's row count and would run it for every kernel.
     steps = select(*unnest.rows(STEPS).c).cte("steps").prefix_with("MATERIALIZED")
     end_names = ends_fields(end_fields)
     given = unnest.rows(end_names)
     ends = select(*(unnest.picked(given, name, type_).label(name) for name, type_ in end_names)).cte("ends")
     ends_from = select(*unnest.rows(ENDS_FROM).c).cte("ends_from")
     # The writes below meet one outcome per kernel, the one from its status as this statement's
-    # snapshot has it: joined to all of a kernel's outcomes (one per status, nine for an ending of
-    # 24 columns), the planner's nested loop read every outcome of the round for every kernel (25
-    # endings: 5,600 rows, most of the statement's time).  The writes keep their own guards: a kernel
+    # snapshot has it: joined to all of a kernel's outcomes (one per status), the planner's nested
+    # loop reads every outcome of the round for every kernel.  The writes keep their own guards: a kernel
     # whose status changes between the snapshot and the write's row lock is not written, and
     # apply_round tries it again from its new status (AGAIN times at most).
     now_at = kernels.alias("now_at")

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import Table
+from sqlalchemy import Select, Table
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.store.dialect import S, sqlite_rows
@@ -18,6 +18,9 @@ class SQLite(Portable):
 
     def for_update(self, query: S, *, of: Table | None = None, skip_locked: bool = False) -> S:
         return query
+
+    async def lock(self, conn: AsyncConnection, query: Select[Any]) -> None:
+        """Nothing: the writer's BEGIN IMMEDIATE took the database's lock."""
 
     async def insert_rows(
         self,

@@ -1,9 +1,9 @@
 """Many-row INSERTs on SQLite handed to the driver as it takes them: positional rows, each value
 through its column type's own bind processing (the values every row shares, once).
 
-SQLAlchemy's executemany builds, merges and processes a dict per row, key by key: for the eight
-history and eight event rows of every session, and for a job array's sessions and kernels, that
-was most of what writing them cost (bench/throughput.py).  The statement is SQLAlchemy's, compiled
+SQLAlchemy's executemany builds, merges and processes a dict per row, key by key, which costs
+more than the INSERT itself for the history and event rows of every session and a job array's
+sessions and kernels (bench/throughput.py).  The statement is SQLAlchemy's, compiled
 once per shape; what SQLAlchemy would apply beyond the given values (Python-side column defaults)
 is not, so every column with one must be given (a column left out is NULL, as with SQLAlchemy)."""
 
