@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from corral.api.array_schemas import ArrayOut
+from corral.api.schemas import ArrayOut
 from corral.api.state import Caller, State
 from corral.services import arrays as svc
 

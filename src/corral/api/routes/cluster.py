@@ -7,7 +7,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Response
 from prometheus_client import CONTENT_TYPE_LATEST, Gauge, generate_latest
 
-from corral.api.retry_schemas import AuditOut, ClusterConfigIn
+from corral.api.schemas import AuditOut, ClusterConfigIn
 from corral.api.state import Admin, State
 from corral.domain.status import SessionStatus
 from corral.protocol.types import INT64_MAX, Name

@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from corral.api.retry_schemas import EventOut
+from corral.api.schemas import EventOut
 from corral.api.state import Caller, State
 from corral.protocol.types import INT64_MAX, Name
 from corral.services import events as svc

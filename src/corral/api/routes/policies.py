@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Response
 
-from corral.api.retry_schemas import PolicyDoc, PolicyOut
+from corral.api.schemas import PolicyDoc, PolicyOut
 from corral.api.state import Admin, State
 from corral.services import policies as svc
 

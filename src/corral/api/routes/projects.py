@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from corral.api.retry_schemas import ProjectIn, ProjectOut, ProjectPatch
+from corral.api.schemas import ProjectIn, ProjectOut, ProjectPatch
 from corral.api.state import Admin, State
 from corral.domain.records import ProjectRecord
 from corral.services import policies as svc

@@ -6,8 +6,11 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request, Response
 
-from corral.api.array_schemas import ArrayOut, BulkCreate, BulkItemOut, BulkOut
 from corral.api.schemas import (
+    ArrayOut,
+    BulkCreate,
+    BulkItemOut,
+    BulkOut,
     ErrorRecordOut,
     HistoryOut,
     KernelOut,

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from corral.api.schemas import SessionCreate, SessionOut
+from corral.api.schemas.session_in import SessionCreate
+from corral.api.schemas.session_out import SessionOut
 from corral.services.arrays import ArrayView
 
 MAX_BULK = 1000
