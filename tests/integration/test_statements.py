@@ -26,6 +26,7 @@ from corral.domain.status import KernelStatus, SessionStatus
 from corral.store import agents as agent_store
 from corral.store import bulk, driver_rows, journal, kernels, sessions
 from corral.store.db import transaction
+from corral.store.sessions import insert as session_insert
 from corral.store.tables import UNSHIPPED, allocations, session_events, session_history
 from corral.store.tables import agents as agent_table
 from corral.store.tables import kernels as kernel_table
@@ -297,8 +298,8 @@ async def test_rows_written_in_bulk_are_stored_as_sqlalchemys_insert_stores_them
         retry_after=later,
         spec_hash="h",
     )
-    row = sessions._session_row(new, NOW)
-    kernel_rows = sessions._kernel_rows(new, row["resources"], NOW)
+    row = session_insert._session_row(new, NOW)
+    kernel_rows = session_insert._kernel_rows(new, row["resources"], NOW)
     events = [(new.id, "session.created", None, "PENDING", {"k": ["é", None, 1.5]})]
     stored = []
     async with migrated(fresh_database(backend)) as engine:
@@ -307,8 +308,8 @@ async def test_rows_written_in_bulk_are_stored_as_sqlalchemys_insert_stores_them
                 if in_bulk:
                     # As a submit writes them: one statement on PostgreSQL.
                     parts = [
-                        sessions._every_column(session_table, [row]),
-                        sessions._every_column(kernel_table, kernel_rows),
+                        session_insert._every_column(session_table, [row]),
+                        session_insert._every_column(kernel_table, kernel_rows),
                         journal.events(events, NOW),
                     ]
                     await bulk.insert_together(conn, parts)
