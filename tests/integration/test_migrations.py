@@ -24,7 +24,7 @@ from corral.domain.records import NewSession, Principal, SessionRecord
 from corral.domain.resources import ResourceSlots
 from corral.domain.spec import SessionSpec
 from corral.domain.status import TERMINAL_KERNEL, KernelStatus
-from corral.services import sessions as session_service
+from corral.services import admission as session_service
 from corral.store import auth
 from corral.store import kernels as kernel_store
 from corral.store import sessions as session_rows

@@ -20,7 +20,7 @@ from corral.manager.handlers import cycle_handlers
 from corral.manager.handlers.promote_running_alone import PromoteRunningAlone
 from corral.manager.handlers.promote_terminated import PromoteToTerminated
 from corral.manager.handlers.schedule_new import ScheduleNewSessions
-from corral.services import sessions as session_service
+from corral.services import admission as session_service
 from corral.services.agent_protocol import AgentProtocol
 from corral.settings import SchedulerSettings
 from corral.store import auth, journal, sessions

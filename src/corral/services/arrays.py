@@ -16,7 +16,7 @@ from corral.domain.history import HistoryRow
 from corral.domain.records import NewSession, Principal, SessionRecord
 from corral.domain.spec import SessionSpec
 from corral.domain.status import TERMINAL_SESSION, SessionResult
-from corral.services import sessions as session_service
+from corral.services import admission, retry_chain
 from corral.services.errors import Conflict, CorralError, InvalidInput, NotFound
 from corral.store import arrays, journal, retries, sessions
 from corral.store.db import reading, transaction
@@ -109,7 +109,7 @@ async def _create(
             if earlier is not None:
                 return earlier, False
         digest = _array_digest(spec, indices)
-        checked = await session_service.prepared(conn, who, spec, retry_fields, requested_priority)
+        checked = await admission.prepared(conn, who, spec, retry_fields, requested_priority)
         array_id = str(uuid.uuid4())
         base = spec.name or f"array-{array_id[:8]}"
         news = [
@@ -148,10 +148,10 @@ async def create_many(
     async with transaction(engine) as conn:
         out: list[tuple[SessionRecord | None, bool]] = []
         news: list[NewSession] = []
-        shared = session_service.Shared()
+        shared = admission.Shared()
         for n, item in enumerate(items):
             try:
-                admitted = await session_service.admit(
+                admitted = await admission.admit(
                     conn, who, item.spec, item.retry_fields, item.priority, shared
                 )
             except CorralError as exc:
@@ -229,7 +229,7 @@ async def cancel(engine: Engine, who: Principal, array_id: str) -> ArrayView:
 
 
 def _undecided(s: SessionRecord) -> bool:
-    return s.retry_state is None and session_service.may_retry(s)
+    return s.retry_state is None and retry_chain.may_retry(s)
 
 
 async def retry(engine: Engine, who: Principal, array_id: str) -> tuple[ArrayView, int]:
@@ -243,7 +243,7 @@ async def retry(engine: Engine, who: Principal, array_id: str) -> tuple[ArrayVie
             if s.status not in TERMINAL_SESSION or s.result is SessionResult.SUCCESS:
                 continue
             try:
-                await session_service.retry_latest(conn, who, s, now)
+                await retry_chain.retry_latest(conn, who, s, now)
             except Conflict:
                 continue  # the engine retried this one just now: it has its next attempt already
             made += 1

@@ -19,7 +19,7 @@ from typing import Any
 from corral.clock import utcnow
 from corral.domain.errors import Unavailable
 from corral.domain.records import NewSession, Principal, SessionRecord
-from corral.services import sessions as session_service
+from corral.services import admission as session_service
 from corral.services import users
 from corral.services.arrays import BulkItem
 from corral.services.errors import CorralError

@@ -25,6 +25,7 @@ from corral.domain.status import SessionStatus
 from corral.protocol.types import INT64_MAX
 from corral.services import arrays as array_service
 from corral.services import logs as log_service
+from corral.services import retry_chain
 from corral.services import sessions as svc
 from corral.services.arrays import BulkItem
 from corral.services.errors import InvalidInput
@@ -137,7 +138,7 @@ async def retry_session(
 ) -> SessionOut:
     """A new attempt after the chain's latest one (which must have ended), with a fresh budget; a
     chain that succeeded only with `force`."""
-    record = await svc.retry(state.engine, who, session_id, force)
+    record = await retry_chain.retry(state.engine, who, session_id, force)
     state.wakeup.scheduler()
     return (await _out(state, [record]))[0]
 
@@ -172,6 +173,6 @@ async def get_logs(
 
 @router.post("/{session_id}/cancel", status_code=202, response_model=SessionOut)
 async def cancel_session(session_id: str, who: Caller, state: State) -> SessionOut:
-    record = await svc.cancel(state.engine, who, session_id)
+    record = await retry_chain.cancel(state.engine, who, session_id)
     state.wakeup.scheduler()
     return (await _out(state, [record]))[0]
