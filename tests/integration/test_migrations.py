@@ -17,9 +17,9 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import insert, inspect, select, text
 from sqlalchemy.engine import Connection
-from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from corral.domain.errors import Duplicate
 from corral.domain.records import NewSession, Principal, SessionRecord
 from corral.domain.resources import ResourceSlots
 from corral.domain.spec import SessionSpec
@@ -29,6 +29,7 @@ from corral.store import auth
 from corral.store import kernels as kernel_store
 from corral.store import sessions as session_rows
 from corral.store.db import make_engine, reading, transaction, upgrade
+from corral.store.sessions import insert as session_insert
 from corral.store.tables import kernels, metadata, sessions
 from tests.conftest import BACKENDS
 from tests.support.db import migrated, register_agent
@@ -73,7 +74,7 @@ async def test_a_session_has_one_kernel_a_rank(backend: str, fresh_database: Cal
                 (await conn.execute(select(kernels).where(kernels.c.session_id == made.id))).one()._mapping
             )
             del row["ended"]  # computed by the database
-        with pytest.raises(IntegrityError):
+        with pytest.raises(Duplicate):
             async with transaction(engine) as conn:
                 await conn.execute(insert(kernels).values({**row, "id": str(uuid.uuid4())}))
         async with transaction(engine) as conn:  # another rank of the same session is fine
@@ -98,9 +99,9 @@ async def test_creation_ids_and_retry_parents_are_unique(
         await add(creation_id=None, parent_session_id=None)
         await add(creation_id=None, parent_session_id=None)
         await add(creation_id="job-1", parent_session_id=first.id)
-        with pytest.raises(IntegrityError):
+        with pytest.raises(Duplicate):
             await add(creation_id="job-1")
-        with pytest.raises(IntegrityError):
+        with pytest.raises(Duplicate):
             await add(parent_session_id=first.id)
         await add(creation_id="job-1", owner="bob")  # idempotency is per caller
 
@@ -195,8 +196,8 @@ async def _session_as_then(engine: AsyncEngine) -> SessionRecord:
     schema has (a later migration's, such as 0011's workdir, are left out)."""
     now = datetime.now(UTC)
     new = NewSession(str(uuid.uuid4()), "then", "alice", SessionSpec(command=("true",)))
-    row = session_rows._session_row(new, now)
-    kernel_rows = session_rows._kernel_rows(new, row["resources"], now)
+    row = session_insert._session_row(new, now)
+    kernel_rows = session_insert._kernel_rows(new, row["resources"], now)
     async with transaction(engine) as conn:
         have = {
             name: {c["name"] for c in await conn.run_sync(lambda c, t=name: inspect(c).get_columns(t))}

@@ -25,9 +25,7 @@ from corral.services.intake import Intake
 from corral.settings import ManagerSettings, SchedulerSettings
 from corral.store import agents as agent_store
 from corral.store import auth, config
-from corral.store.checkpoint import keep_checkpointed
-from corral.store.db import is_sqlite, make_engine, make_reader, sqlite_file, transaction, upgrade
-from corral.store.notify import Notifier
+from corral.store.db import backend, make_engine, make_reader, transaction, upgrade, upkeep
 from corral.store.unit import Engine
 from corral.waits import STOP_WAIT, stop_tasks
 from corral.wakeup import Wakeup
@@ -76,9 +74,7 @@ def create_app(
         await prepare_database(engine, settings)
         reader = make_reader(engine)
         wakeup = Wakeup()
-        notifier = None if is_sqlite(url) else Notifier(engine.url, wakeup)
-        if notifier is not None:
-            wakeup.broadcast = notifier.send
+        upkept = upkeep(engine, wakeup)  # before serving: it may give the wake-ups their broadcast
         app.state.corral = AppState(
             engine,
             reader,
@@ -103,12 +99,8 @@ def create_app(
             if run_scheduler
             else []
         )
-        if notifier is not None:
-            tasks.append(asyncio.create_task(notifier.run(), name="wake-ups"))
-        database_file = sqlite_file(engine)
-        if database_file is not None:
-            tasks.append(asyncio.create_task(keep_checkpointed(database_file), name="checkpoints"))
-        log.info("manager ready", database="sqlite" if is_sqlite(url) else "postgresql")
+        tasks += [asyncio.create_task(work, name=name) for name, work in upkept]
+        log.info("manager ready", database=backend(engine))
         try:
             yield
         finally:

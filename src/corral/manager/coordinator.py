@@ -17,7 +17,7 @@ from corral.manager import targets
 from corral.manager.handler_run import HandlerRuns
 from corral.manager.handlers.base import LifecycleHandler, SessionPromotionHandler
 from corral.store import preemption, sessions
-from corral.store.db import reading
+from corral.store.db import reading, reads_apart
 from corral.store.unit import Engine
 
 log = structlog.get_logger("corral.coordinator")
@@ -229,13 +229,12 @@ class Coordinator:
         return await self._runs.run(handler, self._clock(), self._limits, self._preemption, timed, present)
 
     async def _nothing_to_do(self, handler: Handler, timed: bool) -> bool:
-        """A handler that found nothing last time is probed before its transaction: on PostgreSQL
-        an empty transaction is three round trips (BEGIN, the read, COMMIT), one is enough to see
-        there is nothing.  Only
-        handlers whose targets are all that read finds: none with a queue window or a time
-        limit of its own, whose overdue sessions are read apart (targets.overdue)."""
-        if self._engine.dialect.name != "postgresql":
-            return False  # SQLite's read takes the write lock like the transaction would: no saving
+        """A handler that found nothing last time is probed before its transaction, where a read
+        apart is cheaper than the transaction (store.db.reads_apart).  Only handlers whose targets
+        are all that read finds: none with a queue window or a time limit of its own, whose overdue
+        sessions are read apart (targets.overdue)."""
+        if not reads_apart(self._engine):
+            return False  # the read would cost what the transaction does: no saving
         if isinstance(handler, SessionPromotionHandler):
             return False  # outside a transaction already (_run): its read is the probe
         if handler.name not in self._found_none or handler.queue_window is not None:

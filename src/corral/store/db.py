@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from functools import partial
 from pathlib import Path
@@ -26,6 +26,7 @@ from corral.domain.errors import Duplicate, Unavailable
 from corral.metrics import DB_CONNECTIONS_OPENED
 from corral.store import dialect, sqlite_inline
 from corral.store.inline_engine import InlineEngine
+from corral.wakeup import Wakeup
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 # Engines whose connections run on the loop's thread (see `reading`).
@@ -44,6 +45,22 @@ def chunks(values: Sequence[T], size: int = IN_CHUNK) -> Iterator[list[T]]:
     items = list(values)
     for start in range(0, len(items), size):
         yield items[start : start + size]
+
+
+def backend(engine: AsyncEngine) -> str:
+    """The backend's name, for the operator's eyes (logs); code asks store.dialect what it can do."""
+    return str(engine.dialect.name)
+
+
+def reads_apart(engine: AsyncEngine) -> bool:
+    """Whether a read outside a transaction costs less than the transaction would (an empty one is
+    BEGIN, the read and COMMIT on PostgreSQL; SQLite's read takes the writer's lock either way)."""
+    return dialect.of(engine).autocommits
+
+
+def upkeep(engine: AsyncEngine, wakeup: Wakeup) -> list[tuple[str, Coroutine[Any, Any, None]]]:
+    """What a manager runs beside its loops for the engine's backend (store.dialect)."""
+    return dialect.of(engine).upkeep(engine, wakeup)
 
 
 def is_sqlite(url: str) -> bool:

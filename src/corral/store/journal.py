@@ -12,7 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.domain.history import HistoryRow as HistoryRow  # the rows add_history takes
 from corral.domain.records import HistoryRecord
-from corral.store import bulk, convert, unnest
+from corral.store import bulk, convert, dialect, unnest
 from corral.store.tables import session_events, session_history
 
 EventRow = tuple[str, str, str | None, str | None, dict[str, Any]]
@@ -57,10 +57,7 @@ async def add_collapsed(
         return
     ids = [s for s, _, _ in rows]
     new = [HistoryRow(s, handler, result, st, None, m) for s, st, m in rows]
-    if conn.dialect.name == "postgresql":
-        # One statement, not a read then an update then an insert: under load placement writes these
-        # for the sessions it read and could not place in nearly every run, three round trips of the
-        # run's ten (bench/throughput.py --postgres).
+    if dialect.of(conn).collapses_in_one_statement:
         params = bulk.unnest_params(session_history, HISTORY_COLUMNS, _C, history_values(new))
         which = {"c_ids": ids, "c_of_handler": handler, "c_of_result": result, "c_now": now}
         await conn.execute(_collapse(), {**params, **which})

@@ -2,17 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from datetime import UTC, datetime
-from typing import Any
-
 from sqlalchemy import (
     JSON,
     BigInteger,
     Boolean,
     Column,
     Computed,
-    DateTime,
     Float,
     ForeignKey,
     Index,
@@ -22,63 +17,14 @@ from sqlalchemy import (
     String,
     Table,
     Text,
-    TypeDecorator,
     UniqueConstraint,
     false,
     text,
 )
-from sqlalchemy.dialects.sqlite import DATETIME as SQLITE_DATETIME
-from sqlalchemy.engine import Dialect
 
 from corral.domain.status import TERMINAL_KERNEL
-
-
-class _SQLiteStamp(SQLITE_DATETIME):
-    """SQLite's DATETIME column, its text written and read by UTCDateTime alone."""
-
-    def bind_processor(self, dialect: Dialect) -> None:
-        return None
-
-    def result_processor(self, dialect: Dialect, coltype: object) -> None:
-        return None
-
-    def literal_processor(self, dialect: Dialect) -> Callable[[str], str]:
-        return lambda text: f"'{text}'"  # UTCDateTime's text: digits, '-', ':', '.' and a space
-
-
-class UTCDateTime(TypeDecorator[datetime]):
-    """Aware UTC datetimes on both backends (SQLite keeps no zone).
-
-    On SQLite the text is SQLAlchemy's DATETIME format ("2026-11-26 07:19:19.000000", which sorts
-    as the time does), written and parsed here in one step: SQLAlchemy's own processors, chained
-    after ours, built it field by field and made a second call per value (a session row has nine
-    of them, read by every handler)."""
-
-    impl = DateTime(timezone=True)
-    cache_ok = True
-
-    def load_dialect_impl(self, dialect: Dialect) -> Any:
-        if dialect.name == "sqlite":
-            return _SQLiteStamp()  # type: ignore[no-untyped-call]  # (the dialect type is untyped)
-        return super().load_dialect_impl(dialect)
-
-    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> Any:
-        if value is None:
-            return None
-        if value.tzinfo is None:
-            raise ValueError("naive datetime given to the store")
-        if value.tzinfo is not UTC:
-            value = value.astimezone(UTC)
-        if dialect.name == "sqlite":
-            return value.replace(tzinfo=None).isoformat(" ", "microseconds")
-        return value
-
-    def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
-        if value is None:
-            return None
-        stamp: datetime = datetime.fromisoformat(value) if isinstance(value, str) else value
-        return stamp.replace(tzinfo=UTC) if stamp.tzinfo is None else stamp.astimezone(UTC)
-
+from corral.store.dialect.types import BigId as BigId
+from corral.store.dialect.types import UTCDateTime as UTCDateTime  # migrations name it here
 
 metadata = MetaData(
     naming_convention={
@@ -90,7 +36,6 @@ metadata = MetaData(
 )
 
 ID = String(36)
-BigId = BigInteger().with_variant(Integer, "sqlite")
 
 users = Table(
     "users",

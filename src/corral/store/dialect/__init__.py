@@ -11,7 +11,7 @@ The implementations are imported on first use, not here: they build on the noun 
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
@@ -24,6 +24,7 @@ from corral.domain.records import KernelReport
 if TYPE_CHECKING:
     from corral.store.bulk import Rows
     from corral.store.unit import Engine
+    from corral.wakeup import Wakeup
 
 S = TypeVar("S", bound=Select[Any])
 
@@ -49,6 +50,29 @@ class Dialect(Protocol):
         transaction: under READ COMMITTED a read, or a self-guarded write, needs no BEGIN and
         COMMIT round trips.  Where this is False they are one transaction (SQLite's writer takes
         the database's lock either way), so a read ahead of a transaction saves nothing."""
+        ...
+
+    @property
+    def journals_in_update(self) -> bool:
+        """Whether a guarded session move writes its kernels' moves, events and history in its own
+        UPDATE (data-modifying WITHs), not in statements after it."""
+        ...
+
+    @property
+    def merges_queue_filters(self) -> bool:
+        """Whether a handler's target query folds its kernel-status filters into one pass over
+        the kernels, not one EXISTS each."""
+        ...
+
+    @property
+    def collapses_in_one_statement(self) -> bool:
+        """Whether repeated history rows are counted up and inserted by one statement, not a read
+        then an update then an insert."""
+        ...
+
+    def upkeep(self, engine: Engine, wakeup: Wakeup) -> list[tuple[str, Coroutine[Any, Any, None]]]:
+        """What a manager runs beside its loops for this backend, by name: wake-ups shared with
+        the other managers on the database, or checkpoints of a database file."""
         ...
 
     async def lock_migrations(self, conn: AsyncConnection) -> None:

@@ -4,7 +4,7 @@ at a time where a backend has no set-wise form of its own."""
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from datetime import datetime
 from functools import cache, lru_cache
 from typing import Any, cast
@@ -21,11 +21,19 @@ from corral.store.kernels import reports as kernel_reports
 from corral.store.kernels.rows import named, new_value
 from corral.store.tables import allocations, kernels
 from corral.store.unit import Engine
+from corral.wakeup import Wakeup
 
 
 class Portable:
     name = "portable"
     autocommits = False
+    journals_in_update = False
+    merges_queue_filters = False
+    collapses_in_one_statement = False
+
+    def upkeep(self, engine: Engine, wakeup: Wakeup) -> list[tuple[str, Coroutine[Any, Any, None]]]:
+        """Nothing: one manager, its wake-ups its own."""
+        return []
 
     async def lock_migrations(self, conn: AsyncConnection) -> None:
         """Nothing beyond the transaction's own lock."""

@@ -6,7 +6,7 @@ self-guarded (READ COMMITTED)."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from datetime import datetime
 from functools import cache
 from typing import Any
@@ -23,8 +23,10 @@ from corral.store.dialect.portable import Portable, all_placed, once
 from corral.store.dialect.postgresql_reports import apply_reports_at, report_chains
 from corral.store.kernels.reports import mark_started
 from corral.store.kernels.rows import named, new_value
+from corral.store.notify import Notifier
 from corral.store.tables import allocations, kernels
 from corral.store.unit import Engine
+from corral.wakeup import Wakeup
 
 
 class _Fenced(Exception):
@@ -34,6 +36,16 @@ class _Fenced(Exception):
 class PostgreSQL(Portable):
     name = "postgresql"
     autocommits = True
+    journals_in_update = True
+    merges_queue_filters = True
+    collapses_in_one_statement = True
+
+    def upkeep(self, engine: Engine, wakeup: Wakeup) -> list[tuple[str, Coroutine[Any, Any, None]]]:
+        """Wake-ups shared with the other managers on the database (LISTEN/NOTIFY): a session one
+        manager admits wakes the loop another holds."""
+        notifier = Notifier(engine.url, wakeup)
+        wakeup.broadcast = notifier.send
+        return [("wake-ups", notifier.run())]
 
     async def lock_migrations(self, conn: AsyncConnection) -> None:
         """An advisory lock, taken before Alembic reads the version: managers that both read none

@@ -3,18 +3,27 @@ IMMEDIATE, store/db.py), and many-row INSERTs straight to the driver (sqlite_row
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Coroutine, Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import Select, Table
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from corral.store.checkpoint import keep_checkpointed
+from corral.store.db import sqlite_file
 from corral.store.dialect import S, sqlite_rows
 from corral.store.dialect.portable import Portable
+from corral.store.unit import Engine
+from corral.wakeup import Wakeup
 
 
 class SQLite(Portable):
     name = "sqlite"
+
+    def upkeep(self, engine: Engine, wakeup: Wakeup) -> list[tuple[str, Coroutine[Any, Any, None]]]:
+        """The database file's checkpoints, kept from stopping every writer (store/checkpoint.py)."""
+        database_file = sqlite_file(engine)
+        return [] if database_file is None else [("checkpoints", keep_checkpointed(database_file))]
 
     def for_update(self, query: S, *, of: Table | None = None, skip_locked: bool = False) -> S:
         return query

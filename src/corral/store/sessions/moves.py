@@ -34,7 +34,7 @@ from corral.domain.status import (
 )
 from corral.domain.transitions import kernel_move_allowed, kernel_sources, session_move_allowed
 from corral.store import agents as agent_store
-from corral.store import bulk, journal
+from corral.store import bulk, dialect, journal
 from corral.store.db import IN_CHUNK, autocommitting, chunks
 from corral.store.tables import (
     allocations,
@@ -65,9 +65,8 @@ async def apply_moves(
     rows_of: dict[str, list[journal.HistoryRow]] = defaultdict(list)
     for row in history:
         rows_of[row.session_id].append(row)
-    # On PostgreSQL a group's kernels, events and history ride in its UPDATE (data-modifying CTEs):
-    # a round trip each saved, for every handler that moves sessions.
-    together = conn.dialect.name == "postgresql"
+    # Where the backend can, a group's kernels, events and history ride in its UPDATE.
+    together = dialect.of(conn).journals_in_update
     won: list[Move] = []
     for (src, dst, kernel_dst, values, kernel_via, unrequested), group in groups.items():
         ids = [m.session_id for m in group]
@@ -87,9 +86,7 @@ async def apply_moves(
                     raise RuntimeError("a move back to the queue takes a transaction: it locks first")
                 # The guard reads kernels as of the statement's start: lock them first (the order
                 # reports take too), so a report committing a start in between is seen, not missed.
-                await conn.execute(
-                    select(kernels.c.id).where(kernels.c.session_id.in_(part)).with_for_update()
-                )
+                await dialect.of(conn).lock(conn, select(kernels.c.id).where(kernels.c.session_id.in_(part)))
             moved = set((await conn.execute(statement, {**params, "m_ids": part})).scalars())
             won.extend(m for m in group if m.session_id in moved)
             if moved and kernel_dst is not None and not together:

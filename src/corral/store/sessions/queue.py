@@ -24,7 +24,7 @@ from corral.domain.status import (
     KernelStatus,
     SessionStatus,
 )
-from corral.store import convert
+from corral.store import convert, dialect
 from corral.store.sessions.read import _SORT, _filtered, select_with_kernels
 from corral.store.tables import (
     sessions,
@@ -103,7 +103,7 @@ async def for_handler(
         ready_at is not None,
         after is not None,
         healthy_only,
-        conn.dialect.name == "postgresql",
+        dialect.of(conn).merges_queue_filters,
     )
     params: dict[str, Any] = {"resource_group": resource_group}
     if changed_before is not None:
@@ -143,7 +143,7 @@ async def target_ids(
         limit,
         failed_kernel_only=failed_kernel_only,
         healthy_only=healthy_only,
-        merged=conn.dialect.name == "postgresql",
+        merged=dialect.of(conn).merges_queue_filters,
     )
     rows = await conn.execute(query, {"resource_group": resource_group})
     return [(sid, convert.session_status(status)) for sid, status in rows]

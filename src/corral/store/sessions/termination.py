@@ -24,7 +24,7 @@ from corral.domain.status import (
     SessionStatus,
 )
 from corral.store import agents as agent_store
-from corral.store import journal
+from corral.store import dialect, journal
 from corral.store.db import chunks
 from corral.store.sessions.read import select_with_kernels
 from corral.store.tables import (
@@ -118,5 +118,4 @@ async def sweep_due(
 
 async def lock(conn: AsyncConnection, session_id: str) -> None:
     """Serialise writers of one session's rows (PostgreSQL row lock; SQLite has one writer anyway)."""
-    if conn.dialect.name == "postgresql":
-        await conn.execute(select(sessions.c.id).where(sessions.c.id == session_id).with_for_update())
+    await dialect.of(conn).lock(conn, select(sessions.c.id).where(sessions.c.id == session_id))
