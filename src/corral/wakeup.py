@@ -37,6 +37,16 @@ class Wakeup:
         # Tells other managers (kind: "scheduler", "retries", "orders"); None with one manager.
         self.broadcast: Callable[[str], None] | None = None
 
+    @property
+    def waiting(self) -> int:
+        """Long polls waiting for orders that no bump has woken yet."""
+        return self._waiting
+
+    @property
+    def unread(self) -> int:
+        """Polls a bump woke that have not read their orders yet."""
+        return self._unread
+
     async def receive(self, kind: str) -> None:
         """Another manager's wake-up: acted on here, never sent on again."""
         if kind == "scheduler":

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import math
 import sqlite3
-import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
@@ -32,6 +31,7 @@ from corral.store.tables import kernels, sessions
 from tests.conftest import BACKENDS
 from tests.support.cluster import Cluster
 from tests.support.db import migrated
+from tests.support.eventually import eventually
 
 
 def _spec(n: int, **fields: Any) -> SessionSpec:
@@ -124,6 +124,16 @@ async def test_two_requests_with_one_creation_id_in_a_batch_make_one_session(
         assert await _rows(engine) == (2, 2)
 
 
+async def _door_held(intake: Intake, queued: int) -> None:
+    """Until the first of `queued` requests holds the door (its one loop turn for others to queue
+    behind it) and all of them are queued: looked at every turn, as it lasts one."""
+    await eventually(
+        lambda: intake._lock.locked() and len(intake._waiting) == queued,
+        f"the door held, {queued} requests queued at it",
+        interval=0,
+    )
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 async def test_a_request_that_gives_up_while_waiting_is_not_written_and_the_rest_are(
     backend: str, fresh_database: Callable[[str], str]
@@ -135,7 +145,7 @@ async def test_a_request_that_gives_up_while_waiting_is_not_written_and_the_rest
         first = asyncio.create_task(intake.create(Ask(_spec(1), None, None, **alice)))
         second = asyncio.create_task(intake.create(Ask(_spec(2), None, None, **alice)))
         third = asyncio.create_task(intake.create(Ask(_spec(3), None, None, **alice)))
-        await asyncio.sleep(0)
+        await _door_held(intake, 3)
         second.cancel()
         made = [await first, await third]
         with pytest.raises(asyncio.CancelledError):
@@ -146,7 +156,7 @@ async def test_a_request_that_gives_up_while_waiting_is_not_written_and_the_rest
         # The one holding the door gives up: the others are written by the next in line.
         leader = asyncio.create_task(intake.create(Ask(_spec(4), None, None, **alice)))
         others = [asyncio.create_task(intake.create(Ask(_spec(n), None, None, **alice))) for n in (5, 6)]
-        await asyncio.sleep(0)
+        await _door_held(intake, 3)
         leader.cancel()
         with pytest.raises(asyncio.CancelledError):
             await leader
@@ -242,10 +252,12 @@ async def test_a_key_revoked_while_its_batch_waits_for_the_writer_is_refused(
         async with _writer_held(engine, url) as (intake, holder):
             holder.execute("DELETE FROM api_keys")  # the revocation, committed while the batch waits
             sent = asyncio.ensure_future(_all(intake, [Ask(_spec(i), None, None, **alice) for i in range(2)]))
-            deadline = time.monotonic() + 30
-            while not intake._writes:  # the batch is taken and waits for the writer
-                assert time.monotonic() < deadline and not sent.done(), "the batch was never written"
-                await asyncio.sleep(0.01)
+
+            def taken() -> bool:
+                assert not sent.done(), "the batch was never written"
+                return bool(intake._writes)
+
+            await eventually(taken, "the batch taken, waiting for the writer", timeout=30)
             holder.execute("COMMIT")
             answers = await asyncio.wait_for(sent, timeout=30)
         assert all(isinstance(a, Unauthorized) for a in answers), answers
@@ -301,8 +313,11 @@ async def test_a_batch_taken_is_written_once_and_answered_even_if_its_taker_give
         intake = Intake(engine, busy_gap=math.inf)  # as under load: every submit waits for others
         taker = asyncio.create_task(intake.create(Ask(_spec(1), None, None, **alice)))
         others = [asyncio.create_task(intake.create(Ask(_spec(n), None, None, **alice))) for n in (2, 3)]
-        await asyncio.sleep(0)  # the taker holds the door, the others queue behind it
-        await asyncio.sleep(0)  # the taker has taken the batch and waits for its write
+        # The taker holds the door, the others queue behind it; then it takes the batch and waits
+        # for its write (looked at every turn: the write may take only a few).
+        await eventually(
+            lambda: intake._writes and not intake._waiting, "the batch taken and being written", interval=0
+        )
         taker.cancel()
         with pytest.raises(asyncio.CancelledError):
             await taker
@@ -423,11 +438,14 @@ async def test_a_batch_whose_connection_is_lost_as_it_writes_is_never_sent_again
                     "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
                     " AND query LIKE '%INSERT INTO sessions%' AND pid <> pg_backend_pid()"
                 )
-                deadline = time.monotonic() + 30
-                while not (pids := list((await conn.execute(waiting)).scalars())):
-                    assert time.monotonic() < deadline and not sent.done(), "the batch never wrote"
+
+                async def blocked() -> list[int]:
+                    assert not sent.done(), "the batch never wrote"
+                    # Within a transaction pg_stat_activity is read once and then kept.
                     await conn.execute(text("SELECT pg_stat_clear_snapshot()"))
-                    await asyncio.sleep(0.02)
+                    return list((await conn.execute(waiting)).scalars())
+
+                pids = await eventually(blocked, "the batch's INSERT waiting on the lock", 30, 0.02)
                 assert len(pids) == 1  # one statement for the three
                 await conn.execute(text("SELECT pg_terminate_backend(:p)"), {"p": pids[0]})
             answers = await sent

@@ -16,6 +16,7 @@ from sqlalchemy.engine import make_url
 from corral.store.notify import CHANNEL, HELLO, Notifier
 from corral.wakeup import Wakeup
 from tests.support.cluster import Cluster
+from tests.support.eventually import eventually
 
 SLOW_POLL = {"CORRAL_LOOP_INTERVAL": "30"}
 
@@ -54,13 +55,6 @@ def test_a_session_submitted_through_another_manager_runs_without_waiting_a_poll
         a.close()
 
 
-async def _until(check: Callable[[], bool], what: str, seconds: float = 10.0) -> None:
-    deadline = asyncio.get_running_loop().time() + seconds
-    while not check():
-        assert asyncio.get_running_loop().time() < deadline, f"not within {seconds}s: {what}"
-        await asyncio.sleep(0.01)
-
-
 async def test_a_manager_alone_sends_no_wake_ups_and_one_joining_is_told_them(
     fresh_database: Callable[[str], str],
 ) -> None:
@@ -74,17 +68,17 @@ async def test_a_manager_alone_sends_no_wake_ups_and_one_joining_is_told_them(
     a, b = Notifier(url, Wakeup()), Notifier(url, b_wakeup)
     tasks = [asyncio.create_task(a.run())]
     try:
-        await _until(lambda: any(h.endswith(":hello") for h in heard), "the first manager's hello")
+        await eventually(lambda: any(h.endswith(":hello") for h in heard), "the first manager's hello")
         a.send("orders")
         a.send("retries")
         assert a.peers == 0
         tasks.append(asyncio.create_task(b.run()))
         # Well before the first's next hello (HELLO seconds after its first): it answered the second's.
-        await _until(lambda: a.peers == 1 and b.peers == 1, "the two managers know each other", HELLO / 3)
+        await eventually(lambda: a.peers == 1 and b.peers == 1, "the two managers know each other", HELLO / 3)
         seen = b_wakeup.room_version
         a.send("scheduler")
-        await _until(lambda: b_wakeup.room_version > seen, "the second manager woken by the first")
-        await _until(lambda: sum(h.endswith(":scheduler") for h in heard) == 1, "the wake-up on the wire")
+        await eventually(lambda: b_wakeup.room_version > seen, "the second manager woken by the first")
+        await eventually(lambda: sum(h.endswith(":scheduler") for h in heard) == 1, "the wake-up on the wire")
         senders = {h.split(":")[0] for h in heard}
         assert len(senders) == 2  # the spy, not a manager, is nobody's peer
         assert not any(h.endswith((":orders", ":retries")) for h in heard), heard

@@ -19,6 +19,7 @@ from sqlalchemy import make_url, text
 from corral.domain.errors import Unavailable
 from corral.store import db
 from tests.support.cluster import Cluster
+from tests.support.eventually import eventually
 from tests.support.postgres import start_postgres
 
 
@@ -64,11 +65,7 @@ async def test_a_connection_the_server_closed_within_the_window_is_replaced(
         # The backend sends its FATAL message, then closes the socket: only once asyncpg has read
         # the close does it know.  In between, a statement fails once as a disconnect (the pool
         # replaces the connection, a request answers 503), as one on a connection dying unnoticed.
-        for _ in range(1000):  # 10 s at most
-            if pooled.is_closed():
-                break
-            await asyncio.sleep(0.01)
-        assert pooled.is_closed()
+        await eventually(pooled.is_closed, "asyncpg to read the server's close")
         assert await _backend(engine) != first
     finally:
         await engine.dispose()

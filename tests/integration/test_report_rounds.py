@@ -6,12 +6,13 @@ and sessions marked started in the same round trip."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 from sqlalchemy import event, select, text, update
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.domain.cause import TerminationReason
 from corral.domain.records import KernelReport, Move
@@ -26,6 +27,7 @@ from corral.store.tables import sessions as session_table
 from tests.conftest import BACKENDS
 from tests.integration.test_reports import _kernel, _placed
 from tests.support.db import migrated
+from tests.support.eventually import eventually
 
 
 async def _released(engine: Any, kernel_id: str) -> bool:
@@ -139,10 +141,11 @@ async def test_a_round_does_not_wait_on_a_session_someone_holds_and_marks_it_sta
                 select(session_table.c.id).where(session_table.c.id == ids[0]).with_for_update()
             )
             report = asyncio.create_task(protocol.report("a", epoch, [KernelReport(k[0], s) for s in steps]))
-            deadline = asyncio.get_running_loop().time() + 10
-            while (await _kernel(engine, ids[0])).status is not KernelStatus.RUNNING:
-                assert asyncio.get_running_loop().time() < deadline, "the round waited on the session"
-                await asyncio.sleep(0.01)
+
+            async def running() -> bool:
+                return (await _kernel(engine, ids[0])).status is KernelStatus.RUNNING
+
+            await eventually(running, "the kernel RUNNING (the round must not wait on the session)")
             assert not report.done()  # the session's mark waits for it
             await holder.rollback()
         assert (await asyncio.wait_for(report, 10))[:2] == (len(steps), [])
@@ -168,16 +171,9 @@ async def test_an_ending_racing_a_cancel_is_applied_from_where_the_cancel_left_t
             )
             ending = [KernelReport(k[0], KernelStatus.TERMINATED, exit_code=0)]
             report = asyncio.create_task(protocol.report("a", epoch, ending))
-            waiting = text("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'")
-            deadline = asyncio.get_running_loop().time() + 10
             async with engine.connect() as look:
-                while (await look.execute(waiting)).scalar_one() == 0:
-                    # Failed once in a full clean-clone run (never alone): say what the report did.
-                    assert not report.done(), f"the report ended without waiting: {_outcome(report)}"
-                    assert asyncio.get_running_loop().time() < deadline, (
-                        "the report never waited on the kernel"
-                    )
-                    await asyncio.sleep(0.01)
+                # Failed once in a full clean-clone run (never alone): say what the report did.
+                await eventually(_lock_waited(look, report), "the report to wait on the kernel")
             await cancel.commit()
         assert (await asyncio.wait_for(report, 10))[:2] == (1, [])
         found = await _kernel(engine, ids[0])
@@ -204,13 +200,8 @@ async def test_a_step_racing_a_cancel_is_refused_from_where_the_cancel_left_the_
             report = asyncio.create_task(
                 protocol.report("a", epoch, [KernelReport(k[0], KernelStatus.RUNNING)])
             )
-            waiting = text("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'")
-            deadline = asyncio.get_running_loop().time() + 10
             async with engine.connect() as look:
-                while (await look.execute(waiting)).scalar_one() == 0:
-                    assert not report.done(), f"the report ended without waiting: {_outcome(report)}"
-                    assert asyncio.get_running_loop().time() < deadline, "the report never waited"
-                    await asyncio.sleep(0.01)
+                await eventually(_lock_waited(look, report), "the report to wait on the kernel")
             await cancel.commit()
         assert (await asyncio.wait_for(report, 10))[:2] == (0, [k[0]])
         rounds = [sql for sql in sent if "WITH ends AS" in sql]
@@ -240,6 +231,20 @@ async def test_an_ending_refused_for_a_suspended_kernel_is_not_tried_again(
         assert (await protocol.report("a", epoch, ending))[:2] == (0, [k[0]])
         assert len(sent) == 1
         assert (await _kernel(engine, ids[0])).status is KernelStatus.SUSPENDED
+
+
+def _lock_waited(look: AsyncConnection, report: asyncio.Task[Any]) -> Callable[[], Awaitable[int]]:
+    """A check for `eventually`: how many statements wait on a lock, read on `look`; failing at once
+    if `report` ended without waiting."""
+    waiting = text("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'")
+
+    async def check() -> int:
+        if found := int((await look.execute(waiting)).scalar_one()):
+            return found
+        assert not report.done(), f"the report ended without waiting: {_outcome(report)}"
+        return 0
+
+    return check
 
 
 def _outcome(task: asyncio.Task[Any]) -> str:

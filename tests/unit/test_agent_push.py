@@ -14,6 +14,7 @@ from corral.agent.agent import Agent
 from corral.agent.settings import AgentSettings
 from corral.domain.status import KernelStatus
 from corral.protocol.reports import KernelReportIn, ReportsIn, ReportsOut
+from tests.support.eventually import eventually
 
 
 class Manager:
@@ -31,11 +32,8 @@ def _report(kernel_id: str, status: KernelStatus) -> KernelReportIn:
     return KernelReportIn(kernel_id=kernel_id, generation=1, status=status)
 
 
-async def _pushed(manager: Manager, count: int, within: float = 10.0) -> None:
-    deadline = time.monotonic() + within
-    while len(manager.pushes) < count:
-        assert time.monotonic() < deadline, f"{len(manager.pushes)} pushes of {count}"
-        await asyncio.sleep(0.005)
+async def _pushed(manager: Manager, count: int) -> None:
+    await eventually(lambda: len(manager.pushes) >= count, f"{count} pushes", interval=0.005)
 
 
 async def _pushing(first: list[str]) -> tuple[Agent, Manager, asyncio.Task[None]]:

@@ -16,6 +16,7 @@ import pytest
 from corral import waits
 from corral.waits import wait_set
 from corral.wakeup import Wakeup
+from tests.support.eventually import eventually, parked
 
 
 async def test_wait_set_says_whether_the_event_came_in_time() -> None:
@@ -54,7 +55,7 @@ async def test_a_waiting_loop_stops_when_cancelled_as_its_event_is_set(
             await wait()
 
     task = asyncio.create_task(loop())
-    await asyncio.sleep(0)  # it is waiting
+    await eventually(lambda: parked(task), f"the {name} loop waiting for its event")
     wake()
     task.cancel()  # in the same turn: the event and the cancellation reach it together
     done, _ = await asyncio.wait([task], timeout=5)
@@ -78,7 +79,7 @@ async def test_stopping_cancels_again_a_task_that_lost_its_cancellation(
                     raise
 
     task = asyncio.create_task(stubborn(), name="stubborn")
-    await asyncio.sleep(0)
+    await eventually(lambda: parked(task), "the task asleep")
     assert await asyncio.wait_for(waits.stop_tasks([task], 5), 5) == set()
     assert task.cancelled() and swallowed == 2
 
@@ -94,7 +95,7 @@ async def test_stopping_gives_a_cleanup_its_time_before_cancelling_again() -> No
             cleaned.set()
 
     task = asyncio.create_task(tidy())
-    await asyncio.sleep(0)
+    await eventually(lambda: parked(task), "the task asleep, its cleanup ahead")
     assert await waits.stop_tasks([task], 5) == set()
     assert cleaned.is_set()
 
@@ -108,7 +109,7 @@ async def test_stopping_leaves_a_task_that_never_stops_within_the_bound() -> Non
                 await asyncio.sleep(30)
 
     task = asyncio.create_task(deaf(), name="deaf")
-    await asyncio.sleep(0)
+    await eventually(lambda: parked(task), "the task asleep")
     started = asyncio.get_running_loop().time()
     assert await waits.stop_tasks([task], 0.3) == {task}
     assert asyncio.get_running_loop().time() - started < 2
@@ -121,16 +122,23 @@ PROCESS = """
 import asyncio, contextlib, sys
 from corral.waits import exit_when_stuck
 
-async def deaf():
+async def deaf(started):
+    started.set()
     while True:
         with contextlib.suppress(asyncio.CancelledError):
             await asyncio.sleep(30)
 
+async def plain(started):
+    started.set()
+    await asyncio.sleep(30)
+
 async def main():
-    if sys.argv[1] == "deaf":
-        asyncio.create_task(deaf())
-    asyncio.create_task(asyncio.sleep(30))
-    await asyncio.sleep(0)
+    kinds = [plain, deaf] if sys.argv[1] == "deaf" else [plain]
+    started = [asyncio.Event() for _ in kinds]
+    for kind, event in zip(kinds, started):
+        asyncio.create_task(kind(event))
+    for event in started:  # each task is in its sleep
+        await event.wait()
     await exit_when_stuck(0.3)
 
 asyncio.run(main())

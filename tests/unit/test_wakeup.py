@@ -9,6 +9,7 @@ import pytest
 
 from corral import wakeup as wakeup_module
 from corral.wakeup import Wakeup
+from tests.support.eventually import eventually, settled
 
 RELEASED = 1.0
 """Seconds within which a cycle released by the polls' reads returns (the bound is set far above)."""
@@ -18,12 +19,6 @@ RELEASED = 1.0
 def _far_bound(monkeypatch: pytest.MonkeyPatch) -> None:
     """Only the polls can release a cycle within RELEASED: the time bound is a minute."""
     monkeypatch.setattr(wakeup_module, "ORDERS_READ_WAIT", 60.0)
-
-
-async def _turns(n: int = 20) -> None:
-    """Give every ready task `n` turns of the loop."""
-    for _ in range(n):
-        await asyncio.sleep(0)
 
 
 async def _poll(w: Wakeup, may_read: asyncio.Event, read: list[int]) -> None:
@@ -39,12 +34,12 @@ async def test_orders_changed_returns_once_every_woken_poll_has_read() -> None:
     gates = [asyncio.Event(), asyncio.Event()]
     read: list[int] = []
     polls = [asyncio.create_task(_poll(w, g, read)) for g in gates]
-    await _turns()
+    await eventually(lambda: w.waiting == 2, "both polls waiting for orders")
     changed = asyncio.create_task(w.orders_changed())
-    await _turns()
+    await eventually(lambda: w.unread == 2 and settled(changed, *polls), "both polls woken, at their gates")
     assert not changed.done()  # both polls woken, neither has read
     gates[0].set()
-    await _turns()
+    await eventually(lambda: read and settled(changed, *polls), "the first poll's read, and all still")
     assert len(read) == 1 and not changed.done()
     gates[1].set()
     await asyncio.wait_for(changed, RELEASED)
@@ -63,7 +58,7 @@ async def test_a_poll_that_never_reads_holds_the_cycle_only_for_the_bound(
     monkeypatch.setattr(wakeup_module, "ORDERS_READ_WAIT", 0.2)
     w = Wakeup()
     poll = asyncio.create_task(_poll(w, asyncio.Event(), []))
-    await _turns()
+    await eventually(lambda: w.waiting == 1, "the poll waiting for orders")
     loop = asyncio.get_running_loop()
     started = loop.time()
     await asyncio.wait_for(w.orders_changed(), 5)
@@ -77,11 +72,11 @@ async def test_a_later_bump_still_waits_for_a_poll_an_earlier_one_woke() -> None
     w = Wakeup()
     gate = asyncio.Event()
     slow = asyncio.create_task(_poll(w, gate, []))
-    await _turns()
+    await eventually(lambda: w.waiting == 1, "the poll waiting for orders")
     first = asyncio.create_task(w.orders_changed())
-    await _turns()
+    await eventually(lambda: w.waiting == 0 and settled(first, slow), "the poll woken, held at its gate")
     second = asyncio.create_task(w.orders_changed())  # no poll waits now: `slow` is reading
-    await _turns()
+    await eventually(lambda: w.orders_version == 2 and settled(first, second, slow), "the second bump")
     assert not first.done() and not second.done()
     gate.set()
     await asyncio.wait_for(asyncio.gather(first, second, slow), RELEASED)
@@ -91,7 +86,7 @@ async def test_a_later_bump_still_waits_for_a_poll_an_earlier_one_woke() -> None
 async def test_a_poll_cancelled_after_its_wake_is_not_waited_for() -> None:
     w = Wakeup()
     poll = asyncio.create_task(w.wait_orders(w.orders_version, 30))
-    await _turns()
+    await eventually(lambda: w.waiting == 1, "the poll waiting for orders")
     await w.receive("orders")  # woken (another manager's bump: nothing waits here)...
     poll.cancel()  # ...and gone before it could read
     with pytest.raises(asyncio.CancelledError):
@@ -109,13 +104,13 @@ async def test_a_poll_whose_orders_changed_before_it_waited_is_not_counted() -> 
     w = Wakeup()
     gate = asyncio.Event()
     counted = asyncio.create_task(_poll(w, gate, []))
-    await _turns()
+    await eventually(lambda: w.waiting == 1, "the poll waiting for orders")
     seen = w.orders_version
     changed = asyncio.create_task(w.orders_changed())
-    await _turns()
+    await eventually(lambda: w.unread == 1 and settled(changed, counted), "the poll woken, held at its gate")
     # A poll that read before that bump: it returns at once, and saying nothing it releases no one.
     assert not await w.wait_orders(seen, 30)
-    await _turns()
+    await eventually(lambda: settled(changed, counted), "the cycle and the poll still")
     assert not changed.done()
     gate.set()
     await asyncio.wait_for(asyncio.gather(changed, counted), RELEASED)
