@@ -30,7 +30,7 @@ from corral.store.tables import kernels as kernel_table
 from corral.store.tables import sessions as session_table
 from corral.wakeup import Wakeup
 from tests.conftest import BACKENDS
-from tests.integration.test_bounds import NOW, _insert
+from tests.integration.api.test_bounds import NOW, _insert
 from tests.support.db import migrated, register_agent
 
 

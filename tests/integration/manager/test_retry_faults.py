@@ -9,8 +9,8 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
-from tests.integration.test_fencing import FENCE, KERNEL, DeathWatch
-from tests.integration.test_retry import metric, settled_chain, stamp
+from tests.integration.agent.test_fencing import FENCE, KERNEL, DeathWatch
+from tests.integration.manager.test_retry import metric, settled_chain, stamp
 from tests.support.cluster import Cluster, poll
 from tests.support.db import sql
 from tests.support.proxy import Proxy

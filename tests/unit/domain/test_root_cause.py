@@ -31,7 +31,7 @@ from corral.domain.root_cause import aggregate, default_strategy, is_side_effect
 from corral.domain.spec import ErrorStrategy
 from corral.domain.status import KernelStatus as K
 
-WORKERLIB = Path(__file__).resolve().parents[2] / "src" / "corral" / "workerlib"
+WORKERLIB = Path(__file__).resolve().parents[3] / "src" / "corral" / "workerlib"
 GLOO = (
     "RuntimeError: [/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed by "
     "peer [127.0.0.1]:60845. This is typically caused by a remote worker crashing."

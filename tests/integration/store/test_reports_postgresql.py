@@ -27,7 +27,7 @@ from corral.store.dialect import postgresql_reports
 from corral.store.tables import allocations
 from corral.store.tables import kernels as kernel_table
 from corral.store.tables import sessions as session_table
-from tests.integration.test_reports import _placed
+from tests.integration.store.test_reports import _placed
 from tests.support.db import migrated
 
 K = KernelStatus

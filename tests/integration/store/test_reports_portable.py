@@ -25,7 +25,7 @@ from corral.store.tables import allocations
 from corral.store.tables import kernels as kernel_table
 from corral.store.tables import sessions as session_table
 from tests.conftest import BACKENDS
-from tests.integration.test_reports import _kernel, _placed
+from tests.integration.store.test_reports import _kernel, _placed
 from tests.support.db import migrated
 from tests.support.eventually import eventually
 

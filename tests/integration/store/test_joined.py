@@ -19,7 +19,7 @@ from corral.store.db import IN_CHUNK, transaction
 from corral.store.tables import kernels as kernel_table
 from corral.store.tables import sessions as session_table
 from tests.conftest import BACKENDS
-from tests.integration.test_bounds import NOW
+from tests.integration.api.test_bounds import NOW
 from tests.support.db import migrated, register_agent
 
 

@@ -17,7 +17,7 @@ from corral.domain.spec import SessionSpec
 from corral.store import checkpoint, sessions, sqlite_inline
 from corral.store.db import make_engine, make_reader, transaction, upgrade
 from corral.store.tables import sessions as session_table
-from tests.integration.test_bounds import NOW
+from tests.integration.api.test_bounds import NOW
 
 
 async def _ready(path: Path) -> str:

@@ -20,7 +20,7 @@ from corral.store import sessions
 from corral.store.db import make_engine
 from tests.support.cluster import Cluster
 
-JOB = Path(__file__).resolve().parent.parent / "support" / "torch_job.py"
+JOB = Path(__file__).resolve().parents[2] / "support" / "torch_job.py"
 # Kernels run as the unprivileged `corral` account, which cannot reach this interpreter when it lives
 # in root's home (pyenv): they run the system's `python3` of the same version with our packages, as
 # a job would use a shared environment.

@@ -15,7 +15,7 @@ from corral.store import agents, kernels, sessions
 from corral.store.db import transaction
 from corral.store.tables import kernels as kernel_table
 from tests.conftest import BACKENDS
-from tests.integration.test_bounds import NOW
+from tests.integration.api.test_bounds import NOW
 from tests.support.db import migrated, register_agent
 
 

@@ -19,7 +19,7 @@ from corral.store.tables import agents as agent_table
 from corral.store.tables import kernels as kernel_table
 from corral.store.tables import sessions as session_table
 from tests.conftest import BACKENDS
-from tests.integration.test_bounds import NOW, _insert
+from tests.integration.api.test_bounds import NOW, _insert
 from tests.support.db import migrated, register_agent
 
 CFG = SchedulerSettings(agent_lease=15, fence_timeout=30, fence_margin=5)

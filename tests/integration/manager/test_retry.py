@@ -407,7 +407,7 @@ def test_kill_switch_at_runtime(cluster: Cluster) -> None:
 
 
 def test_only_batch_sessions_are_submitted_and_quiet_sessions_emit_no_events(cluster: Cluster) -> None:
-    # Non-batch sessions are not retried (tests/unit/test_retry.py); until deployments make
+    # Non-batch sessions are not retried (tests/unit/domain/test_retry.py); until deployments make
     # inference sessions themselves, a request may not submit one, nor an interactive one.
     for kind in ("interactive", "inference"):
         refused = cluster.http.post(

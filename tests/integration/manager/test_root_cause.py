@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.integration.test_retry import settled_chain
+from tests.integration.manager.test_retry import settled_chain
 from tests.support.cluster import Cluster, scratch
 
 # Three workers, ordered by marker files so their records' times are certain: rank 2 writes a
