@@ -37,7 +37,8 @@ from corral.domain.spec import SessionSpec
 from corral.manager.loop import SchedulerLoop
 from corral.settings import SchedulerSettings
 from corral.store import agents, sessions
-from corral.store.db import make_engine, transaction, upgrade
+from corral.store.db import transaction, upgrade
+from corral.store.engine import make_engine
 from corral.wakeup import Wakeup
 
 BATCH = 2000

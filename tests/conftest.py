@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from corral.agent.identity import ensure_account
-from corral.store.db import make_engine, upgrade
+from corral.store.db import upgrade
+from corral.store.engine import make_engine
 from tests.support.postgres import PgServer, start_postgres
 
 BACKENDS = ["sqlite", "postgres"]

@@ -1,5 +1,5 @@
 """Signals: wake the scheduling loops early, and wake agents' long polls; with a `broadcast` set
-(PostgreSQL: store/notify.py), other managers on the same database are woken too."""
+(PostgreSQL: store/dialect/postgresql_notify.py), other managers on the same database are woken too."""
 
 from __future__ import annotations
 

@@ -25,7 +25,8 @@ from corral.services.intake import Intake
 from corral.settings import ManagerSettings, SchedulerSettings
 from corral.store import agents as agent_store
 from corral.store import auth, config
-from corral.store.db import backend, make_engine, make_reader, transaction, upgrade, upkeep
+from corral.store.db import transaction, upgrade, upkeep
+from corral.store.engine import backend, make_engine, make_reader
 from corral.store.unit import Engine
 from corral.waits import STOP_WAIT, stop_tasks
 from corral.wakeup import Wakeup

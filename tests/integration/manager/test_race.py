@@ -18,7 +18,8 @@ from corral.manager.coordinator import Coordinator
 from corral.manager.handlers.base import HandlerContext, LifecycleResult
 from corral.manager.handlers.schedule_new import ScheduleNewSessions
 from corral.store import sessions
-from corral.store.db import make_engine, transaction, upgrade
+from corral.store.db import transaction, upgrade
+from corral.store.engine import make_engine
 from corral.store.tables import allocations
 from tests.conftest import BACKENDS
 from tests.support.db import register_agent

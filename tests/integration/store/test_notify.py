@@ -13,7 +13,7 @@ import asyncpg
 import pytest
 from sqlalchemy.engine import make_url
 
-from corral.store.notify import CHANNEL, HELLO, Notifier
+from corral.store.dialect.postgresql_notify import CHANNEL, HELLO, Notifier
 from corral.wakeup import Wakeup
 from tests.support.cluster import Cluster
 from tests.support.eventually import eventually

@@ -18,6 +18,7 @@ from sqlalchemy import make_url, text
 
 from corral.domain.errors import Unavailable
 from corral.store import db
+from corral.store import engine as engine_module
 from tests.support.cluster import Cluster
 from tests.support.eventually import eventually
 from tests.support.postgres import start_postgres
@@ -30,7 +31,7 @@ async def _backend(engine: object) -> int:
 
 async def _kill(engine: object, pid: int) -> None:
     """Ends one backend from another connection, as a server restart or a proxy drop would."""
-    other = db.make_engine(str(engine.url.render_as_string(hide_password=False)))  # type: ignore[attr-defined]
+    other = engine_module.make_engine(str(engine.url.render_as_string(hide_password=False)))  # type: ignore[attr-defined]
     try:
         async with db.transaction(other) as conn:
             assert (await conn.execute(text("SELECT pg_terminate_backend(:p)"), {"p": pid})).scalar_one()
@@ -41,11 +42,11 @@ async def _kill(engine: object, pid: int) -> None:
 async def test_an_idle_connection_that_died_is_replaced_at_checkout(
     fresh_database: Callable[[str], str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    engine = db.make_engine(fresh_database("postgres"), pool_size=1)
+    engine = engine_module.make_engine(fresh_database("postgres"), pool_size=1)
     try:
         first = await _backend(engine)
         await _kill(engine, first)
-        monkeypatch.setattr(db, "PING_AFTER", 0.0)  # as if it had sat idle past the window
+        monkeypatch.setattr(engine_module, "PING_AFTER", 0.0)  # as if it had sat idle past the window
         assert await _backend(engine) != first
     finally:
         await engine.dispose()
@@ -55,8 +56,8 @@ async def test_a_connection_the_server_closed_within_the_window_is_replaced(
     fresh_database: Callable[[str], str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """No ping (it was used a moment ago), but asyncpg knows the server closed it: no failure."""
-    monkeypatch.setattr(db, "PING_AFTER", 3600.0)
-    engine = db.make_engine(fresh_database("postgres"), pool_size=1)
+    monkeypatch.setattr(engine_module, "PING_AFTER", 3600.0)
+    engine = engine_module.make_engine(fresh_database("postgres"), pool_size=1)
     try:
         async with db.transaction(engine) as conn:
             first = int((await conn.execute(text("SELECT pg_backend_pid()"))).scalar_one())
@@ -78,7 +79,7 @@ async def test_a_request_whose_connection_dies_under_it_is_a_503(
     a restart would): a 503 saying so, never a 500, and the manager goes on serving."""
     url = fresh_database("postgres")
     c = Cluster(url, tmp_path)
-    holder = db.make_engine(url)
+    holder = engine_module.make_engine(url)
     try:
         c.start_manager()
         async with db.transaction(holder) as conn:
@@ -121,9 +122,9 @@ async def test_a_connection_ended_in_the_pool_fails_at_most_once_and_as_a_discon
 ) -> None:
     """Ended and used at once, before asyncpg has read the close: the statement may fail, but as a
     disconnect (a request's 503, the pool replacing the connection), and the next one runs."""
-    monkeypatch.setattr(db, "PING_AFTER", 3600.0)
+    monkeypatch.setattr(engine_module, "PING_AFTER", 3600.0)
     url = fresh_database("postgres")
-    engine, killer = db.make_engine(url, pool_size=1), db.make_engine(url, pool_size=1)
+    engine, killer = engine_module.make_engine(url, pool_size=1), engine_module.make_engine(url, pool_size=1)
     try:
         for _ in range(5):
             first = await _backend(engine)
@@ -175,7 +176,7 @@ SPEC = {"name": "down", "command": ["true"]}
 
 
 async def _migrate(url: str) -> None:
-    engine = db.make_engine(url)
+    engine = engine_module.make_engine(url)
     try:
         await db.upgrade(engine)
     finally:
@@ -199,15 +200,15 @@ async def test_the_planner_costs_pages_as_cached_unless_the_operator_said_otherw
     """Left at PostgreSQL's default, the manager's connections plan with RANDOM_PAGE_COST; a value
     the operator set for the database (or in postgresql.conf, for a role, in PGOPTIONS) stands."""
     url = fresh_database("postgres")
-    engine = db.make_engine(url, pool_size=1)
+    engine = engine_module.make_engine(url, pool_size=1)
     try:
-        assert await _page_cost(engine) == db.RANDOM_PAGE_COST
+        assert await _page_cost(engine) == engine_module.RANDOM_PAGE_COST
         async with db.transaction(engine) as conn:
             name = (await conn.execute(text("SELECT current_database()"))).scalar_one()
             await conn.execute(text(f'ALTER DATABASE "{name}" SET random_page_cost = 2.5'))
     finally:
         await engine.dispose()
-    engine = db.make_engine(url, pool_size=1)
+    engine = engine_module.make_engine(url, pool_size=1)
     try:
         assert await _page_cost(engine) == "2.5"
     finally:
@@ -257,14 +258,16 @@ async def test_a_connection_whose_setup_fails_is_unavailable_not_an_error(
     pg_settings, which the set-up reads."""
     url = make_url(fresh_database("postgres"))
     role = "r_" + uuid.uuid4().hex[:12]
-    engine = db.make_engine(url.render_as_string(hide_password=False), pool_size=1)
+    engine = engine_module.make_engine(url.render_as_string(hide_password=False), pool_size=1)
     try:
         async with db.transaction(engine) as conn:
             await conn.execute(text(f"CREATE ROLE {role} LOGIN"))
             await conn.execute(text("REVOKE SELECT ON pg_catalog.pg_settings FROM PUBLIC"))
     finally:
         await engine.dispose()
-    plain = db.make_engine(url.set(username=role).render_as_string(hide_password=False), pool_size=1)
+    plain = engine_module.make_engine(
+        url.set(username=role).render_as_string(hide_password=False), pool_size=1
+    )
     try:
         with pytest.raises(Unavailable, match="pg_settings"):
             async with db.reading(plain):

@@ -20,10 +20,10 @@ from corral.store.bulk import Rows
 from corral.store.db import MIGRATION_LOCK, statements, transaction
 from corral.store.dialect import unnest
 from corral.store.dialect.portable import Portable, all_placed, once
+from corral.store.dialect.postgresql_notify import Notifier
 from corral.store.dialect.postgresql_reports import apply_reports_at, report_chains
 from corral.store.kernels.reports import mark_started
 from corral.store.kernels.rows import named, new_value
-from corral.store.notify import Notifier
 from corral.store.tables import allocations, kernels
 from corral.store.unit import Engine
 from corral.wakeup import Wakeup

@@ -9,10 +9,10 @@ from typing import Any
 from sqlalchemy import Select, Table
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from corral.store.checkpoint import keep_checkpointed
-from corral.store.db import sqlite_file
 from corral.store.dialect import S, sqlite_rows
 from corral.store.dialect.portable import Portable
+from corral.store.dialect.sqlite_checkpoint import keep_checkpointed
+from corral.store.engine import sqlite_file
 from corral.store.unit import Engine
 from corral.wakeup import Wakeup
 
@@ -21,7 +21,7 @@ class SQLite(Portable):
     name = "sqlite"
 
     def upkeep(self, engine: Engine, wakeup: Wakeup) -> list[tuple[str, Coroutine[Any, Any, None]]]:
-        """The database file's checkpoints, kept from stopping every writer (store/checkpoint.py)."""
+        """The database file's checkpoints, kept from stopping every writer (sqlite_checkpoint.py)."""
         database_file = sqlite_file(engine)
         return [] if database_file is None else [("checkpoints", keep_checkpointed(database_file))]
 
