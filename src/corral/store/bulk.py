@@ -11,10 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.store import dialect
 
-# PostgreSQL's unnest helpers, by their former names here (store/sessions.py and journal.py).
-from corral.store.dialect.unnest import unnest_fields, unnest_insert, unnest_params
-
-__all__ = ["Rows", "insert_rows", "insert_together", "unnest_fields", "unnest_insert", "unnest_params"]
+__all__ = ["Rows", "insert_rows", "insert_together"]
 
 
 async def insert_rows(

@@ -168,7 +168,7 @@ def _ping_when_idle(engine: AsyncEngine) -> None:
             raise DisconnectionError("a pooled connection failed its ping") from exc
 
 
-# The array types the store binds (store/unnest.py, `= ANY`).  asyncpg learns a type it has no
+# The array types the store binds (store/dialect/unnest.py, `= ANY`).  asyncpg learns a type it has no
 # codec for by a catalog query, once per connection: found one statement at a time, that was four or
 # five queries for each connection the pool opened under load, each 4-11 ms of the server's time (its
 # planning, in a backend whose catalog caches are cold).  Named here, they are learnt in one (text[]

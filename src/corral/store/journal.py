@@ -12,7 +12,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.domain.history import HistoryRow as HistoryRow  # the rows add_history takes
 from corral.domain.records import HistoryRecord
-from corral.store import bulk, convert, dialect, unnest
+from corral.store import bulk, convert, dialect
+from corral.store.dialect import unnest
 from corral.store.tables import session_events, session_history
 
 EventRow = tuple[str, str, str | None, str | None, dict[str, Any]]
@@ -58,7 +59,7 @@ async def add_collapsed(
     ids = [s for s, _, _ in rows]
     new = [HistoryRow(s, handler, result, st, None, m) for s, st, m in rows]
     if dialect.of(conn).collapses_in_one_statement:
-        params = bulk.unnest_params(session_history, HISTORY_COLUMNS, _C, history_values(new))
+        params = unnest.unnest_params(session_history, HISTORY_COLUMNS, _C, history_values(new))
         which = {"c_ids": ids, "c_of_handler": handler, "c_of_result": result, "c_now": now}
         await conn.execute(_collapse(), {**params, **which})
         return
@@ -111,7 +112,7 @@ def _collapse() -> Insert:
     and result, counted once more; the rows given that matched none inserted."""
     h = session_history
     now = bindparam("c_now", type_=h.c.last_at.type)
-    given = unnest.rows(bulk.unnest_fields(h, ("session_id", "message"), _C))
+    given = unnest.rows(unnest.unnest_fields(h, ("session_id", "message"), _C))
     newest = (
         select(func.max(h.c.id))
         .join(given, and_(given.c.c_session_id == h.c.session_id, given.c.c_message == h.c.message))
@@ -129,7 +130,7 @@ def _collapse() -> Insert:
         .returning(h.c.session_id, h.c.message)
         .cte("bumped")
     )
-    new = bulk.unnest_insert(
+    new = unnest.unnest_insert(
         h,
         HISTORY_COLUMNS,
         _C,

@@ -24,8 +24,9 @@ from corral.domain.resources import ResourceSlots
 from corral.domain.spec import Backoff, RetryPolicy, SessionSpec
 from corral.domain.status import KernelStatus, SessionStatus
 from corral.store import agents as agent_store
-from corral.store import bulk, driver_rows, journal, kernels, sessions
+from corral.store import bulk, journal, kernels, sessions
 from corral.store.db import transaction
+from corral.store.dialect import sqlite_rows
 from corral.store.sessions import insert as session_insert
 from corral.store.tables import UNSHIPPED, allocations, session_events, session_history
 from corral.store.tables import agents as agent_table
@@ -349,7 +350,7 @@ async def test_rows_written_in_bulk_are_stored_as_sqlalchemys_insert_stores_them
 def test_rows_for_the_driver_must_give_what_sqlalchemy_would_default() -> None:
     """A column with a Python-side default is not filled in by the driver: it must be given."""
     with pytest.raises(ValueError, match="payload"):
-        driver_rows._statement(session_events, ("session_id", "kind"), ("created_at",), SQLiteDialect())
+        sqlite_rows._statement(session_events, ("session_id", "kind"), ("created_at",), SQLiteDialect())
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

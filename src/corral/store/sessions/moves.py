@@ -34,8 +34,9 @@ from corral.domain.status import (
 )
 from corral.domain.transitions import kernel_move_allowed, kernel_sources, session_move_allowed
 from corral.store import agents as agent_store
-from corral.store import bulk, dialect, journal
+from corral.store import dialect, journal
 from corral.store.db import IN_CHUNK, autocommitting, chunks
+from corral.store.dialect import unnest
 from corral.store.tables import (
     allocations,
     kernels,
@@ -104,8 +105,10 @@ def _journal_params(group: Sequence[Move], rows_of: dict[str, list[journal.Histo
     events = [event for m in group for event in _events(m)]
     history = [row for m in group for row in rows_of.get(m.session_id, ())]
     return {
-        **bulk.unnest_params(session_events, journal.EVENT_COLUMNS, "e_", events),
-        **bulk.unnest_params(session_history, journal.HISTORY_COLUMNS, "h_", journal.history_values(history)),
+        **unnest.unnest_params(session_events, journal.EVENT_COLUMNS, "e_", events),
+        **unnest.unnest_params(
+            session_history, journal.HISTORY_COLUMNS, "h_", journal.history_values(history)
+        ),
     }
 
 
@@ -130,7 +133,7 @@ def _move_journaled(
         )
         then.append(kernel_move.values(status=str(kernel_dst), status_changed_at=now).cte("kernels_moved"))
     then.append(
-        bulk.unnest_insert(
+        unnest.unnest_insert(
             session_events,
             journal.EVENT_COLUMNS,
             "e_",
@@ -141,7 +144,7 @@ def _move_journaled(
     one = literal(1, type_=session_history.c.count.type)
     same = {"count": one, "created_at": now, "last_at": now}
     then.append(
-        bulk.unnest_insert(
+        unnest.unnest_insert(
             session_history, journal.HISTORY_COLUMNS, "h_", same, lambda h: h.c.h_session_id.in_(won)
         ).cte("history")
     )
