@@ -38,7 +38,7 @@ from corral.manager.loop import SchedulerLoop
 from corral.settings import SchedulerSettings
 from corral.store import agents, sessions
 from corral.store.db import transaction, upgrade
-from corral.store.engine import make_engine
+from corral.store.dialect.engine import make_engine
 from corral.wakeup import Wakeup
 
 BATCH = 2000

@@ -14,7 +14,7 @@ import pytest
 
 from corral.agent.identity import ensure_account
 from corral.store.db import upgrade
-from corral.store.engine import make_engine
+from corral.store.dialect.engine import make_engine
 from tests.support.postgres import PgServer, start_postgres
 
 BACKENDS = ["sqlite", "postgres"]

@@ -14,7 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from corral.domain.resources import ResourceSlots
 from corral.store import agents
 from corral.store.db import transaction, upgrade
-from corral.store.engine import make_engine
+from corral.store.dialect.engine import make_engine
 
 
 @asynccontextmanager

@@ -11,7 +11,7 @@ from sqlalchemy import insert, select
 
 from corral.store import auth
 from corral.store.db import transaction
-from corral.store.engine import make_engine
+from corral.store.dialect.engine import make_engine
 from corral.store.tables import project_members, projects, users
 from tests.support.cluster import Cluster
 

@@ -11,7 +11,7 @@ from corral.logsetup import add_secret
 from corral.services.cluster import StartupError
 from corral.settings import ManagerSettings, SchedulerSettings
 from corral.store.db import upgrade as upgrade_database
-from corral.store.engine import make_engine
+from corral.store.dialect.engine import make_engine
 
 
 def manager(database_url: str | None, host: str | None, port: int | None) -> None:

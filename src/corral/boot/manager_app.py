@@ -26,7 +26,7 @@ from corral.settings import ManagerSettings, SchedulerSettings
 from corral.store import agents as agent_store
 from corral.store import auth, config
 from corral.store.db import transaction, upgrade, upkeep
-from corral.store.engine import backend, make_engine, make_reader
+from corral.store.dialect.engine import backend, make_engine, make_reader
 from corral.store.unit import Engine
 from corral.waits import STOP_WAIT, stop_tasks
 from corral.wakeup import Wakeup

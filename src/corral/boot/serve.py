@@ -19,7 +19,7 @@ import uvicorn
 from corral.boot.local_agents import LocalAgents
 from corral.boot.manager_app import create_app, prepare_database
 from corral.settings import ManagerSettings, SchedulerSettings
-from corral.store.engine import make_engine
+from corral.store.dialect.engine import make_engine
 from corral.waits import STOP_WAIT, exit_when_stuck
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)

@@ -114,7 +114,7 @@ async def _connected(engine: AsyncEngine, autocommit: bool = False) -> AsyncIter
     """A pooled connection, closed on exit.  SQLAlchemy's `async with` closes it in a task of its
     own, so that a cancellation cannot cut the close short: a task per use, and a wait behind
     whatever else is ready, for every transaction.  A connection with no transaction open goes back
-    to the pool without suspending (SQLite's here never suspend, store/sqlite_inline.py; asyncpg's
+    to the pool without suspending (SQLite's here never suspend, store/dialect/sqlite_inline.py; asyncpg's
     has nothing to roll back), so it is closed directly (bench/throughput.py --array on SQLite:
     210/s -> 218/s).  Two closes may still wait on the database: an overflow connection the pool
     discards (a cancellation there raises after the transaction committed, as it could anywhere

@@ -17,7 +17,7 @@ from corral.domain.final import failure_records
 from corral.domain.root_cause import aggregate
 from corral.domain.spec import ErrorStrategy
 from corral.store import sessions
-from corral.store.engine import make_engine
+from corral.store.dialect.engine import make_engine
 from tests.support.cluster import Cluster
 
 JOB = Path(__file__).resolve().parents[2] / "support" / "torch_job.py"

@@ -9,7 +9,7 @@ from pathlib import Path
 import httpx
 from sqlalchemy import select
 
-from corral.store.engine import make_engine
+from corral.store.dialect.engine import make_engine
 from corral.store.tables import kernel_logs, session_events, session_history
 from tests.support.cluster import Cluster
 

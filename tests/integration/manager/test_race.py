@@ -19,7 +19,7 @@ from corral.manager.handlers.base import HandlerContext, LifecycleResult
 from corral.manager.handlers.schedule_new import ScheduleNewSessions
 from corral.store import sessions
 from corral.store.db import transaction, upgrade
-from corral.store.engine import make_engine
+from corral.store.dialect.engine import make_engine
 from corral.store.tables import allocations
 from tests.conftest import BACKENDS
 from tests.support.db import register_agent

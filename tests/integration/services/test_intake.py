@@ -27,7 +27,7 @@ from corral.services.errors import Conflict, InvalidInput, Unauthorized
 from corral.services.intake import BATCH_MOST, Ask, Intake
 from corral.store import auth
 from corral.store.db import reading, transaction
-from corral.store.engine import make_engine, make_reader
+from corral.store.dialect.engine import make_engine, make_reader
 from corral.store.tables import kernels, sessions
 from tests.conftest import BACKENDS
 from tests.support.cluster import Cluster

@@ -74,7 +74,7 @@ async def test_order_specs_of_more_sessions_than_an_old_sqlite_binds_in_one_stat
 
         @event.listens_for(engine.sync_engine, "connect")
         def _old_sqlite(dbapi_connection: Any, record: Any) -> None:
-            sqlite_connection = dbapi_connection._conn  # store/sqlite_inline.py's wrapper holds it
+            sqlite_connection = dbapi_connection._conn  # store/dialect/sqlite_inline.py's wrapper holds it
             sqlite_connection.setlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, 999)
             limited.append(sqlite_connection.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER))
 

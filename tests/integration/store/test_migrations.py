@@ -29,7 +29,7 @@ from corral.store import auth
 from corral.store import kernels as kernel_store
 from corral.store import sessions as session_rows
 from corral.store.db import reading, transaction, upgrade
-from corral.store.engine import make_engine
+from corral.store.dialect.engine import make_engine
 from corral.store.sessions import insert as session_insert
 from corral.store.tables import kernels, metadata, sessions
 from tests.conftest import BACKENDS

@@ -18,7 +18,7 @@ from sqlalchemy import make_url, text
 
 from corral.domain.errors import Unavailable
 from corral.store import db
-from corral.store import engine as engine_module
+from corral.store.dialect import engine as engine_module
 from tests.support.cluster import Cluster
 from tests.support.eventually import eventually
 from tests.support.postgres import start_postgres

@@ -14,10 +14,11 @@ from sqlalchemy import func, select, text
 from corral.domain.errors import Unavailable
 from corral.domain.records import NewSession
 from corral.domain.spec import SessionSpec
-from corral.store import sessions, sqlite_inline
+from corral.store import sessions
 from corral.store.db import transaction, upgrade
 from corral.store.dialect import sqlite_checkpoint as checkpoint
-from corral.store.engine import make_engine, make_reader
+from corral.store.dialect import sqlite_inline
+from corral.store.dialect.engine import make_engine, make_reader
 from corral.store.tables import sessions as session_table
 from tests.integration.api.test_bounds import NOW
 

@@ -10,9 +10,9 @@ from sqlalchemy import Select, Table
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.store.dialect import S, sqlite_rows
+from corral.store.dialect.engine import sqlite_file
 from corral.store.dialect.portable import Portable
 from corral.store.dialect.sqlite_checkpoint import keep_checkpointed
-from corral.store.engine import sqlite_file
 from corral.store.unit import Engine
 from corral.wakeup import Wakeup
 

@@ -28,7 +28,7 @@ from sqlalchemy import (
 from sqlalchemy.sql.selectable import TableValuedAlias
 from sqlalchemy.types import TypeEngine
 
-from corral.store.engine import unbounded
+from corral.store.dialect.engine import unbounded
 
 
 def rows(fields: Sequence[tuple[str, TypeEngine[Any]]]) -> TableValuedAlias:

@@ -19,8 +19,8 @@ from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.sqltypes import TupleType
 
 from corral.metrics import DB_CONNECTIONS_OPENED
-from corral.store import sqlite_inline
-from corral.store.inline_engine import InlineEngine
+from corral.store.dialect import sqlite_inline
+from corral.store.dialect.sqlite_inline_engine import InlineEngine
 
 # Engines whose connections run on the loop's thread (see `reading`).
 _INLINE: WeakSet[Engine] = WeakSet()
@@ -217,7 +217,7 @@ def make_reader(engine: AsyncEngine, pool_size: int = 4) -> AsyncEngine:
 
 
 def _sqlite_engine(url: str, pool_size: int, begin: str, pragmas: tuple[str, ...]) -> AsyncEngine:
-    """A file's connections run on the loop's thread (store/sqlite_inline.py and inline_engine.py:
+    """A file's connections run on the loop's thread (store/dialect/sqlite_inline.py and inline_engine.py:
     a statement is neither four thread round trips nor a greenlet's), waiting for locks without
     blocking it; other URLs use aiosqlite.  hide_parameters: a database error's text must never
     carry a session's command or env values."""

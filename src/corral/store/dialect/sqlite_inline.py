@@ -6,7 +6,7 @@ SQLite's one write lock across them, so under load a transaction of a few statem
 ~15 ms (bench/throughput.py --array: 3,700 statements of 0.5 ms each for work worth 0.1 ms).
 
 Here a statement runs where it is issued, through SQLAlchemy's synchronous engine: this module is
-the DBAPI connection it is given, and store/inline_engine.py the asynchronous face the store's code
+the DBAPI connection it is given, and sqlite_inline_engine.py the asynchronous face the store's code
 calls.  Inside a transaction nothing waits on a lock (WAL: readers never block the writer, and the
 writer's BEGIN IMMEDIATE holds the lock), so the only waits are where a transaction begins: for
 another process's write lock, or, in rare cases (recovery, a checkpoint restarting the log), for a
@@ -124,7 +124,7 @@ def connect(path: str) -> Connection:
     """The caller's transactions only (isolation_level None: no implicit BEGIN), usable from
     whichever thread the loop runs on.  The engine's connect hook sets the pragmas (WAL may wait
     for a lock, up to CONNECT_TIMEOUT), then busy_timeout=0: from then on waits are the engine's
-    (store/inline_engine.py)."""
+    (store/dialect/sqlite_inline_engine.py)."""
     conn = sqlite3.connect(
         path,
         isolation_level=None,

@@ -3,7 +3,7 @@
 The store's code is written against SQLAlchemy's AsyncEngine and AsyncConnection.  Their aiosqlite
 dialect runs each statement in a greenlet of its own that hands the driver's coroutine back to the
 loop and takes its result back: for the SQLite connections here, whose statements never suspend
-(store/sqlite_inline.py), that machinery was most of what a statement cost (measured on this
+(store/dialect/sqlite_inline.py), that machinery was most of what a statement cost (measured on this
 2-core VM: 138 us for a SELECT by key through it, 45 us through the synchronous engine, of which
 the driver 6 us).  So an SQLite file's engine is SQLAlchemy's synchronous one, with this in front:
 the part of AsyncEngine's and AsyncConnection's interface that Corral and its tests use, where
@@ -29,7 +29,7 @@ from sqlalchemy.engine import URL, Connection, Dialect, Engine, Transaction
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
-from corral.store import sqlite_inline
+from corral.store.dialect import sqlite_inline
 
 T = TypeVar("T")
 
