@@ -27,8 +27,9 @@ class ManagerSettings(BaseSettings):
     database_url: str = ""
     # PostgreSQL connections each manager keeps open (as many again may open for a burst, each
     # closed when it is handed back).  An opened connection costs the server a process, its
-    # catalog caches and five plannings of every statement before its plan is cached; with 10,
-    # 8 concurrent submitters kept opening and closing 2-3 a second (bench/throughput.py).
+    # catalog caches and five plannings of every statement before its plan is cached, so the pool
+    # holds enough for a busy manager's concurrent submitters: a smaller one keeps opening and
+    # closing connections under steady load, paying all that for each.
     # SQLite ignores it: one writer connection.
     db_pool_size: Annotated[int, Field(ge=1, le=1000)] = 16
     host: str = "127.0.0.1"
@@ -70,8 +71,8 @@ class SchedulerSettings(BaseSettings):
     loop_interval: float = 1.0
     # Under load (a cycle moved at least BATCH_MOVES sessions) the next cycle waits this long, so
     # that it takes a batch: a cycle's transactions cost nearly as much for one session as for
-    # thirty, and the agents' reports and polls are served in between (measured: +6% sessions/s,
-    # bench/throughput.py).  A lone session on an idle cluster never waits for it.
+    # thirty, and the agents' reports and polls are served in between.  A lone session on an idle
+    # cluster never waits for it.
     batch_pause: Annotated[float, Field(ge=0, le=1)] = 0.01
     # Liveness, fences and deadlines are swept at most this often (every cycle when 0).
     sweep_interval: Annotated[float, Field(ge=0, le=5)] = 0.25

@@ -83,10 +83,9 @@ class Wakeup:
 
     async def orders_changed(self) -> None:
         """New orders are written: wake the long polls, and return once every poll woken has read
-        (or after ORDERS_READ_WAIT).  A poll's reads take turns with the cycle's on the loop; the
-        cycle going on at once made them wait for its next handlers (measured on an idle cluster:
-        the orders of a placed session reached its agent 10 ms after their commit, 3 ms of it
-        reading)."""
+        (or after ORDERS_READ_WAIT).  A poll's reads take turns with the cycle's on the loop: were
+        the cycle to go on at once, they would wait for its next handlers, and the orders of a
+        just-placed session would reach its agent later by as much."""
         await self._bump_orders()
         self._tell_others("orders")  # an agent may long-poll another manager
         if self._all_read.is_set():

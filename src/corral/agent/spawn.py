@@ -10,7 +10,7 @@ source and machine with the machine's C compiler into a cache, loaded from there
 in-memory file, tried once, and executed from that file alone: the root supervisor never executes a
 path anyone else could replace.  Without a compiler, with an unsafe cache, a helper that does not
 behave, or CORRAL_AGENT_SPAWN_HELPER=false, it is `python -I -S` running FALLBACK: the same steps and
-exit codes, at 13 ms of CPU per kernel against 1.
+exit codes, at the cost of a Python interpreter's start-up for every kernel.
 """
 
 from __future__ import annotations

@@ -65,9 +65,10 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         # What importing made (modules, classes, the app) lives as long as the process: frozen out
-        # of the collector's reach, a full collection walks only what serving makes.  Unfrozen, one
-        # took 90 ms of the manager's thread in the middle of a bench/throughput.py run.  Frozen
-        # before the engine, so no database connection is kept from the collector.
+        # of the collector's reach, a full collection walks only what serving makes.  Unfrozen,
+        # every full collection walks all of it again on the manager's thread, while requests and
+        # cycles wait.  Frozen before the engine, so no database connection is kept from the
+        # collector.
         gc.collect()
         gc.freeze()
         url = settings.resolved_database_url()

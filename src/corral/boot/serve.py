@@ -37,8 +37,8 @@ class _Server(uvicorn.Server):
 KEEP_ALIVE = 65
 """Seconds an idle connection is kept open: longer than the clients keep one for reuse (httpx, which
 the agents, the CLI and the tests use: 5 s), so that it is the client that closes it.  With
-uvicorn's 5 s, a request sent as the server closed failed with "Server disconnected without sending
-a response" (a CI run)."""
+uvicorn's 5 s, the server may close a connection just as a client sends a request on it, which then
+fails with "Server disconnected without sending a response"."""
 
 
 def _config(settings: ManagerSettings, scheduler: SchedulerSettings | None) -> uvicorn.Config:

@@ -69,7 +69,7 @@ _PRINCIPALS = (
     .outerjoin(projects, projects.c.id == project_members.c.project_id)
 )
 # One key (every lone request; most batches) by `=`: PostgreSQL then caches a generic plan.  With
-# `= ANY(array)` it priced its generic plan for ten keys and planned every run afresh (0.2 ms each).
+# `= ANY(array)` it prices its generic plan for ten keys, and so plans every run afresh.
 _ONE_KEY = _PRINCIPALS.where(api_keys.c.key_hash == bindparam("key_hash"))
 _KEYS = _PRINCIPALS.where(api_keys.c.key_hash.in_(bindparam("key_hash", expanding=True)))
 

@@ -1,9 +1,9 @@
 """Sessions read with their kernels: a row per session, its columns and then its first kernel's
 (rank 0, labelled k_<name>), then whatever else the statement reads; a gang's other kernels come in
 one more statement.  Most sessions have one kernel, so most reads are one round trip, not two (on an
-idle cluster each cost about 1 ms of the 30 from a submit to its kernel's start).  Only the first
-kernel rides with its session: a row for every kernel, each repeating the session's columns, made a
-256-kernel gang's read twice as slow as the two statements."""
+idle cluster a round trip is a sizeable part of the time from a submit to its kernel's start).  Only
+the first kernel rides with its session: a row for every kernel, each repeating the session's
+columns, makes a large gang's read slower than the two statements."""
 
 from __future__ import annotations
 

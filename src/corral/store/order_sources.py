@@ -1,8 +1,8 @@
 """What the specs of an agent's orders are built from: the sessions with their kernels, the
 agents those are on and the owners' run_as, in one statement (two for a gang: store/joined.py).
 
-Read on the path from a session's placement to its kernels starting, where they were four round
-trips (of an idle cluster's 30 ms from submit to RUNNING, PostgreSQL spent about 1 ms on each)."""
+Read on the path from a session's placement to its kernels starting, where on an idle cluster the
+round trips to the database are much of the time: read separately, they would be four."""
 
 from __future__ import annotations
 
@@ -20,8 +20,8 @@ from corral.store.tables import agents, kernels, sessions, users
 
 _IDS: BindParameter[str] = bindparam("ids", expanding=True)
 # The kernels' side of the join names the ids too.  Without it, PostgreSQL's estimate for a young
-# kernels table (a few rows, the statistics of its first minute) made the plan read every first
-# kernel there was for each session: 1,128 of them for a page of 32, 15 ms instead of 0.5.
+# kernels table (a few rows, the statistics of its first minute) can make the plan read every first
+# kernel there is for each session, not only those of the sessions asked for.
 _ONE = (
     select(*joined.COLUMNS, agents.c.address, users.c.config)
     .select_from(sessions)

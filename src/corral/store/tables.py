@@ -263,9 +263,9 @@ kernels = Table(
     # also the look-up of a session's kernels.
     Index("uq_kernels_session_rank", "session_id", "rank", unique=True),
     # An agent's kernels that have not ended or whose output it still owes: what its order polls,
-    # the sweeps and its registration read, never every kernel it ever ran (the polls' time grew
-    # with the agent's history: 0.23 ms a poll after 600 kernels, 0.45 after 1,100).  The only index
-    # of agent_id: a placement writes one entry a kernel.
+    # the sweeps and its registration read, never every kernel it ever ran (an index of all of them
+    # would make each poll's time grow with the agent's history).  The only index of agent_id: a
+    # placement writes one entry a kernel.
     Index("ix_kernels_on_agent", "agent_id", sqlite_where=text(ON_AGENT), postgresql_where=text(ON_AGENT)),
     postgresql_with={"fillfactor": FILLFACTOR},
 )

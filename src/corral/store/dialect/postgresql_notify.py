@@ -6,8 +6,7 @@ Notifications are only hints: each manager still polls, so a lost one costs a po
 That is also why a manager sends them only while it knows another is listening: each says "hello"
 when it starts listening and every HELLO seconds, and answers the hello of one it did not know, so
 two managers know of each other within a round trip of the second one's start.  A manager alone (the
-usual installation) sends nothing: a NOTIFY is a round trip, and its own comes back to it (about 200
-of each per 1,000 sessions in bench/throughput.py).
+usual installation) sends nothing: a NOTIFY is a round trip, and its own comes back to it.
 """
 
 from __future__ import annotations

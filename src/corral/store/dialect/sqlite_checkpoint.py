@@ -2,10 +2,10 @@
 
 SQLite checkpoints on commit once the log passes 1000 pages: the committing connection copies the
 log into the database and syncs both files.  The manager's writer runs on the event loop's thread
-(store/dialect/sqlite_inline.py), so that copy would stop every request and cycle for its length (a 64 MiB
-log: 127 ms measured; seconds on a slow disk).  The writer's automatic checkpoint is off instead,
-and the manager runs this: a PASSIVE checkpoint (it waits for nobody) on its own connection in a
-thread, whenever the log has grown past the same size.
+(store/dialect/sqlite_inline.py), so that copy would stop every request and cycle for as long as it
+takes, seconds on a slow disk.  The writer's automatic checkpoint is off instead, and the manager
+runs this: a PASSIVE checkpoint (it waits for nobody) on its own connection in a thread, whenever
+the log has grown past the same size.
 """
 
 from __future__ import annotations

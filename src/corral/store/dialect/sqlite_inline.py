@@ -2,8 +2,8 @@
 
 aiosqlite runs every call in a thread of its own: a statement costs four round trips (cursor,
 execute, fetch, close), each a queue put, a thread wake-up and a loop wake-up.  The writer holds
-SQLite's one write lock across them, so under load a transaction of a few statements held it for
-~15 ms (bench/throughput.py --array: 3,700 statements of 0.5 ms each for work worth 0.1 ms).
+SQLite's one write lock across them, so under load a transaction of a few statements would hold it
+mostly for those hand-offs, several times as long as its work takes.
 
 Here a statement runs where it is issued, through SQLAlchemy's synchronous engine: this module is
 the DBAPI connection it is given, and sqlite_inline_engine.py the asynchronous face the store's code
@@ -131,8 +131,8 @@ def connect(path: str) -> Connection:
         check_same_thread=False,
         timeout=CONNECT_TIMEOUT,
         # Prepared statements kept by SQL text.  An IN list is a text of its own for each length,
-        # and a busy cycle ran ~760 distinct texts: with the default 128, one statement in six was
-        # prepared again (bench/throughput.py --array, counted per connection).
+        # so a busy cycle runs many more distinct texts than the default 128 holds, and each one
+        # evicted is prepared again the next time it runs.
         cached_statements=1024,
     )
     return Connection(conn)

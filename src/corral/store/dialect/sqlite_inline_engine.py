@@ -3,10 +3,10 @@
 The store's code is written against SQLAlchemy's AsyncEngine and AsyncConnection.  Their aiosqlite
 dialect runs each statement in a greenlet of its own that hands the driver's coroutine back to the
 loop and takes its result back: for the SQLite connections here, whose statements never suspend
-(store/dialect/sqlite_inline.py), that machinery was most of what a statement cost (measured on this
-2-core VM: 138 us for a SELECT by key through it, 45 us through the synchronous engine, of which
-the driver 6 us).  So an SQLite file's engine is SQLAlchemy's synchronous one, with this in front:
-the part of AsyncEngine's and AsyncConnection's interface that Corral and its tests use, where
+(store/dialect/sqlite_inline.py), that machinery would be most of what a statement costs, far more
+than the driver's own work.  So an SQLite file's engine is SQLAlchemy's synchronous one, with this
+in front: the part of AsyncEngine's and AsyncConnection's interface that Corral and its tests use,
+where
 
 - a statement runs at once, without suspending, unless it begins a transaction: then it may wait
   for a lock (the writer's BEGIN IMMEDIATE, a read's snapshot), retried after an asynchronous
@@ -192,11 +192,10 @@ class _Connection:
             return fn(*args, **kwargs)  # inside a transaction nothing waits (sqlite_inline.py)
         if not self.engine.writes:
             # A turn for the rest of the loop when a read transaction begins, not after each read:
-            # every turn inside one let a cycle's write transaction run first, so an agent's order
-            # poll (five reads) waited behind five of them (45 ms p50 from the placement's commit
-            # to its answer under bench/throughput.py --array, 17 ms with one turn).  Never while
-            # holding the write lock: a second manager on the same file must get in between
-            # (test_retry_faults: two managers).
+            # every turn inside one lets a cycle's write transaction run first, so an agent's order
+            # poll (five reads) would wait behind five of them between a placement's commit and its
+            # answer, instead of behind one.  Never while holding the write lock: a second manager
+            # on the same file must get in between (test_retry_faults: two managers).
             await asyncio.sleep(0)
         deadline = time.monotonic() + sqlite_inline.BUSY_TIMEOUT
         wait = sqlite_inline.FIRST_WAIT
