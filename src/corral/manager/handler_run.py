@@ -13,7 +13,7 @@ from corral.domain.status import SessionStatus
 from corral.manager import apply, promotions, targets
 from corral.manager.handlers.base import HandlerContext, LifecycleHandler, SessionPromotionHandler
 from corral.store import sessions
-from corral.store.db import statements, transaction
+from corral.store.db import transaction
 from corral.store.unit import Engine
 
 Handler = LifecycleHandler | SessionPromotionHandler
@@ -52,11 +52,7 @@ class HandlerRuns:
         window, page = handler.queue_window, handler.queue_page or handler.queue_window
         if isinstance(handler, SessionPromotionHandler) and handler.decided_by_kernel_statuses:
             return await self._promote_by_status(handler, now)
-        # A promotion reads and then moves, each move one statement guarded by its session's status
-        # (sessions.apply_moves; never back to the queue): on PostgreSQL a transaction around them
-        # adds its BEGIN and COMMIT round trips and nothing else (the read locks nothing).
-        scope = statements if isinstance(handler, SessionPromotionHandler) else transaction
-        async with scope(self._engine) as conn:
+        async with transaction(self._engine) as conn:
 
             async def read(size: int | None, after: sessions.QueueKey | None = None) -> list[SessionRecord]:
                 return await sessions.for_handler(
@@ -104,9 +100,8 @@ class HandlerRuns:
         self, handler: SessionPromotionHandler, now: datetime
     ) -> tuple[list[Move], bool, int]:
         """`run` for a promotion its targets' read decides alone: the same moves and history from
-        the targets' ids and statuses, so its sessions are read without their columns and kernels.
-        Outside a transaction on PostgreSQL, as promotions are (`run`)."""
-        async with statements(self._engine) as conn:
+        the targets' ids and statuses, so its sessions are read without their columns and kernels."""
+        async with transaction(self._engine) as conn:
             found = await targets.target_ids(conn, self._rg, handler)
             if not found:
                 return [], False, 0

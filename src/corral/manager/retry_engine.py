@@ -27,7 +27,7 @@ from corral.domain.status import SessionResult, SessionStatus
 from corral.manager.retry_facts import failure_facts, named_policies
 from corral.store import config, journal, retries
 from corral.store import sessions as session_store
-from corral.store.db import reading, statements, transaction
+from corral.store.db import reading, transaction
 from corral.store.retries import Claim
 from corral.store.unit import Engine, Tx
 from corral.wakeup import Wakeup, repeat
@@ -121,16 +121,14 @@ class RetryEngine:
             async with reading(self._engine) as conn:
                 ids += await retries.undecided(conn, now - self._grace, self._batch)
         # A claim skips a row another transaction holds (an agent storing the attempt's last
-        # output, often in the very moment it ends): left to the backstop, its decision came 10-40 s
-        # late.  Another manager deciding it is found decided on the next try.
+        # output, often in the very moment it ends): tried again next round, not left to the
+        # backstop's grace.  Another manager deciding it is found decided on the next try.
         ids += sorted(self._again)
         self._again = set()
         pending = list(dict.fromkeys(ids))
         decided = 0
         if pending:
-            # Each of its statements is guarded on its own (undecided, ended a success, a first
-            # attempt): no transaction needed around them.
-            async with statements(self._engine) as conn:
+            async with transaction(self._engine) as conn:
                 plain = await retries.settle_first_successes(conn, pending)
             decided = len(plain)
             pending = [sid for sid in pending if sid not in plain]

@@ -20,7 +20,7 @@ from corral.domain.spec import UNNAMED_PROJECT, RetryPolicy, SessionSpec
 from corral.services import policies
 from corral.services.errors import Conflict, Forbidden, InvalidInput
 from corral.store import agents, auth, config, sessions, users
-from corral.store.db import reading, statements
+from corral.store.db import reading, transaction
 from corral.store.unit import Engine, Tx
 
 _KNOWN_SECONDS = 5.0
@@ -146,9 +146,8 @@ async def _create(
     arrived: datetime | None,
 ) -> tuple[SessionRecord, bool]:
     now = utcnow()
-    # Its one write is one statement on PostgreSQL (store/bulk.insert_together), whole or not at
-    # all: no BEGIN and COMMIT round trips around reads that need no snapshot of their own.
-    async with statements(engine) as conn:
+    # One transaction: the session, its kernels and its events are written whole or not at all.
+    async with transaction(engine) as conn:
         admitted = await admit(conn, who, spec, retry_fields, requested_priority, arrived=arrived)
         if isinstance(admitted, SessionRecord):
             return admitted, False

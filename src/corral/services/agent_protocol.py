@@ -20,7 +20,7 @@ from corral.protocol.orders import KernelOrder, KernelSpec, RunAs
 from corral.services.errors import Conflict, Fenced, InvalidInput
 from corral.settings import SchedulerSettings
 from corral.store import agents, kernels, logs, order_sources, sessions
-from corral.store.db import reading, statements, transaction
+from corral.store.db import reading, transaction
 from corral.store.unit import Engine, Tx
 from corral.wakeup import Wakeup
 
@@ -120,7 +120,7 @@ class AgentProtocol:
     async def _beat(self, agent_id: str, epoch: int) -> bool:
         if not self._due(agent_id, epoch):
             return False  # the caller checks the epoch itself
-        async with statements(self._engine) as conn:  # one guarded UPDATE when due
+        async with transaction(self._engine) as conn:
             recorded = await self._contact(conn, agent_id, epoch)
         if recorded:
             self._mark(agent_id, epoch)
@@ -202,18 +202,9 @@ class AgentProtocol:
         self, agent_id: str, epoch: int, reports: list[KernelReport]
     ) -> tuple[int, list[str], bool]:
         now = utcnow()
-        found = await kernels.apply_report(
-            self._engine,
-            agent_id,
-            epoch,
-            reports,
-            now,
-            contact=lambda conn: self._contact(conn, agent_id, epoch),
-            beat=lambda: self._beat(agent_id, epoch),
+        refused, recorded = await kernels.apply_report(
+            self._engine, agent_id, reports, now, contact=lambda conn: self._contact(conn, agent_id, epoch)
         )
-        if found is None:
-            raise Fenced(f"agent {agent_id} epoch {epoch} is fenced; register again")
-        refused, recorded = found
         if recorded:
             self._mark(agent_id, epoch)
         if reports:

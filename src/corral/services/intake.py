@@ -17,14 +17,13 @@ from datetime import datetime
 from typing import Any
 
 from corral.clock import utcnow
-from corral.domain.errors import Unavailable
 from corral.domain.records import NewSession, Principal, SessionRecord
 from corral.services import admission as session_service
 from corral.services import users
 from corral.services.arrays import BulkItem
 from corral.services.errors import CorralError
 from corral.store import auth, sessions
-from corral.store.db import autocommitting, statements, translated
+from corral.store.db import transaction
 from corral.store.unit import Engine, Tx
 
 Made = tuple[SessionRecord, bool]
@@ -178,8 +177,8 @@ def _forget(made: asyncio.Future[Made | None]) -> None:
 
 
 async def _together(engine: Engine, asks: Sequence[Ask]) -> list[Made | CorralError]:
-    """Every ask in one write (one statement on PostgreSQL, one transaction on SQLite): each one's
-    session, its earlier one, or its own refusal (a key revoked since it arrived: 401)."""
+    """Every ask in one transaction: each one's session, its earlier one, or its own refusal (a key
+    revoked since it arrived: 401)."""
     keys = [(a.who.name, a.spec.creation_id) for a in asks if a.spec.creation_id]
     if len(set(keys)) < len(keys):
         raise _Together
@@ -187,11 +186,9 @@ async def _together(engine: Engine, asks: Sequence[Ask]) -> list[Made | CorralEr
     news: list[NewSession] = []
     committing = False
     try:
-        # As a lone create: the one write is one statement on PostgreSQL (no BEGIN and COMMIT round
-        # trips), one transaction on SQLite.  The keys are read on the same connection just before
-        # (SQLite: inside the transaction that holds the writer), so a key revoked while its request
-        # waited is refused.
-        async with statements(engine) as conn:
+        # The keys are read in the transaction that writes (on SQLite, the one holding the writer),
+        # so a key revoked while its request waited is refused.
+        async with transaction(engine) as conn:
             callers = await _callers(conn, asks)
             shared = session_service.Shared()
             for ask, who in zip(asks, callers, strict=True):
@@ -207,16 +204,8 @@ async def _together(engine: Engine, asks: Sequence[Ask]) -> list[Made | CorralEr
                     answers.append(None)
                 else:
                     answers.append((admitted, False))
-            try:
-                with translated():
-                    written = await sessions.insert_rows(conn, news, utcnow())
-            except Unavailable as exc:
-                # Outside a transaction the statement is its own commit: with no answer from the
-                # server (the connection lost), it may have been written.
-                if exc.maybe_applied and autocommitting(conn):
-                    raise _AtCommit(answers) from exc
-                raise
-            # From here on (PostgreSQL: written already) any failure may leave it written.
+            written = await sessions.insert_rows(conn, news, utcnow())
+            # From here on (the COMMIT) a failure may leave it written.
             committing = True
             made = iter(sessions.records_of(written))
             together = [answer if answer is not None else (next(made), True) for answer in answers]

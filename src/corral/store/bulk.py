@@ -1,15 +1,13 @@
-"""Many rows in one INSERT on either backend, each backend its own way (store/dialect/:
-PostgreSQL one statement whatever the row count, SQLite straight to the driver)."""
+"""Many rows inserted in one executemany: given as tuples in a fixed column order, with the values
+every row shares given once."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
-from sqlalchemy import Table
+from sqlalchemy import Table, insert
 from sqlalchemy.ext.asyncio import AsyncConnection
-
-from corral.store import dialect
 
 __all__ = ["Rows", "insert_rows", "insert_together"]
 
@@ -23,7 +21,10 @@ async def insert_rows(
 ) -> None:
     """Rows of `columns` (in that order), plus the values every row shares (`same`)."""
     if rows:
-        await dialect.of(conn).insert_rows(conn, table, columns, rows, same or {})
+        shared = same or {}
+        await conn.execute(
+            insert(table), [{**dict(zip(columns, row, strict=True)), **shared} for row in rows]
+        )
 
 
 class Rows(NamedTuple):
@@ -36,8 +37,6 @@ class Rows(NamedTuple):
 
 
 async def insert_together(conn: AsyncConnection, parts: Sequence[Rows]) -> None:
-    """Rows into several tables, in the parts' order; a part's rows may refer to an earlier
-    part's (on PostgreSQL one statement, whose foreign keys the server checks at its end)."""
-    parts = [p for p in parts if p.rows]
-    if parts:
-        await dialect.of(conn).insert_together(conn, parts)
+    """Rows into several tables, in the parts' order (a part's rows may refer to an earlier part's)."""
+    for p in parts:
+        await insert_rows(conn, p.table, p.columns, p.rows, p.same)

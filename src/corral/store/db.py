@@ -41,7 +41,7 @@ def chunks(values: Sequence[T], size: int = IN_CHUNK) -> Iterator[list[T]]:
 def reads_apart(engine: AsyncEngine) -> bool:
     """Whether a read outside a transaction costs less than the transaction would (an empty one is
     BEGIN, the read and COMMIT on PostgreSQL; SQLite's read takes the writer's lock either way)."""
-    return dialect.of(engine).autocommits
+    return dialect.of(engine).reads_outside_transactions
 
 
 def upkeep(engine: AsyncEngine, wakeup: Wakeup) -> list[tuple[str, Coroutine[Any, Any, None]]]:
@@ -85,26 +85,12 @@ async def savepoint(conn: AsyncConnection) -> AsyncIterator[None]:
 async def reading(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
     """A connection for reads (the engine's own BEGIN only), back to the pool on exit."""
     with translated():
-        async with _connected(engine, autocommit=dialect.of(engine).autocommits) as conn:
-            yield conn
-
-
-@asynccontextmanager
-async def statements(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
-    """A connection on which each statement commits on its own, for work whose every write is one
-    self-guarded statement (PostgreSQL: no BEGIN and COMMIT round trips); one transaction on SQLite,
-    whose writer takes the database's lock either way (Dialect.autocommits)."""
-    if not dialect.of(engine).autocommits:
-        async with transaction(engine) as conn:
-            yield conn
-        return
-    with translated():
-        async with _connected(engine, autocommit=True) as conn:
+        async with _connected(engine, autocommit=dialect.of(engine).reads_outside_transactions) as conn:
             yield conn
 
 
 def autocommitting(conn: AsyncConnection) -> bool:
-    """Whether each statement on `conn` commits on its own (`statements`, `reading`)."""
+    """Whether each statement on `conn` commits on its own (`reading` on some backends)."""
     sync = conn.sync_connection
     return sync is not None and sync.get_execution_options().get("isolation_level") == "AUTOCOMMIT"
 
@@ -114,11 +100,11 @@ async def _connected(engine: AsyncEngine, autocommit: bool = False) -> AsyncIter
     """A pooled connection, closed on exit.  SQLAlchemy's `async with` closes it in a task of its
     own, so that a cancellation cannot cut the close short: a task per use, and a wait behind
     whatever else is ready, for every transaction.  A connection with no transaction open goes back
-    to the pool without suspending (SQLite's here never suspend, store/dialect/sqlite_inline.py; asyncpg's
-    has nothing to roll back), so it is closed directly (bench/throughput.py --array on SQLite:
-    210/s -> 218/s).  Two closes may still wait on the database: an overflow connection the pool
-    discards (a cancellation there raises after the transaction committed, as it could anywhere
-    after COMMIT), and, after an error, one with a transaction still open, whose close is shielded."""
+    to the pool without suspending (SQLite's here never suspend, store/dialect/sqlite_inline.py;
+    asyncpg's has nothing to roll back), so it is closed directly.  Two closes may still wait on
+    the database: an overflow connection the pool discards (a cancellation there raises after the
+    transaction committed, as it could anywhere after COMMIT), and, after an error, one with a
+    transaction still open, whose close is shielded."""
     try:
         conn = await engine.connect()
     except (OSError, DBAPIError, PoolTimeout) as exc:

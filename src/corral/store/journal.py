@@ -4,16 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from functools import cache
 from typing import Any
 
-from sqlalchemy import Insert, and_, bindparam, exists, func, literal, select, update
+from sqlalchemy import and_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.domain.history import HistoryRow as HistoryRow  # the rows add_history takes
 from corral.domain.records import HistoryRecord
-from corral.store import bulk, convert, dialect
-from corral.store.dialect import unnest
+from corral.store import bulk, convert
 from corral.store.tables import session_events, session_history
 
 EventRow = tuple[str, str, str | None, str | None, dict[str, Any]]
@@ -56,31 +54,18 @@ async def add_collapsed(
     handler, result and message, with a count and the last time."""
     if not rows:
         return
-    ids = [s for s, _, _ in rows]
-    new = [HistoryRow(s, handler, result, st, None, m) for s, st, m in rows]
-    if dialect.of(conn).collapses_in_one_statement:
-        params = unnest.unnest_params(session_history, HISTORY_COLUMNS, _C, history_values(new))
-        which = {"c_ids": ids, "c_of_handler": handler, "c_of_result": result, "c_now": now}
-        await conn.execute(_collapse(), {**params, **which})
-        return
+    h = session_history
     existing = await conn.execute(
-        select(session_history.c.id, session_history.c.session_id, session_history.c.message)
-        .where(
-            session_history.c.session_id.in_(ids),
-            session_history.c.handler == handler,
-            session_history.c.result == result,
-        )
-        .order_by(session_history.c.id)  # the newest of a (session, message) counts, as _collapse's
+        select(h.c.id, h.c.session_id, h.c.message)
+        .where(h.c.session_id.in_({s for s, _, _ in rows}), h.c.handler == handler, h.c.result == result)
+        .order_by(h.c.id)  # the newest row of a (session, message) is the one counted
     )
     known = {(r.session_id, r.message): r.id for r in existing}
     bump = [known[(s, m)] for s, _, m in rows if (s, m) in known]
     if bump:
-        await conn.execute(
-            update(session_history)
-            .where(session_history.c.id.in_(bump))
-            .values(count=session_history.c.count + 1, last_at=now)
-        )
-    await add_history(conn, [h for h in new if (h.session_id, h.message) not in known], now)
+        await conn.execute(update(h).where(h.c.id.in_(bump)).values(count=h.c.count + 1, last_at=now))
+    new = [HistoryRow(s, handler, result, st, None, m) for s, st, m in rows if (s, m) not in known]
+    await add_history(conn, new, now)
 
 
 async def latest_skip(conn: AsyncConnection, session_id: str) -> str | None:
@@ -101,42 +86,3 @@ async def history_of(conn: AsyncConnection, session_id: str) -> list[HistoryReco
         .order_by(session_history.c.id)
     )
     return [convert.history(r) for r in rows]
-
-
-_C = "c_"
-
-
-@cache
-def _collapse() -> Insert:
-    """add_collapsed on PostgreSQL: the newest row of each (session, message) given, of this handler
-    and result, counted once more; the rows given that matched none inserted."""
-    h = session_history
-    now = bindparam("c_now", type_=h.c.last_at.type)
-    given = unnest.rows(unnest.unnest_fields(h, ("session_id", "message"), _C))
-    newest = (
-        select(func.max(h.c.id))
-        .join(given, and_(given.c.c_session_id == h.c.session_id, given.c.c_message == h.c.message))
-        .where(
-            h.c.session_id.in_(bindparam("c_ids", expanding=True)),
-            h.c.handler == bindparam("c_of_handler", type_=h.c.handler.type),
-            h.c.result == bindparam("c_of_result", type_=h.c.result.type),
-        )
-        .group_by(h.c.session_id, h.c.message)
-    )
-    bumped = (
-        update(h)
-        .where(h.c.id.in_(newest))
-        .values(count=h.c.count + 1, last_at=now)
-        .returning(h.c.session_id, h.c.message)
-        .cte("bumped")
-    )
-    new = unnest.unnest_insert(
-        h,
-        HISTORY_COLUMNS,
-        _C,
-        {"count": literal(1, h.c.count.type), "created_at": now, "last_at": now},
-        kept=lambda u: (
-            ~exists().where(bumped.c.session_id == u.c.c_session_id, bumped.c.message == u.c.c_message)
-        ),
-    )
-    return new.add_cte(bumped)

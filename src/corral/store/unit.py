@@ -1,6 +1,6 @@
 """The store's seam: the names services and the manager hold it by.
 
-An `Engine` opens units of work (`store.db.transaction`, `reading`, `statements`); a `Tx` is one of
+An `Engine` opens units of work (`store.db.transaction`, `reading`); a `Tx` is one of
 them, and the store's modules are its operations (`store.sessions.insert_session(tx, ...)`).  Only
 the store knows they are SQLAlchemy's objects, so nothing above it imports SQLAlchemy or a driver;
 what goes wrong comes out as `corral.domain.errors`."""

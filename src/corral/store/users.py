@@ -11,6 +11,7 @@ from sqlalchemy import delete, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.domain.records import ApiKeyRecord, UserRecord
+from corral.store import dialect
 from corral.store.tables import api_keys, project_members, projects, users
 
 
@@ -109,7 +110,7 @@ async def revoke(conn: AsyncConnection, user_id: str, key_id: str) -> bool:
 async def admin_keys_besides(conn: AsyncConnection, key_id: str) -> int:
     """The keys of admins other than this one, the admins' rows locked first so that two revokes
     at once cannot each leave the other's key as the last."""
-    await conn.execute(select(users.c.id).where(users.c.role == "admin").with_for_update())
+    await dialect.of(conn).lock(conn, select(users.c.id).where(users.c.role == "admin"))
     found = await conn.execute(
         select(func.count())
         .select_from(api_keys.join(users, users.c.id == api_keys.c.user_id))

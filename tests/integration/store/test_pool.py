@@ -183,38 +183,6 @@ async def _migrate(url: str) -> None:
         await engine.dispose()
 
 
-async def _page_cost(engine: object) -> str:
-    """The setting as every use of the connection sees it, the first a read outside a transaction
-    (once, the connect hook's own transaction was rolled back by that first use, with the setting)."""
-    seen = []
-    for use in (db.reading, db.transaction, db.reading):
-        async with use(engine) as conn:  # type: ignore[arg-type]
-            seen.append(str((await conn.execute(text("SHOW random_page_cost"))).scalar_one()))
-    assert len(set(seen)) == 1, seen
-    return seen[0]
-
-
-async def test_the_planner_costs_pages_as_cached_unless_the_operator_said_otherwise(
-    fresh_database: Callable[[str], str],
-) -> None:
-    """Left at PostgreSQL's default, the manager's connections plan with RANDOM_PAGE_COST; a value
-    the operator set for the database (or in postgresql.conf, for a role, in PGOPTIONS) stands."""
-    url = fresh_database("postgres")
-    engine = engine_module.make_engine(url, pool_size=1)
-    try:
-        assert await _page_cost(engine) == engine_module.RANDOM_PAGE_COST
-        async with db.transaction(engine) as conn:
-            name = (await conn.execute(text("SELECT current_database()"))).scalar_one()
-            await conn.execute(text(f'ALTER DATABASE "{name}" SET random_page_cost = 2.5'))
-    finally:
-        await engine.dispose()
-    engine = engine_module.make_engine(url, pool_size=1)
-    try:
-        assert await _page_cost(engine) == "2.5"
-    finally:
-        await engine.dispose()
-
-
 def _opened(c: Cluster) -> float:
     for line in c.http.get("/metrics").text.splitlines():
         if line.startswith("corral_db_connections_opened_total "):
@@ -252,24 +220,24 @@ async def test_load_within_the_pool_opens_no_more_connections_than_it_keeps(
 async def test_a_connection_whose_setup_fails_is_unavailable_not_an_error(
     fresh_database: Callable[[str], str],
 ) -> None:
-    """The manager's own set-up of each new connection (its planner setting, asyncpg's array types)
+    """The set-up of each new connection (the driver's codecs, the array types learnt up front)
     failing on the server is a connection that could not be made: Unavailable (503), as a
     refused connect is, not an unhandled driver error (500).  Here the role may not read
-    pg_settings, which the set-up reads."""
+    pg_type, which the set-up reads to learn its types."""
     url = make_url(fresh_database("postgres"))
     role = "r_" + uuid.uuid4().hex[:12]
     engine = engine_module.make_engine(url.render_as_string(hide_password=False), pool_size=1)
     try:
         async with db.transaction(engine) as conn:
             await conn.execute(text(f"CREATE ROLE {role} LOGIN"))
-            await conn.execute(text("REVOKE SELECT ON pg_catalog.pg_settings FROM PUBLIC"))
+            await conn.execute(text("REVOKE SELECT ON pg_catalog.pg_type FROM PUBLIC"))
     finally:
         await engine.dispose()
     plain = engine_module.make_engine(
         url.set(username=role).render_as_string(hide_password=False), pool_size=1
     )
     try:
-        with pytest.raises(Unavailable, match="pg_settings"):
+        with pytest.raises(Unavailable, match="pg_type"):
             async with db.reading(plain):
                 pass
     finally:

@@ -14,7 +14,6 @@ from typing import Any
 
 import pytest
 from sqlalchemy import bindparam, event, insert, select, text, update
-from sqlalchemy.dialects.sqlite.aiosqlite import SQLiteDialect_aiosqlite as SQLiteDialect
 from sqlalchemy.exc import DBAPIError
 
 from corral.domain.history import HistoryRow
@@ -26,7 +25,6 @@ from corral.domain.status import KernelStatus, SessionStatus
 from corral.store import agents as agent_store
 from corral.store import bulk, journal, kernels, sessions
 from corral.store.db import transaction
-from corral.store.dialect import sqlite_rows
 from corral.store.sessions import insert as session_insert
 from corral.store.tables import UNSHIPPED, allocations, session_events, session_history
 from corral.store.tables import agents as agent_table
@@ -136,8 +134,7 @@ async def test_a_move_writes_its_kernels_events_and_history_only_if_it_wins(
     backend: str, fresh_database: Callable[[str], str]
 ) -> None:
     """One group of moves (PENDING -> SCHEDULED -> PREPARING, kernels too), one of which lost its
-    race: only the winner's kernels move and only its events and history rows are written, on
-    PostgreSQL in one statement with the update."""
+    race: only the winner's kernels move and only its events and history rows are written."""
     async with migrated(fresh_database(backend)) as engine:
         ids = [str(uuid.uuid4()) for _ in range(2)]
         async with transaction(engine) as conn:
@@ -161,13 +158,9 @@ async def test_a_move_writes_its_kernels_events_and_history_only_if_it_wins(
             for sid in ids
             for f, t in (("PENDING", "SCHEDULED"), ("SCHEDULED", "PREPARING"))
         ]
-        sent: list[str] = []
-        event.listen(engine.sync_engine, "before_cursor_execute", lambda *a: sent.append(a[2]))
         async with transaction(engine) as conn:
             won = await sessions.apply_moves(conn, moves, NOW + timedelta(seconds=1), history)
         assert [m.session_id for m in won] == [winner]
-        if backend == "postgres":
-            assert len(sent) == 1  # the update, its kernels, events and history: one round trip
         async with engine.connect() as conn:
             written = await conn.execute(select(session_history).order_by(session_history.c.id))
             assert [tuple(r[1:7]) for r in written] == journal.history_values(history[:2])
@@ -270,10 +263,9 @@ async def test_a_read_of_several_statuses_reads_no_ended_session_before_any_stat
 async def test_rows_written_in_bulk_are_stored_as_sqlalchemys_insert_stores_them(
     backend: str, fresh_database: Callable[[str], str]
 ) -> None:
-    """Many-row INSERTs skip SQLAlchemy's executemany (store/bulk.py: to SQLite's driver, or as
-    PostgreSQL arrays): every column of a session, of its kernels and of its event is stored as
-    SQLAlchemy's own INSERT stores it, whatever its type (text, JSON, JSON null and SQL NULL, times,
-    flags, numbers)."""
+    """Rows given as tuples in column order (store/bulk.py): every column of a session, of its
+    kernels and of its event is stored as SQLAlchemy's INSERT of the row's dict stores it, whatever
+    its type (text, JSON, JSON null and SQL NULL, times, flags, numbers)."""
     policy = RetryPolicy(max_retries=2, retry_delay=1.5, backoff=Backoff.EXPONENTIAL)
     spec = SessionSpec(
         command=("python3", "-c", "print('é \\u2603')"),
@@ -307,7 +299,7 @@ async def test_rows_written_in_bulk_are_stored_as_sqlalchemys_insert_stores_them
         for in_bulk in (True, False):
             async with transaction(engine) as conn:
                 if in_bulk:
-                    # As a submit writes them: one statement on PostgreSQL.
+                    # As a submit writes them.
                     parts = [
                         session_insert._every_column(session_table, [row]),
                         session_insert._every_column(kernel_table, kernel_rows),
@@ -347,18 +339,12 @@ async def test_rows_written_in_bulk_are_stored_as_sqlalchemys_insert_stores_them
         assert made.retry_after == later
 
 
-def test_rows_for_the_driver_must_give_what_sqlalchemy_would_default() -> None:
-    """A column with a Python-side default is not filled in by the driver: it must be given."""
-    with pytest.raises(ValueError, match="payload"):
-        sqlite_rows._statement(session_events, ("session_id", "kind"), ("created_at",), SQLiteDialect())
-
-
 @pytest.mark.parametrize("backend", BACKENDS)
 async def test_placements_write_every_kernels_allocation_and_agent(
     backend: str, fresh_database: Callable[[str], str]
 ) -> None:
     """Each placed kernel gets its allocation (its resources, on the agent chosen for its rank) and
-    that agent; on PostgreSQL in one statement whatever the number placed (store/kernels.py)."""
+    that agent."""
     news = [
         NewSession(
             id=str(uuid.uuid4()), name=f"s{n}", owner="t", spec=SessionSpec(command=("true",), cluster_size=n)
@@ -373,12 +359,9 @@ async def test_placements_write_every_kernels_allocation_and_agent(
     async with migrated(fresh_database(backend)) as engine:
         async with transaction(engine) as conn:
             made = await sessions.insert_sessions(conn, news, NOW)
-        sent: list[str] = []
-        event.listen(engine.sync_engine, "before_cursor_execute", lambda *a: sent.append(a[2]))
         for part in ([news[0].id], [news[1].id, news[2].id]):
             async with transaction(engine) as conn:
                 await kernels.write_placements(conn, {sid: chosen[sid] for sid in part}, NOW)
-        placing = list(sent)
         async with engine.connect() as conn:
             got = sorted(
                 (r.kernel_id, r.session_id, r.agent_id, json.dumps(r.slots), r.created_at, r.released_at)
@@ -392,9 +375,6 @@ async def test_placements_write_every_kernels_allocation_and_agent(
     )
     assert got == want
     assert agent_of == {k.id: chosen[s.id].agent_ids[k.rank] for s in made for k in s.kernels}
-    if backend == "postgres":
-        # One statement for one kernel, the same for five; then the spread gangs' rendezvous read.
-        assert len(placing) == 3 and placing[0] == placing[1] and "FROM agents" in placing[2]
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -1,28 +1,23 @@
-"""Each backend in its own wing: the store's operations whose SQL differs by backend, as one
-`Dialect` per backend, and `of(conn)`, the one place that asks which backend a connection is.
+"""Each backend in its own wing: what the store does differently by backend, as one `Dialect` per
+backend, and `of(conn)`, the one place that asks which backend a connection is.
 
-`Portable` (portable.py) holds the plain SQLAlchemy Core implementation of every operation, the
-one that runs on any backend; `SQLite` and `PostgreSQL` inherit it and override only where their
-backend has a statement (or a need) of its own.  A noun module never tests the backend's name: it
-calls `dialect.of(conn).<operation>(...)`.
+Every statement is portable SQLAlchemy Core.  `Portable` (portable.py) is the behaviour of any
+backend; `SQLite` and `PostgreSQL` inherit it and override only where their backend needs
+something of its own: row locks, reads outside a transaction, a seek per status, the manager's
+upkeep beside its loops, a lock around migrations.  A noun module never tests the backend's name:
+it asks `dialect.of(conn)`.
 
-The implementations are imported on first use, not here: they build on the noun modules
-(store/kernels/), which import this module."""
+The implementations are imported on first use, not here: PostgreSQL's needs its driver."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
-from datetime import datetime
+from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from sqlalchemy import Select, Table
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from corral.domain.placement import Placement
-from corral.domain.records import KernelReport
-
 if TYPE_CHECKING:
-    from corral.store.bulk import Rows
     from corral.store.unit import Engine
     from corral.wakeup import Wakeup
 
@@ -45,29 +40,25 @@ class Dialect(Protocol):
         ...
 
     @property
-    def autocommits(self) -> bool:
-        """Whether `reading` and `statements` (store/db.py) run each statement outside a
-        transaction: under READ COMMITTED a read, or a self-guarded write, needs no BEGIN and
-        COMMIT round trips.  Where this is False they are one transaction (SQLite's writer takes
-        the database's lock either way), so a read ahead of a transaction saves nothing."""
+    def reads_outside_transactions(self) -> bool:
+        """Whether `reading` (store/db.py) runs each read outside a transaction: under READ
+        COMMITTED a read needs no BEGIN and COMMIT round trips.  Where this is False a read is a
+        transaction (SQLite's reads take a snapshot either way)."""
         ...
 
     @property
-    def journals_in_update(self) -> bool:
-        """Whether a guarded session move writes its kernels' moves, events and history in its own
-        UPDATE (data-modifying WITHs), not in statements after it."""
+    def locks_rows(self) -> bool:
+        """Whether another transaction may hold a row this one wants (row locks).  Where the
+        writer holds the whole database's lock, none can: nothing need be skipped."""
         ...
 
     @property
-    def merges_queue_filters(self) -> bool:
-        """Whether a handler's target query folds its kernel-status filters into one pass over
-        the kernels, not one EXISTS each."""
-        ...
-
-    @property
-    def collapses_in_one_statement(self) -> bool:
-        """Whether repeated history rows are counted up and inserted by one statement, not a read
-        then an update then an insert."""
+    def seeks_each_status(self) -> bool:
+        """Whether a read of several statuses is one index seek per status, merged (UNION ALL),
+        not one `status IN (...)`.  PostgreSQL plans an IN list from its statistics, and a fresh
+        database has none until autovacuum first analyzes it: it then read every session of the
+        group, ended ones too, and dropped all but the few it wanted, on every read.  SQLite
+        seeks each value of an IN list by the index anyway."""
         ...
 
     def upkeep(self, engine: Engine, wakeup: Wakeup) -> list[tuple[str, Coroutine[Any, Any, None]]]:
@@ -89,60 +80,6 @@ class Dialect(Protocol):
     async def lock(self, conn: AsyncConnection, query: Select[Any]) -> None:
         """Lock the rows `query` reads for `conn`'s transaction, serialising their writers; where
         the writer holds the whole database's lock, nothing (not even the read)."""
-        ...
-
-    async def insert_rows(
-        self,
-        conn: AsyncConnection,
-        table: Table,
-        columns: tuple[str, ...],
-        rows: Sequence[tuple[Any, ...]],
-        same: Mapping[str, Any],
-    ) -> None:
-        """Rows of `columns` (in that order, at least one row), each with the values of `same`."""
-        ...
-
-    async def insert_together(self, conn: AsyncConnection, parts: Sequence[Rows]) -> None:
-        """Rows into several tables in the parts' order (a part's rows may refer to an earlier
-        part's); every part has rows."""
-        ...
-
-    async def place_kernels(
-        self, conn: AsyncConnection, placed: dict[str, Placement], now: datetime
-    ) -> list[dict[str, Any]]:
-        """The allocation rows of the placed sessions' kernels and each kernel's agent (devices
-        cleared); returns the allocations written (kernel_id, session_id, agent_id, slots,
-        created_at).  Raises when a rank has no kernel or a kernel no rank."""
-        ...
-
-    async def write_kernels(
-        self,
-        conn: AsyncConnection,
-        fields: tuple[str, ...],
-        rows: Sequence[tuple[Any, ...]],
-        now: datetime | None,
-    ) -> None:
-        """Each row's values (kernel id first, each kernel once) written to its kernel as
-        store/kernels/rows.py's `new_value` says; with `now`, its status changed then."""
-        ...
-
-    async def apply_report(
-        self,
-        engine: Engine,
-        agent_id: str,
-        epoch: int,
-        reports: Sequence[KernelReport],
-        now: datetime,
-        *,
-        contact: Callable[[AsyncConnection], Awaitable[bool]],
-        beat: Callable[[], Awaitable[bool]],
-    ) -> tuple[list[str], bool] | None:
-        """An agent's batch of reports, each kernel's in the order sent, in transactions of its
-        own: the refused kernel ids and whether the agent's contact was recorded; None when
-        `epoch` is fenced (nothing of the batch stays written).  The caller gives the contact two
-        ways: `contact(conn)` in the batch's transaction (refuses a fenced epoch, writes the
-        contact when due), or `beat()` on its own beforehand (writes it when due only), when the
-        fence rides in the batch's own statements."""
         ...
 
 

@@ -54,30 +54,12 @@ def json_loads(text: str) -> Any:
     return value if end == len(text) else json.loads(text)
 
 
-# What a random page read costs the planner, against a sequential one's 1.0: the default 4.0 models
-# a disk, but what the manager reads (live sessions, kernels, allocations) is in the server's cache.
-# With 4.0 a generic plan found a scan of the whole table cheaper than a few look-ups by key while a
-# table was young (a thousand kernels), and kept it: the agent report statement then compared every
-# kernel against its list of ids (bench/throughput.py --postgres, 4 interleaved pairs: that statement's
-# time -30%, the server's CPU per session -8%).  Set after connecting, not as a startup parameter
-# (PgBouncer refuses a connection with one it does not know), and only where nobody set it: a value
-# from postgresql.conf, ALTER DATABASE/ROLE or PGOPTIONS stands.
-RANDOM_PAGE_COST = "1.1"
-
-
-_PLANNER = (
-    "SELECT set_config('random_page_cost', $1, false) FROM pg_settings"
-    " WHERE name = 'random_page_cost' AND source = 'default'"
-)
-
-
 def make_engine(url: str, pool_size: int = 16) -> AsyncEngine:
     if not is_sqlite(url):
         # PostgreSQL's own plan caching (a generic plan after five runs, if it costs no more): with
         # `id IN` as `= ANY(array)` (_in_as_any) the generic plan of `id = ANY($1) AND status = $2`
-        # looks sessions up by id.  With an IN list of n parameters it had chosen the status index
-        # over 100k pending sessions (0.9 s instead of 10 ms), and custom plans were forced; planning
-        # every statement was a fifth of the server's time (bench/cycle.py --postgres: 530 -> 400 ms).
+        # looks sessions up by id.  An IN list of n parameters is a text of its own for every n, and
+        # its generic plan, priced without the values, may seek by status over a long queue instead.
         engine = create_async_engine(
             url,
             pool_size=pool_size,
@@ -88,8 +70,7 @@ def make_engine(url: str, pool_size: int = 16) -> AsyncEngine:
             connect_args={"timeout": CONNECT_TIMEOUT},
         )
         # A many-row INSERT as one multi-row statement (as SQLAlchemy does for psycopg2), not one
-        # execution per row: an array's sessions and kernels (history and event rows, written every
-        # cycle, go through unnest instead: store/journal.py).
+        # execution per row.
         engine.sync_engine.dialect.use_insertmanyvalues_wo_returning = True
         engine.sync_engine.dialect.statement_compiler = _in_as_any(
             engine.sync_engine.dialect.statement_compiler
@@ -105,10 +86,9 @@ def make_engine(url: str, pool_size: int = 16) -> AsyncEngine:
     return _sqlite_engine(url, 1, "BEGIN IMMEDIATE", ("wal_autocheckpoint=0", "journal_size_limit=4194304"))
 
 
-# How long a pooled connection may sit unused before a checkout pings it.  pool_pre_ping pinged at
-# every checkout, and asyncpg's ping is three round trips (BEGIN, ";", ROLLBACK): a fifth of the
-# statements the PostgreSQL server ran in bench/throughput.py, for connections used milliseconds
-# before.  Within the window a connection the server has closed (a restart terminates every
+# How long a pooled connection may sit unused before a checkout pings it.  pool_pre_ping pings at
+# every checkout, and asyncpg's ping is three round trips (BEGIN, ";", ROLLBACK), for connections
+# used milliseconds before.  Within the window a connection the server has closed (a restart terminates every
 # backend) is still caught, by asyncpg's own knowledge and without a round trip; one that dies
 # unnoticed fails its transaction once, as a connection dying mid-transaction does, and the pool
 # then replaces every connection older than the failure.
@@ -168,34 +148,30 @@ def _ping_when_idle(engine: AsyncEngine) -> None:
             raise DisconnectionError("a pooled connection failed its ping") from exc
 
 
-# The array types the store binds (store/dialect/unnest.py, `= ANY`).  asyncpg learns a type it has no
-# codec for by a catalog query, once per connection: found one statement at a time, that was four or
-# five queries for each connection the pool opened under load, each 4-11 ms of the server's time (its
-# planning, in a backend whose catalog caches are cold).  Named here, they are learnt in one (text[]
-# needs none: asyncpg has its codec).
+# The array types the store binds (`= ANY`, _in_as_any).  asyncpg learns a type it has no codec for
+# by a catalog query, once per connection: found one statement at a time, that is a query per type
+# for each connection the pool opens, each planned afresh by a backend whose catalog caches are
+# cold.  Named here, they are learnt in one (text[] needs none: asyncpg has its codec).
 _ARRAYS = "SELECT " + ", ".join(
     f"NULL::{t}[]" for t in ("varchar", "boolean", "integer", "bigint", "float8", "timestamptz")
 )
 
 
 def _prepare_connections(engine: AsyncEngine) -> None:
-    """RANDOM_PAGE_COST on each new connection, unless the server's value was set by someone; and
-    the array types learnt up front (_ARRAYS).  Counted: churn shows in /metrics.  Through the
-    DBAPI cursor, not asyncpg itself: a failure here (the server going away, a privilege refused) is
-    then the DBAPI's error, which SQLAlchemy raises from `connect()` as it does a refused connection
-    (a 503), not asyncpg's own (a 500)."""
+    """The array types learnt up front on each new connection (_ARRAYS).  Counted: churn shows in
+    /metrics.  Through the DBAPI cursor, not asyncpg itself: a failure here (the server going away,
+    a privilege refused) is then the DBAPI's error, which SQLAlchemy raises from `connect()` as it
+    does a refused connection (a 503), not asyncpg's own (a 500)."""
 
     @event.listens_for(engine.sync_engine.pool, "connect")
     def _set(dbapi_connection: Any, record: Any) -> None:
         DB_CONNECTIONS_OPENED.inc()
         cursor = dbapi_connection.cursor()
         try:
-            cursor.execute(_PLANNER, (RANDOM_PAGE_COST,))
             cursor.execute(_ARRAYS)
         finally:
             cursor.close()
-        # The cursor began a transaction: rolled back (as a first use outside a transaction, a
-        # `reading`, did), the setting was undone.
+        # The cursor began a transaction: ended here, so that the connection enters the pool idle.
         dbapi_connection.commit()
 
 
@@ -210,7 +186,7 @@ def make_reader(engine: AsyncEngine, pool_size: int = 4) -> AsyncEngine:
     """Connections for reads only.  On PostgreSQL: `engine` itself.  On SQLite: a small pool of
     read-only connections beside the one writer.  WAL lets them read while it writes, each from
     the last commit: an agent's long poll or a `GET` need not queue behind a scheduling cycle on
-    the writer (measured: the orders of a just-placed session went out 7 ms after its commit)."""
+    the writer."""
     if not is_sqlite(str(engine.url)) or engine.url.database in (None, "", ":memory:"):
         return engine  # an in-memory database exists only on its own connection
     return _sqlite_engine(str(engine.url), pool_size, "BEGIN", ("query_only=ON",))

@@ -1,20 +1,21 @@
-"""Kernels placed: their allocations and agents (each backend its own way: store/dialect/), the
-GPUs they hold by index and rank 0's rendezvous port."""
+"""Kernels placed: their allocations and agents, the GPUs they hold by index and rank 0's
+rendezvous port."""
 
 from __future__ import annotations
 
+from collections import defaultdict
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
 import structlog
-from sqlalchemy import select, update
+from sqlalchemy import bindparam, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.domain.devices import assign_devices
 from corral.domain.placement import Placement
 from corral.domain.rendezvous import pick_port, port_range
-from corral.store import dialect
+from corral.store.db import chunks
 from corral.store.tables import LIVE_KERNEL, agents, allocations, kernels
 
 log = structlog.get_logger("corral.store.kernels")
@@ -24,9 +25,53 @@ async def write_placements(conn: AsyncConnection, placed: dict[str, Placement], 
     """Allocation rows and agent assignment for sessions that just moved to SCHEDULED."""
     if not placed:
         return
-    rows = await dialect.of(conn).place_kernels(conn, placed, now)
+    rows = await _place_kernels(conn, placed, now)
     await _assign_gpus(conn, [r for r in rows if int(Decimal(str(r["slots"].get("gpu", 0)))) > 0])
     await _assign_rendezvous(conn, placed)
+
+
+async def _place_kernels(
+    conn: AsyncConnection, placed: dict[str, Placement], now: datetime
+) -> list[dict[str, Any]]:
+    """The allocations of the placed sessions' kernels and each kernel's agent (devices cleared):
+    the kernels read, the allocations inserted, then a statement per agent (not per kernel) for
+    the kernels' agent.  Returns the allocations written."""
+    rows = []
+    kernels_found = 0
+    for part in chunks(list(placed)):
+        found = (await conn.execute(_PLACED_KERNELS, {"ids": part})).all()
+        rows += [
+            {
+                "kernel_id": kid,
+                "session_id": sid,
+                "agent_id": ranked[rank],
+                "slots": slots,
+                "created_at": now,
+            }
+            for kid, sid, rank, slots in found
+            if rank < len(ranked := placed[sid].agent_ids)
+        ]
+        kernels_found += len(found)
+    all_placed(placed, len(rows), kernels_found)
+    await conn.execute(insert(allocations), rows)
+    by_agent: dict[str, list[str]] = defaultdict(list)
+    for r in rows:
+        by_agent[r["agent_id"]].append(r["kernel_id"])
+    for agent_id, kernel_ids in sorted(by_agent.items()):
+        for part in chunks(kernel_ids):
+            await conn.execute(_ASSIGN_AGENT, {"ids": part, "agent": agent_id})
+    return rows
+
+
+def all_placed(placed: dict[str, Placement], allocated: int, kernels_found: int) -> None:
+    """A rank without a kernel, or a kernel without a rank, is never placed: the placement's
+    transaction fails instead (a half-placed gang would hold its CPUs and never start)."""
+    ranks = sum(len(p.agent_ids) for p in placed.values())
+    if allocated != ranks or kernels_found != ranks:
+        named = ", ".join(sorted(placed)[:5]) + (", ..." if len(placed) > 5 else "")
+        raise RuntimeError(
+            f"placement of {ranks} kernels found {kernels_found} ({allocated} placed); sessions {named}"
+        )
 
 
 async def _assign_rendezvous(conn: AsyncConnection, placed: dict[str, Placement]) -> None:
@@ -108,3 +153,13 @@ async def _assign_gpus(conn: AsyncConnection, rows: list[dict[str, Any]]) -> Non
             continue
         taken[r["agent_id"]].update(got)
         await conn.execute(update(kernels).where(kernels.c.id == r["kernel_id"]).values(devices=list(got)))
+
+
+_PLACED_KERNELS = select(kernels.c.id, kernels.c.session_id, kernels.c.rank, kernels.c.resources).where(
+    kernels.c.session_id.in_(bindparam("ids", expanding=True))
+)
+_ASSIGN_AGENT = (
+    update(kernels)
+    .where(kernels.c.id.in_(bindparam("ids", expanding=True)))
+    .values(agent_id=bindparam("agent"), devices=None)
+)

@@ -1,5 +1,5 @@
-"""Agents' reports of their kernels, epoch-fenced: each backend applies a batch its own way
-(store/dialect/); this is the portable way, a round of guarded UPDATEs per report position."""
+"""Agents' reports of their kernels, epoch-fenced: a batch in one transaction, a round of guarded
+UPDATEs per report position."""
 
 from __future__ import annotations
 
@@ -18,8 +18,16 @@ from corral.domain.records import KernelReport
 from corral.domain.status import KERNEL_STARTED, TERMINAL_KERNEL, KernelStatus
 from corral.domain.transitions import kernel_sources
 from corral.store import dialect
+from corral.store.db import transaction
 from corral.store.kernels.ends import IDS, NOW, release
-from corral.store.kernels.rows import AGENT_REPORTS, END_FIELDS, PORT_FIELDS, ending, suspended_detail
+from corral.store.kernels.rows import (
+    AGENT_REPORTS,
+    END_FIELDS,
+    PORT_FIELDS,
+    ending,
+    suspended_detail,
+    write_kernels,
+)
 from corral.store.tables import kernels, sessions
 from corral.store.unit import Engine
 
@@ -27,25 +35,28 @@ from corral.store.unit import Engine
 async def apply_report(
     engine: Engine,
     agent_id: str,
-    epoch: int,
     reports: Sequence[KernelReport],
     now: datetime,
     *,
     contact: Callable[[AsyncConnection], Awaitable[bool]],
-    beat: Callable[[], Awaitable[bool]],
-) -> tuple[list[str], bool] | None:
-    """An agent's batch of reports in transactions of its own, its backend's way: the refused
-    kernel ids and whether the contact was recorded; None when `epoch` is fenced (see
-    Dialect.apply_report)."""
-    return await dialect.of(engine).apply_report(
-        engine, agent_id, epoch, reports, now, contact=contact, beat=beat
-    )
+) -> tuple[list[str], bool]:
+    """An agent's batch of reports in one transaction, `contact(conn)` first (it refuses a fenced
+    epoch, and writes the contact when due): the refused kernel ids and whether the contact was
+    recorded."""
+    async with transaction(engine) as conn:
+        recorded = await contact(conn)
+        refused, held = await apply_reports(conn, agent_id, reports, now)
+    if held:  # sessions someone held: marked now, in a transaction holding nothing else
+        async with transaction(engine) as conn:
+            await mark_started(conn, held, now)
+    return refused, recorded
 
 
 async def apply_reports(
     conn: AsyncConnection, agent_id: str, reports: Sequence[KernelReport], now: datetime
-) -> list[str]:
-    """A batch of reports, each kernel's in the order sent; returns the refused kernel ids.
+) -> tuple[list[str], list[str]]:
+    """A batch of reports, each kernel's in the order sent; returns the refused kernel ids, and
+    the started sessions another transaction held, to mark started once it lets go (`mark_started`).
 
     Kernels are independent rows, so the batch is applied in rounds: round i holds every kernel's
     i-th report, and a round's non-terminal reports go in one guarded UPDATE per status (the same
@@ -60,8 +71,8 @@ async def apply_reports(
         endings = [r for r in batch if r.status in TERMINAL_KERNEL]
         moved |= await _apply_endings(conn, agent_id, endings, now, started)
         refused += [r.kernel_id for r in batch if r.kernel_id not in moved]
-    await mark_started(conn, sorted(started), now)
-    return refused
+    held = await mark_started(conn, sorted(started), now, skip_held=True)
+    return refused, held
 
 
 def report_rounds(reports: Sequence[KernelReport]) -> tuple[list[str], list[list[KernelReport]]]:
@@ -99,7 +110,7 @@ async def _apply_steps(
         ports += [(r.kernel_id, r.master_port) for r in group if r.master_port is not None]
     ports = [p for p in ports if p[0] in moved]
     if ports:
-        await dialect.of(conn).write_kernels(conn, PORT_FIELDS, ports, None)
+        await write_kernels(conn, PORT_FIELDS, ports, None)
     return moved
 
 
@@ -145,11 +156,28 @@ _STARTED = (
 )
 
 
-async def mark_started(conn: AsyncConnection, session_ids: list[str], now: datetime) -> None:
+async def mark_started(
+    conn: AsyncConnection, session_ids: list[str], now: datetime, *, skip_held: bool = False
+) -> list[str]:
     """A session has started when its first process has, even one that ended before a cycle
-    promoted the session to RUNNING (its time budget and its history count from then)."""
+    promoted the session to RUNNING (its time budget and its history count from then).
+
+    With `skip_held`, a session whose row another transaction holds is left out and returned: a
+    move holds its session and then waits on its kernels, which the caller's reports hold, so
+    waiting here would deadlock.  The caller marks those once it holds nothing else."""
+    if not session_ids:
+        return []
+    held: list[str] = []
+    if skip_held and dialect.of(conn).locks_rows:
+        free_rows = dialect.of(conn).for_update(
+            select(sessions.c.id).where(sessions.c.id.in_(IDS)), skip_locked=True
+        )
+        free = set((await conn.execute(free_rows, {"k_ids": session_ids})).scalars())
+        held = [sid for sid in session_ids if sid not in free]
+        session_ids = [sid for sid in session_ids if sid in free]
     if session_ids:
         await conn.execute(_STARTED, {"k_ids": session_ids, "k_now": now})
+    return held
 
 
 async def _apply_endings(
@@ -178,7 +206,7 @@ async def _apply_endings(
     rows = [ending(r) for r in endings if r.kernel_id in passing]
     started.update(passing[r[0]] for r in rows if r[-1])  # id first, `started` last (END_FIELDS)
     if rows:
-        await dialect.of(conn).write_kernels(conn, END_FIELDS, rows, now)
+        await write_kernels(conn, END_FIELDS, rows, now)
     ended = sorted(r[0] for r in rows)
     moved.update(ended)
     await release(conn, ended, now)  # a suspended kernel's is freed by _suspend

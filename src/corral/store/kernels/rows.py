@@ -1,12 +1,14 @@
-"""What a report writes to its kernel's row, field by field: shared by every backend's write
-(store/dialect/), so each applies the same values."""
+"""What a report writes to its kernel's row, field by field, and the write itself."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from datetime import datetime
 from functools import cache
 from typing import Any
 
-from sqlalchemy import ColumnElement, func, or_
+from sqlalchemy import ColumnElement, bindparam, func, or_, update
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.domain.records import KernelReport
 from corral.domain.status import TERMINAL_KERNEL, KernelStatus
@@ -90,3 +92,26 @@ def new_value(field: str, new: ColumnElement[Any]) -> ColumnElement[Any]:
 def named(fields: tuple[str, ...]) -> tuple[tuple[str, Any], ...]:
     """Each field's parameter name and type: prefixed, as an UPDATE reserves its columns' names."""
     return tuple(("k_" + f, kernels.c[f].type) for f in fields)
+
+
+async def write_kernels(
+    conn: AsyncConnection, fields: tuple[str, ...], rows: Sequence[tuple[Any, ...]], now: datetime | None
+) -> None:
+    """Each row's values (kernel id first) written to its kernel as `new_value` says, in one
+    executemany; with `now`, its status changed then."""
+    shared = {"k_now": now} if now is not None else {}
+    names = [name for name, _ in named(fields)]
+    params = [{**dict(zip(names, row, strict=True)), **shared} for row in rows]
+    await conn.execute(_writes(fields, now is not None), params)
+
+
+@cache
+def _writes(fields: tuple[str, ...], timed: bool) -> Any:
+    """write_kernels' statement, run once per row."""
+    values: dict[str, Any] = {}
+    for field, (name, type_) in zip(fields, named(fields), strict=True):
+        values[field] = new_value(field, bindparam(name, type_=type_))
+    key = values.pop("id")
+    if timed:
+        values["status_changed_at"] = bindparam("k_now", type_=kernels.c.status_changed_at.type)
+    return update(kernels).where(kernels.c.id == key).values(**values)

@@ -12,11 +12,9 @@ from typing import Any
 
 from sqlalchemy import (
     ColumnElement,
-    Select,
     bindparam,
     exists,
     func,
-    literal,
     select,
     update,
 )
@@ -35,13 +33,10 @@ from corral.domain.status import (
 from corral.domain.transitions import kernel_move_allowed, kernel_sources, session_move_allowed
 from corral.store import agents as agent_store
 from corral.store import dialect, journal
-from corral.store.db import IN_CHUNK, autocommitting, chunks
-from corral.store.dialect import unnest
+from corral.store.db import autocommitting, chunks
 from corral.store.tables import (
     allocations,
     kernels,
-    session_events,
-    session_history,
     sessions,
 )
 
@@ -66,23 +61,13 @@ async def apply_moves(
     rows_of: dict[str, list[journal.HistoryRow]] = defaultdict(list)
     for row in history:
         rows_of[row.session_id].append(row)
-    # Where the backend can, a group's kernels, events and history ride in its UPDATE.
-    together = dialect.of(conn).journals_in_update
     won: list[Move] = []
     for (src, dst, kernel_dst, values, kernel_via, unrequested), group in groups.items():
         ids = [m.session_id for m in group]
-        names = tuple(name for name, _ in values)
-        statement = (
-            _move_journaled(src, dst, names, unrequested, kernel_dst, kernel_via)
-            if together
-            else _move(src, dst, names, unrequested)
-        )
+        statement = _move(src, dst, tuple(name for name, _ in values), unrequested)
         params = {"m_now": now, **{f"m_{name}": value for name, value in values}}
-        for chunk in range(0, len(ids), IN_CHUNK):
-            part = ids[chunk : chunk + IN_CHUNK]
-            if together:
-                params.update(_journal_params(group[chunk : chunk + IN_CHUNK], rows_of))
-            if dst is SessionStatus.PENDING and together:
+        for part in chunks(ids):
+            if dst is SessionStatus.PENDING:
                 if autocommitting(conn):
                     raise RuntimeError("a move back to the queue takes a transaction: it locks first")
                 # The guard reads kernels as of the statement's start: lock them first (the order
@@ -90,65 +75,13 @@ async def apply_moves(
                 await dialect.of(conn).lock(conn, select(kernels.c.id).where(kernels.c.session_id.in_(part)))
             moved = set((await conn.execute(statement, {**params, "m_ids": part})).scalars())
             won.extend(m for m in group if m.session_id in moved)
-            if moved and kernel_dst is not None and not together:
+            if moved and kernel_dst is not None:
                 await move_kernels_of(conn, list(moved), kernel_dst, now, kernel_via)
             if moved and dst is SessionStatus.PENDING:
                 await _back_to_queue(conn, list(moved), now, resumed=src is SessionStatus.SUSPENDED)
-    if not together:
-        await journal.add_events(conn, [event for m in won for event in _events(m)], now)
-        await journal.add_history(conn, [row for m in won for row in rows_of[m.session_id]], now)
+    await journal.add_events(conn, [event for m in won for event in _events(m)], now)
+    await journal.add_history(conn, [row for m in won for row in rows_of[m.session_id]], now)
     return won
-
-
-def _journal_params(group: Sequence[Move], rows_of: dict[str, list[journal.HistoryRow]]) -> dict[str, Any]:
-    """_move_journaled's event and history arrays for these moves (kept only for those that win)."""
-    events = [event for m in group for event in _events(m)]
-    history = [row for m in group for row in rows_of.get(m.session_id, ())]
-    return {
-        **unnest.unnest_params(session_events, journal.EVENT_COLUMNS, "e_", events),
-        **unnest.unnest_params(
-            session_history, journal.HISTORY_COLUMNS, "h_", journal.history_values(history)
-        ),
-    }
-
-
-@lru_cache(maxsize=1024)
-def _move_journaled(
-    src: SessionStatus,
-    dst: SessionStatus,
-    names: tuple[str, ...],
-    unrequested: bool,
-    kernel_dst: KernelStatus | None,
-    kernel_via: tuple[KernelStatus, ...],
-) -> Select[str]:
-    """_move on PostgreSQL, in one statement with what follows a won move: its kernels' move (to
-    `kernel_dst`, through `kernel_via`), its events (e_ arrays) and its history rows (h_ arrays)."""
-    moved = _move(src, dst, names, unrequested).cte("moved")
-    now = bindparam("m_now", type_=sessions.c.status_changed_at.type)
-    won = select(moved.c.id)
-    then: list[Any] = []
-    if kernel_dst is not None:
-        kernel_move = update(kernels).where(
-            kernels.c.session_id.in_(won), *_kernel_guard(kernel_dst, kernel_via)
-        )
-        then.append(kernel_move.values(status=str(kernel_dst), status_changed_at=now).cte("kernels_moved"))
-    then.append(
-        unnest.unnest_insert(
-            session_events,
-            journal.EVENT_COLUMNS,
-            "e_",
-            {"created_at": now},
-            lambda e: e.c.e_session_id.in_(won),
-        ).cte("events")
-    )
-    one = literal(1, type_=session_history.c.count.type)
-    same = {"count": one, "created_at": now, "last_at": now}
-    then.append(
-        unnest.unnest_insert(
-            session_history, journal.HISTORY_COLUMNS, "h_", same, lambda h: h.c.h_session_id.in_(won)
-        ).cte("history")
-    )
-    return select(moved.c.id).add_cte(*then)
 
 
 # Statuses whose move sets more than the status (see _move): never passed on the way to another.

@@ -103,7 +103,7 @@ async def for_handler(
         ready_at is not None,
         after is not None,
         healthy_only,
-        dialect.of(conn).merges_queue_filters,
+        dialect.of(conn).seeks_each_status,
     )
     params: dict[str, Any] = {"resource_group": resource_group}
     if changed_before is not None:
@@ -132,7 +132,7 @@ async def target_ids(
 ) -> list[tuple[str, SessionStatus]]:
     """for_handler's targets (outside a queue window) as (id, status) only: for a promotion its
     kernel-status filter decides alone, or to learn whether a handler has anything to do.  A whole
-    session and its kernels cost ten times as much to read and build."""
+    session and its kernels cost many times as much to read and build."""
     query = _query(
         True,
         statuses,
@@ -143,7 +143,7 @@ async def target_ids(
         limit,
         failed_kernel_only=failed_kernel_only,
         healthy_only=healthy_only,
-        merged=dialect.of(conn).merges_queue_filters,
+        seeks=dialect.of(conn).seeks_each_status,
     )
     rows = await conn.execute(query, {"resource_group": resource_group})
     return [(sid, convert.session_status(status)) for sid, status in rows]
@@ -163,11 +163,11 @@ def _query(
     ready_at: bool = False,
     after: bool = False,
     healthy_only: bool = False,
-    merged: bool = False,
+    seeks: bool = False,
 ) -> Select[Any]:
     """_handler_query's cached statement for these filters (as hashable text)."""
     return _handler_query(
-        merged,
+        seeks,
         narrow,
         tuple(sorted({str(s) for s in statuses})),
         frozenset(str(s) for s in kernel_statuses) if kernel_statuses is not None else None,
@@ -186,7 +186,7 @@ def _query(
 
 @lru_cache(maxsize=512)
 def _handler_query(
-    merged: bool,
+    seeks: bool,
     narrow: bool,
     names: tuple[str, ...],
     kernel_statuses: frozenset[str] | None,
@@ -233,13 +233,9 @@ def _handler_query(
             sessions.c.priority.desc(), sessions.c.chain_submitted_at, sessions.c.id
         )
         return (_after(query) if after else query).limit(queue_window)
-    if len(names) == 1 or not merged:
+    if len(names) == 1 or not seeks:
         return seek(names, *columns).order_by(sessions.c.created_at, sessions.c.id).limit(limit)
-    # PostgreSQL: several statuses as one seek each (`status = X`), merged.  It plans `status IN
-    # (...)` from its statistics, and a fresh database has none until autovacuum first analyzes it
-    # (a minute or more): it read every session of the group, ended ones too, and dropped all but
-    # the few it wanted, on every read.  SQLite seeks each value of an IN list by the index anyway,
-    # and merging cost it more than it saved.
+    # Several statuses as one seek each (`status = X`), merged (Dialect.seeks_each_status).
     union = union_all(*(seek((n,), *columns, *_SORT if narrow else ()) for n in names)).subquery()
     wanted = (union.c.id, union.c.status) if narrow else tuple(union.c)
     return select(*wanted).order_by(union.c.created_at, union.c.id).limit(limit)

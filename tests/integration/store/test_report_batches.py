@@ -1,10 +1,10 @@
-"""PostgreSQL applies a kernel's reports of one batch (its chain) as one write: whatever the
-kernel's status, generation and session, the result is what writing each report on its own gives.
+"""A batch of reports is applied in rounds (every kernel's i-th report in round i, a round's steps
+and endings a few statements each): whatever the kernels' statuses, generations and sessions, the
+result is what applying each report on its own, in order, gives.
 
-Twin kernels start alike; one of each pair gets the chain through the one-statement round
-(`apply_reports_at`), the other the same reports through the statement-per-step path
-(`apply_reports`, SQLite's).  Every column a report can touch, the allocation, the session's start
-and the refused reports must agree."""
+Twin kernels start alike; one of each pair gets its chain inside one interleaved batch, the other
+the same reports one batch each.  Every column a report can touch, the allocation, the session's
+start and the refused reports must agree, on either backend."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import hypothesis.strategies as st
+import pytest
 from hypothesis import HealthCheck, example, given, settings
 from sqlalchemy import select, update
 
@@ -22,8 +23,7 @@ from corral.domain.cause import TerminationReason
 from corral.domain.records import KernelReport
 from corral.domain.status import KernelStatus
 from corral.store import kernels
-from corral.store.db import statements, transaction
-from corral.store.dialect import postgresql_reports
+from corral.store.db import transaction
 from corral.store.tables import allocations
 from corral.store.tables import kernels as kernel_table
 from corral.store.tables import sessions as session_table
@@ -130,11 +130,12 @@ async def _state(engine: Any, kernel_id: str) -> tuple[Any, ...]:
         (K.SCHEDULED, True, [(K.PREPARING, False, None, None, False), (K.CANCELLED, False, None, 0, True)])
     ]
 )
-async def test_a_chain_in_one_write_ends_where_its_reports_one_by_one_do(
-    fresh_database: Callable[[str], str], cases: list[tuple[K, bool, list[tuple[Any, ...]]]]
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+async def test_a_batch_ends_where_its_reports_one_by_one_do(
+    fresh_database: Callable[[str], str], backend: str, cases: list[tuple[K, bool, list[tuple[Any, ...]]]]
 ) -> None:
-    async with migrated(fresh_database("postgres")) as engine:
-        epoch, ids, k, _ = await _placed(engine, 2 * len(cases))
+    async with migrated(fresh_database(backend)) as engine:
+        _, ids, k, _ = await _placed(engine, 2 * len(cases))
         one, each = k[: len(cases)], k[len(cases) :]
         async with transaction(engine) as conn:
             for i, (start, suspending, _) in enumerate(cases):
@@ -157,16 +158,15 @@ async def test_a_chain_in_one_write_ends_where_its_reports_one_by_one_do(
         batch = sorted(batch, key=lambda r: (r.detail["seen"], r.kernel_id))
         twin = dict(zip(one, each, strict=True))
         now = datetime.now(UTC)
-        outright, rounds = postgresql_reports.report_chains(batch)
-        async with (statements if len(rounds) <= 1 else transaction)(engine) as conn:
-            found = await postgresql_reports.apply_reports_at(conn, "a", epoch, outright, rounds, now)
-        assert found is not None
-        refused_one, unmarked = found
-        async with statements(engine) as conn:
-            await kernels.mark_started(conn, unmarked, now)
         async with transaction(engine) as conn:
-            twins = [replace(r, kernel_id=twin[r.kernel_id]) for r in batch]
-            refused_each = await kernels.apply_reports(conn, "a", twins, now)
+            refused_one, _ = await kernels.apply_reports(conn, "a", batch, now)
+        refused_each: list[str] = []
+        for r in batch:
+            async with transaction(engine) as conn:
+                refused, _ = await kernels.apply_reports(
+                    conn, "a", [replace(r, kernel_id=twin[r.kernel_id])], now
+                )
+            refused_each += refused
         assert Counter(twin[i] for i in refused_one) == Counter(refused_each)
         for i in range(len(cases)):
             assert await _state(engine, one[i]) == await _state(engine, each[i]), cases[i]
