@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 import structlog
 
+from corral.agent.commands import Ping
 from corral.agent.loop import Loop
 
 if TYPE_CHECKING:
@@ -60,7 +61,7 @@ class Fence(Loop):
         if link is not None and link.alive:
             # CLOCK_MONOTONIC is one clock for every process of the host: an absolute deadline does
             # not drift later by the time a ping waits in the pipe.
-            link.send({"op": "ping", "fence_at": self.last_contact + self.timeout})
+            link.send(Ping(fence_at=self.last_contact + self.timeout))
 
     async def _loop(self) -> None:
         agent = self._agent

@@ -15,6 +15,7 @@ from typing import Any
 import structlog
 from pydantic import ValidationError
 
+from corral.agent import commands
 from corral.agent.events import Exited, Started
 from corral.agent.identity import Account, KernelIdentity, cannot_enter, give, unreachable_from
 from corral.agent.kernel_env import WORKER_LIB, kernel_env, rechecked
@@ -163,12 +164,11 @@ class KernelRunner:
             if why is not None:
                 self.fail(why)
                 return
-        command = {
-            "op": "start",
-            "key": self.key,
-            "command": spec.command,
-            "user": {"uid": account.uid, "gid": account.gid} if other else None,
-            "env": {"CORRAL_WORK_DIR": str(self.dir)}
+        command = commands.Start(
+            key=self.key,
+            command=tuple(spec.command),
+            user=commands.Account(uid=account.uid, gid=account.gid) if other else None,
+            env={"CORRAL_WORK_DIR": str(self.dir)}
             | kernel_env(
                 spec,
                 self.kernel_id,
@@ -179,13 +179,13 @@ class KernelRunner:
                 # A copy every account can read (the installed package may be in root's home).
                 self.work_dir / "lib" if other else WORKER_LIB,
             ),
-            "cwd": workdir or str(self.dir),
-            "stdout": str(self.files.stdout),
-            "stderr": str(self.files.stderr),
-            "mem_limit": spec.mem_limit(),
-            "cpus": spec.cpus(),
-            "grace": self.grace,
-        }
+            cwd=workdir or str(self.dir),
+            stdout=str(self.files.stdout),
+            stderr=str(self.files.stderr),
+            mem_limit=spec.mem_limit(),
+            cpus=spec.cpus(),
+            grace=self.grace,
+        )
         self.started = True
         if report_creating:
             self._say(KernelStatus.CREATING)
@@ -304,7 +304,7 @@ class KernelRunner:
         if not self.started:
             self._end(KernelStatus.CANCELLED, termination_message="stopped before it started")
             return
-        self.link.send({"op": "term", "key": self.key, **({"grace": grace} if grace is not None else {})})
+        self.link.send(commands.Term(key=self.key, grace=grace))
 
     def force_kill(self) -> None:
         """Escalation ordered by the manager: SIGKILL now, no grace."""
@@ -314,7 +314,7 @@ class KernelRunner:
             self.kill()
             return
         self.kill_sent = True
-        self.link.send({"op": "kill", "key": self.key})
+        self.link.send(commands.Kill(key=self.key))
 
     def fence(self) -> None:
         """Kill at once: the manager is unreachable (or this kernel is no longer ours)."""
@@ -323,7 +323,7 @@ class KernelRunner:
         self.fenced = True
         self.kill_sent = True
         if self.started:
-            self.link.send({"op": "kill", "key": self.key})
+            self.link.send(commands.Kill(key=self.key))
         else:
             self.ended = True  # nothing ran; the manager learns of it through the fence, not from us
             self._done.set()

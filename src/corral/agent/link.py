@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import sys
 from collections.abc import Callable
-from typing import Any
 
 import structlog
 from pydantic import ValidationError
 
 from corral.agent.cgroup import CgroupMode
+from corral.agent.commands import Command
 from corral.agent.events import EVENTS, Event
 
 log = structlog.get_logger("corral.agent.link")
@@ -67,12 +66,12 @@ class SupervisorLink:
             if self._on_exit is not None:
                 self._on_exit(self._proc.returncode)
 
-    def send(self, command: dict[str, Any]) -> bool:
+    def send(self, command: Command) -> bool:
         """False when the supervisor is gone (the caller fails what it asked for)."""
         if self._proc is None or self._proc.stdin is None or self._proc.stdin.is_closing() or not self.alive:
             return False
         try:
-            self._proc.stdin.write(json.dumps(command).encode() + b"\n")
+            self._proc.stdin.write(command.model_dump_json().encode() + b"\n")
         except (OSError, RuntimeError):
             return False
         return True

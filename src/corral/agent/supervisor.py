@@ -3,16 +3,8 @@
 Run as `python -m corral.agent.supervisor MODE PARENT [CPU CPU_PARENT ACCT_PARENT]` by the agent,
 with pipes on stdin/stdout.
 It is a child subreaper, so kernels' daemonised grandchildren (setsid, double fork) are
-re-parented to it and stay findable.  Commands arrive as JSON lines on stdin:
-
-    {"op": "start", "key", "command", "env", "cwd", "stdout", "stderr", "mem_limit", "cpus", "grace",
-     "user"?: {"uid", "gid"}}   run as that account (joined to its cgroups first, then dropped)
-    {"op": "term", "key", "grace"?}  SIGTERM to the kernel's tree, SIGKILL after the grace period
-    {"op": "kill", "key"}    SIGKILL to the kernel's tree now
-    {"op": "ping", "fence_at"}  the agent is alive and may keep its kernels until `fence_at`
-                                (CLOCK_MONOTONIC, shared by every process of the host)
-
-and events go back as JSON lines on stdout: {"ev": "started", "key", "pid"} and
+re-parented to it and stay findable.  Commands arrive as JSON lines on stdin (agent/commands.py:
+start, term, kill, ping), and events go back as JSON lines on stdout: {"ev": "started", "key", "pid"} and
 {"ev": "exited", "key", "exit_code", "exited_at_ns", "oom_killed", ...}.  End of file on stdin means
 the agent died or fenced itself: every kernel tree is killed and the supervisor exits.  And if the
 agent stops pinging (SIGSTOP, a hung event loop) past the last `fence_at` it gave, the supervisor
@@ -40,6 +32,7 @@ from typing import Any
 from corral.agent import spawn
 from corral.agent.cgroup import CgroupError, CgroupMode, KernelCgroup
 from corral.agent.cgroup_pool import CgroupPool
+from corral.agent.commands import COMMANDS, Ping, Start, Term
 from corral.agent.proctree import children_of, pgid, rss, signal_all
 
 PR_SET_CHILD_SUBREAPER = 36
@@ -108,15 +101,11 @@ class Supervisor:
                 pass  # the agent is gone: stdin's end of file brings the shutdown
 
     # --- commands --------------------------------------------------------------------------
-    def start(self, cmd: dict[str, Any]) -> None:
-        key = cmd["key"]
-        mem = int(cmd.get("mem_limit") or 0)
-        user = (int(cmd["user"]["uid"]), int(cmd["user"]["gid"])) if cmd.get("user") else None
-        # All read before the cgroup is made: a malformed start leaves nothing behind.
-        command, env, cwd = list(cmd["command"]), dict(cmd["env"]), str(cmd["cwd"])
-        out, err = cmd["stdout"], cmd["stderr"]
-        grace = float(cmd.get("grace", 10.0))  # before the start: nothing may fail after it
-        cgroup = self.cgroups.take(key, mem or None, float(cmd.get("cpus") or 0) or None)
+    def start(self, cmd: Start) -> None:
+        key, mem = cmd.key, cmd.mem_limit
+        user = (cmd.user.uid, cmd.user.gid) if cmd.user is not None else None
+        command, env, out, err = list(cmd.command), dict(cmd.env), cmd.stdout, cmd.stderr
+        cgroup = self.cgroups.take(key, mem or None, cmd.cpus or None)
         before = cpu_before = 0
         if cgroup is not None:
             try:
@@ -141,7 +130,7 @@ class Supervisor:
                 env_fd = spawn.env_file(env)
                 actions.append((os.POSIX_SPAWN_DUP2, env_fd, spawn.ENV_FD))
                 env = {}
-            os.chdir(cwd)
+            os.chdir(cmd.cwd)
             pid = os.posix_spawnp(
                 command[0],
                 command,
@@ -163,33 +152,33 @@ class Supervisor:
             if env_fd is not None:
                 os.close(env_fd)
         self.kernels[pid] = Kernel(
-            key, pid, cgroup, before, mem, grace, started=time.monotonic(), cpu_before=cpu_before
+            key, pid, cgroup, before, mem, cmd.grace, started=time.monotonic(), cpu_before=cpu_before
         )
         self.emit({"ev": "started", "key": key, "pid": pid})
 
     def _spawn_failed(
-        self, cmd: dict[str, Any], cgroup: KernelCgroup | None, code: int, why: str, said: str = ""
+        self, cmd: Start, cgroup: KernelCgroup | None, code: int, why: str, said: str = ""
     ) -> None:
         """`said`: the line on its stderr, when it is not that its command cannot start."""
         try:
             # As root, in a directory the kernel's account owns: never through a link or into a FIFO
             # it put there (which would have root write anywhere, or hang this process).
             flags = os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-            fd = os.open(cmd["stderr"], flags)
+            fd = os.open(cmd.stderr, flags)
             try:
                 if stat.S_ISREG(os.fstat(fd).st_mode):
-                    said = said or f"cannot start {str(cmd['command'][0])!r}: {why}"
+                    said = said or f"cannot start {cmd.command[0]!r}: {why}"
                     os.write(fd, f"corral: {said}\n".encode())
             finally:
                 os.close(fd)
-        except (OSError, KeyError, IndexError, TypeError, ValueError):
+        except OSError:
             pass
         if cgroup is not None:
             cgroup.remove()
         self.emit(
             {
                 "ev": "exited",
-                "key": cmd.get("key", ""),
+                "key": cmd.key,
                 "exit_code": code,
                 "exited_at_ns": time.time_ns(),
                 "start_error": why,
@@ -358,22 +347,20 @@ class Supervisor:
 
     def handle(self, line: bytes) -> None:
         try:
-            cmd = json.loads(line)
-            op = cmd.get("op")
-            if op == "ping":
-                self.fence_at = float(cmd["fence_at"])  # the agent's monotonic clock is ours too
-            elif op == "start":
+            cmd = COMMANDS.validate_json(line)
+            if isinstance(cmd, Ping):
+                self.fence_at = cmd.fence_at  # the agent's monotonic clock is ours too
+            elif isinstance(cmd, Start):
                 try:
                     self.start(cmd)
                 except CgroupError as exc:  # the agent's cgroups, not the command: said so (126)
                     self._spawn_failed(cmd, None, 126, str(exc), f"the kernel's cgroup cannot be made: {exc}")
                 except Exception as exc:  # a kernel we cannot start fails alone, never the supervisor
                     self._spawn_failed(cmd, None, 127, repr(exc))
-            elif op == "term":
-                grace = cmd.get("grace")
-                self.term(cmd["key"], float(grace) if isinstance(grace, (int, float)) else None)
-            elif op == "kill":
-                self.kill(cmd["key"])
+            elif isinstance(cmd, Term):
+                self.term(cmd.key, cmd.grace)
+            else:
+                self.kill(cmd.key)
         except Exception as exc:
             self.emit({"ev": "error", "error": repr(exc)[:500]})
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any
 
 from corral.agent.agent import Agent
+from corral.agent.commands import Command, Ping
 from corral.agent.settings import AgentSettings
 from corral.domain.status import KernelStatus
 from corral.protocol.messages import RegisterIn, RegisterOut
@@ -128,9 +128,9 @@ class Link:
 
     def __init__(self) -> None:
         self.alive = True
-        self.sent: list[dict[str, Any]] = []
+        self.sent: list[Command] = []
 
-    def send(self, command: dict[str, Any]) -> bool:
+    def send(self, command: Command) -> bool:
         self.sent.append(command)
         return True
 
@@ -146,6 +146,6 @@ def test_contact_after_the_fence_passed_renews_the_supervisors_deadline_at_once(
     agent.supervision.link = link  # type: ignore[assignment]
     agent.fence.contact(time.monotonic())
     [ping] = link.sent
-    assert ping["op"] == "ping" and ping["fence_at"] > time.monotonic()
+    assert isinstance(ping, Ping) and ping.fence_at > time.monotonic()
     agent.fence.contact(time.monotonic())  # in contact all along: the fence watch's tick is enough
     assert len(link.sent) == 1
