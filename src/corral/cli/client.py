@@ -25,6 +25,12 @@ class Api:
             raise fail(f"no API key: run `corral up`, or set CORRAL_API_KEY (config: {config_path()})")
         self._http = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"}, timeout=30.0)
 
+    def anew(self) -> Api:
+        """A client of its own for the same server: after Ctrl-C interrupted a request, this one's
+        connection pool may be left mid-request, and the next request on it fail inside httpx (so
+        it is not even closed)."""
+        return Api()
+
     def call(self, method: str, path: str, **kwargs: Any) -> Any:
         try:
             resp = self._http.request(method, "/api/v1" + path, **kwargs)

@@ -193,7 +193,7 @@ def run(
         except KeyboardInterrupt:
             print(f"\ncorral: cancelling array {made['array_id'][:8]}", file=sys.stderr)
             with contextlib.suppress(typer.Exit):
-                api.call("POST", f"/arrays/{made['array_id']}/cancel")
+                api.anew().call("POST", f"/arrays/{made['array_id']}/cancel")
             raise typer.Exit(130) from None
         raise typer.Exit(arrays.exit_code(ended))
     session = api.call("POST", "/sessions", json=body)
@@ -210,6 +210,6 @@ def run(
         # Cancelling an ended attempt stops its chain: no retry of it is made after we leave.
         print(f"\ncorral: cancelling session {chain.current[:8]} and its retries", file=sys.stderr)
         with contextlib.suppress(typer.Exit):  # nothing left to stop is fine: we stop anyway
-            api.call("POST", f"/sessions/{chain.current}/cancel")
+            api.anew().call("POST", f"/sessions/{chain.current}/cancel")
         raise typer.Exit(130) from None
     raise typer.Exit(exit_code_of(final))
