@@ -1,13 +1,15 @@
-"""Many rows inserted in one executemany: given as tuples in a fixed column order, with the values
-every row shares given once."""
+"""Many rows in one INSERT: given as tuples in a fixed column order, with the values every row
+shares given once; each backend writes them its own way (Dialect.insert_rows)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
-from sqlalchemy import Table, insert
+from sqlalchemy import Table
 from sqlalchemy.ext.asyncio import AsyncConnection
+
+from corral.store import dialect
 
 __all__ = ["Rows", "insert_rows", "insert_together"]
 
@@ -21,10 +23,7 @@ async def insert_rows(
 ) -> None:
     """Rows of `columns` (in that order), plus the values every row shares (`same`)."""
     if rows:
-        shared = same or {}
-        await conn.execute(
-            insert(table), [{**dict(zip(columns, row, strict=True)), **shared} for row in rows]
-        )
+        await dialect.of(conn).insert_rows(conn, table, columns, rows, same or {})
 
 
 class Rows(NamedTuple):

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from sqlalchemy import bindparam, event, insert, select, text, update
+from sqlalchemy.dialects.sqlite.aiosqlite import SQLiteDialect_aiosqlite as SQLiteDialect
 from sqlalchemy.exc import DBAPIError
 
 from corral.domain.history import HistoryRow
@@ -25,6 +26,7 @@ from corral.domain.status import KernelStatus, SessionStatus
 from corral.store import agents as agent_store
 from corral.store import bulk, journal, kernels, sessions
 from corral.store.db import transaction
+from corral.store.dialect import sqlite_rows
 from corral.store.sessions import insert as session_insert
 from corral.store.tables import UNSHIPPED, allocations, session_events, session_history
 from corral.store.tables import agents as agent_table
@@ -263,9 +265,10 @@ async def test_a_read_of_several_statuses_reads_no_ended_session_before_any_stat
 async def test_rows_written_in_bulk_are_stored_as_sqlalchemys_insert_stores_them(
     backend: str, fresh_database: Callable[[str], str]
 ) -> None:
-    """Rows given as tuples in column order (store/bulk.py): every column of a session, of its
-    kernels and of its event is stored as SQLAlchemy's INSERT of the row's dict stores it, whatever
-    its type (text, JSON, JSON null and SQL NULL, times, flags, numbers)."""
+    """Rows given as tuples in column order (store/bulk.py: on SQLite straight to its driver): every
+    column of a session, of its kernels and of its event is stored as SQLAlchemy's INSERT of the
+    row's dict stores it, whatever its type (text, JSON, JSON null and SQL NULL, times, flags,
+    numbers)."""
     policy = RetryPolicy(max_retries=2, retry_delay=1.5, backoff=Backoff.EXPONENTIAL)
     spec = SessionSpec(
         command=("python3", "-c", "print('é \\u2603')"),
@@ -337,6 +340,12 @@ async def test_rows_written_in_bulk_are_stored_as_sqlalchemys_insert_stores_them
             assert await sessions.get(conn, new.id) == made
         assert replace(made.spec, name=None) == spec and made.rule_counts == {"gpu-flaky": 1}
         assert made.retry_after == later
+
+
+def test_rows_for_the_driver_must_give_what_sqlalchemy_would_default() -> None:
+    """A column with a Python-side default is not filled in by the driver: it must be given."""
+    with pytest.raises(ValueError, match="payload"):
+        sqlite_rows._statement(session_events, ("session_id", "kind"), ("created_at",), SQLiteDialect())
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -3,15 +3,15 @@ backend, and `of(conn)`, the one place that asks which backend a connection is.
 
 Every statement is portable SQLAlchemy Core.  `Portable` (portable.py) is the behaviour of any
 backend; `SQLite` and `PostgreSQL` inherit it and override only where their backend needs
-something of its own: row locks, reads outside a transaction, a seek per status, the manager's
-upkeep beside its loops, a lock around migrations.  A noun module never tests the backend's name:
-it asks `dialect.of(conn)`.
+something of its own: row locks, reads outside a transaction, a seek per status, many-row
+inserts, the manager's upkeep beside its loops, a lock around migrations.  A noun module never
+tests the backend's name: it asks `dialect.of(conn)`.
 
 The implementations are imported on first use, not here: PostgreSQL's needs its driver."""
 
 from __future__ import annotations
 
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from sqlalchemy import Select, Table
@@ -80,6 +80,17 @@ class Dialect(Protocol):
     async def lock(self, conn: AsyncConnection, query: Select[Any]) -> None:
         """Lock the rows `query` reads for `conn`'s transaction, serialising their writers; where
         the writer holds the whole database's lock, nothing (not even the read)."""
+        ...
+
+    async def insert_rows(
+        self,
+        conn: AsyncConnection,
+        table: Table,
+        columns: tuple[str, ...],
+        rows: Sequence[tuple[Any, ...]],
+        same: Mapping[str, Any],
+    ) -> None:
+        """Rows of `columns` (in that order, at least one row), each with the values of `same`."""
         ...
 
 

@@ -3,11 +3,11 @@ at a time where a backend has no set-wise form of its own."""
 
 from __future__ import annotations
 
-from collections.abc import Coroutine
-from functools import lru_cache
+from collections.abc import Coroutine, Mapping, Sequence
+from functools import cache, lru_cache
 from typing import Any, cast
 
-from sqlalchemy import Select, Table
+from sqlalchemy import Insert, Select, Table, insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.store.dialect import S
@@ -33,6 +33,23 @@ class Portable:
 
     async def lock(self, conn: AsyncConnection, query: Select[Any]) -> None:
         await conn.execute(self.for_update(query))
+
+    async def insert_rows(
+        self,
+        conn: AsyncConnection,
+        table: Table,
+        columns: tuple[str, ...],
+        rows: Sequence[tuple[Any, ...]],
+        same: Mapping[str, Any],
+    ) -> None:
+        """One executemany of the rows as dicts."""
+        await conn.execute(_insert(table), [{**dict(zip(columns, r, strict=True)), **same} for r in rows])
+
+
+@cache
+def _insert(table: Table) -> Insert:
+    """Built once per table: a construct built per call is keyed for the statement cache anew."""
+    return insert(table)
 
 
 @lru_cache(maxsize=64)

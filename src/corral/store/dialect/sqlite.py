@@ -1,15 +1,16 @@
 """SQLite's own: no row locks (its one writer holds the database's write lock from BEGIN
-IMMEDIATE, store/db.py), and the database file's checkpoints."""
+IMMEDIATE, store/db.py), many-row INSERTs straight to the driver (sqlite_rows.py), and the database
+file's checkpoints."""
 
 from __future__ import annotations
 
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import Select, Table
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from corral.store.dialect import S
+from corral.store.dialect import S, sqlite_rows
 from corral.store.dialect.engine import sqlite_file
 from corral.store.dialect.portable import Portable
 from corral.store.dialect.sqlite_checkpoint import keep_checkpointed
@@ -31,3 +32,13 @@ class SQLite(Portable):
 
     async def lock(self, conn: AsyncConnection, query: Select[Any]) -> None:
         """Nothing: the writer's BEGIN IMMEDIATE took the database's lock."""
+
+    async def insert_rows(
+        self,
+        conn: AsyncConnection,
+        table: Table,
+        columns: tuple[str, ...],
+        rows: Sequence[tuple[Any, ...]],
+        same: Mapping[str, Any],
+    ) -> None:
+        await sqlite_rows.insert_rows(conn, table, columns, rows, same)
