@@ -236,7 +236,7 @@ class Coordinator:
         if not reads_apart(self._engine):
             return False  # the read would cost what the transaction does: no saving
         if isinstance(handler, SessionPromotionHandler):
-            return False  # outside a transaction already (_run): its read is the probe
+            return False  # its run begins with the same read; only BEGIN and COMMIT would be saved
         if handler.name not in self._found_none or handler.queue_window is not None:
             return False
         if handler.expiry_only or (timed and handler.lost_agent_only):
