@@ -1,0 +1,122 @@
+"""`Client`: the API from ordinary (blocking) Python."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from types import TracebackType
+from typing import TypeVar
+
+import httpx
+
+from corral.client import models as m
+from corral.client import resources as r
+from corral.client.endpoint import Call, Sync
+from corral.client.errors import Unreachable
+from corral.client.transport import TIMEOUT, Target, answer, request
+from corral.client.waiting import Backoff, Deadline
+
+T = TypeVar("T")
+
+
+class Client:
+    """A Corral API client.
+
+        with Client() as corral:                     # CORRAL_URL / CORRAL_API_KEY, else `corral up`'s
+            s = corral.sessions.submit(command=["python", "train.py"], cluster_size=2)
+            done = corral.wait(s.id)
+            print(done.status, done.root_cause.line() if done.root_cause else "")
+
+    Every failure raises `CorralError` (its `status`, `code`, `message` and `details` are the
+    API's error body); a server that cannot be reached raises its subclass `Unreachable`.
+    """
+
+    def __init__(
+        self,
+        url: str | None = None,
+        api_key: str | None = None,
+        *,
+        timeout: float = TIMEOUT,
+        http: httpx.Client | None = None,
+    ) -> None:
+        self.target = Target.of(url, api_key)
+        self._http = http or httpx.Client(timeout=timeout)
+        self._owned = http is None
+        self.sessions = r.Sessions[Sync](self)
+        self.arrays = r.Arrays[Sync](self)
+        self.agents = r.Agents[Sync](self)
+        self.policies = r.Policies[Sync](self)
+        self.groups = r.Groups[Sync](self)
+        self.projects = r.Projects[Sync](self)
+        self.users = r.Users[Sync](self)
+        self.cluster = r.Cluster[Sync](self)
+        self.events = r.Events[Sync](self)
+
+    @property
+    def url(self) -> str:
+        return self.target.url
+
+    def run(self, call: Call[T]) -> T:
+        try:
+            resp = self._http.send(request(self._http, self.target, call))
+        except httpx.HTTPError as exc:
+            raise Unreachable(self.target.url, str(exc) or type(exc).__name__) from None
+        return answer(call, resp)
+
+    def me(self) -> m.Me:
+        return self.users.me()
+
+    def wait(self, session_id: str, timeout: float | None = None) -> m.Session:
+        """The session once it has ended (TERMINATED, CANCELLED or ERROR); with `timeout`, a
+        `TimeoutError` if it has not by then. Its retries are other sessions: see `wait_chain`."""
+        deadline, backoff = Deadline(timeout), Backoff()
+        while True:
+            s = self.sessions.get(session_id)
+            if s.ended:
+                return s
+            time.sleep(deadline.clip(backoff.next(), f"session {session_id} to end"))
+
+    def wait_chain(self, session_id: str, timeout: float | None = None) -> m.Session:
+        """The last attempt of the session's retry chain, once it has ended and no retry of it is
+        to come (the retry engine has decided)."""
+        deadline, backoff = Deadline(timeout), Backoff()
+        current = session_id
+        while True:
+            s = self.sessions.get(current)
+            if s.next_attempt_id:
+                current, backoff = s.next_attempt_id, Backoff()
+                continue
+            if s.ended and s.retry_state != "scheduled" and s.retry_reason is not None:
+                return s
+            time.sleep(deadline.clip(backoff.next(), f"the retry chain of {session_id} to end"))
+
+    def wait_array(self, array_id: str, timeout: float | None = None) -> m.Array:
+        """The array once every element has ended and no retry of one is still to come."""
+        deadline, backoff = Deadline(timeout), Backoff()
+        while not (a := self.arrays.get(array_id)).settled:
+            time.sleep(deadline.clip(backoff.next(), f"array {array_id} to settle"))
+        return a
+
+    def follow(self, session_id: str, after: int = 0) -> Iterator[m.LogChunk]:
+        """Its output as it comes, until the session has ended and all of it has been read."""
+        backoff = Backoff()
+        while True:
+            page = self.sessions.logs(session_id, after=after)
+            yield from page.chunks
+            after = page.next
+            if page.complete:
+                return
+            if page.chunks:
+                backoff = Backoff()
+            else:
+                time.sleep(backoff.next())
+
+    def close(self) -> None:
+        if self._owned:
+            self._http.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *_: type[BaseException] | BaseException | TracebackType | None) -> None:
+        self.close()
