@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PIP := $(BIN)/pip --disable-pip-version-check -q
 
-.PHONY: up test lint unit integration bench clean postgres browser
+.PHONY: up test lint unit integration bench clean postgres browser docs docs-gen
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -21,8 +21,8 @@ up: $(VENV)/.installed
 	$(BIN)/corral up
 
 lint: $(VENV)/.dev
-	$(BIN)/ruff check src tests bench
-	$(BIN)/ruff format --check src tests bench
+	$(BIN)/ruff check src tests bench docs/gen
+	$(BIN)/ruff format --check src tests bench docs/gen
 	$(BIN)/mypy src
 
 # The suite starts its own PostgreSQL from the server binaries; install them if this machine lacks them.
@@ -37,7 +37,16 @@ browser:
 		echo "installing Chromium (needed by the browser tests)"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
 
-test: lint postgres browser
+# The documentation site into site/, strict: a broken link or anchor fails (mkdocs.yml).
+docs: $(VENV)/.dev
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
+
+# Writes the generated pages (API and CLI references, openapi.json, the tables the code enforces);
+# the tests fail while a committed one differs from what this writes.
+docs-gen: $(VENV)/.dev
+	$(BIN)/python -m docs.gen
+
+test: lint docs postgres browser
 	$(BIN)/python tests/run.py
 
 unit: $(VENV)/.dev
@@ -50,4 +59,4 @@ bench: $(VENV)/.installed
 	$(BIN)/python bench/throughput.py --n 1000
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache site
