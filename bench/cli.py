@@ -53,6 +53,9 @@ def main() -> None:
         for sid in ids:
             c.wait(sid)
         env = {**os.environ, **c.env, "CORRAL_URL": c.url, "CORRAL_API_KEY": c.key}
+        # Warm `.pyc` as a user's machine has them: the first run of each command writes them
+        # (an environment that forbids it would time the compiler instead).
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
         baseline = timed([python, "-c", "pass"], env, args.runs)
         help_ms = timed([python, "-m", "corral", "--help"], env, args.runs)
         listed = timed([python, "-m", "corral", "session", "list"], env, args.runs)

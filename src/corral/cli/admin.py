@@ -6,22 +6,32 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-import yaml
 
-from corral.cli.client import Api, fail
+from corral.cli.connect import connect, fail
 from corral.cli.output import Format, OutputOpt, emit
 
+if TYPE_CHECKING:
+    from corral.client.models import Event
+
 policy_app = typer.Typer(
-    help="Named retry policies (admin): apply YAML, get, list, delete.", no_args_is_help=True
+    rich_markup_mode=None,
+    help="Named retry policies (admin): apply YAML, get, list, delete.",
+    no_args_is_help=True,
 )
 config_app = typer.Typer(
-    help="Cluster settings (admin), e.g. `corral config set retry.enabled false`.", no_args_is_help=True
+    rich_markup_mode=None,
+    help="Cluster settings (admin), e.g. `corral config set retry.enabled false`.",
+    no_args_is_help=True,
 )
-project_app = typer.Typer(help="Projects and their retry defaults (admin).", no_args_is_help=True)
-audit_app = typer.Typer(help="The audit log (admin): retries and admin changes.", no_args_is_help=True)
+project_app = typer.Typer(
+    rich_markup_mode=None, help="Projects and their retry defaults (admin).", no_args_is_help=True
+)
+audit_app = typer.Typer(
+    rich_markup_mode=None, help="The audit log (admin): retries and admin changes.", no_args_is_help=True
+)
 
 
 @policy_app.command("apply")
@@ -30,6 +40,8 @@ def policy_apply(
     output: Format = OutputOpt,
 ) -> None:
     """Create or replace the policies in FILE (several documents may be separated by ---)."""
+    import yaml
+
     try:
         text = sys.stdin.read() if str(file) == "-" else file.read_text()
         docs = [d for d in yaml.safe_load_all(text) if d is not None]
@@ -37,11 +49,13 @@ def policy_apply(
         raise fail(f"cannot read {file}: {exc}", 2) from None
     if not docs:
         raise fail(f"{file} holds no policy", 2)
-    api = Api()
+    api = connect()
     for doc in docs:
-        found = api.call("POST", "/retry-policies", json=doc)
+        if not isinstance(doc, dict):
+            raise fail(f"{file}: a policy is a mapping (kind: RetryPolicy), not {type(doc).__name__}", 2)
+        found = api.policies.apply(doc)
         if output is Format.table:
-            typer.echo(f"retry policy {found['metadata']['name']} applied")
+            typer.echo(f"retry policy {found.metadata['name']} applied")
         else:
             emit(found, output)
 
@@ -52,20 +66,20 @@ def policy_get(
     output: Annotated[Format, typer.Option("-o", "--output", help="table, json or yaml")] = Format.yaml,
 ) -> None:
     """Show a policy (YAML by default, ready for `apply -f`)."""
-    emit(Api().call("GET", f"/retry-policies/{name}"), output, [("NAME", "metadata.name"), ("SPEC", "spec")])
+    emit(connect().policies.get(name), output, [("NAME", "metadata.name"), ("SPEC", "spec")])
 
 
 @policy_app.command("list")
 def policy_list(output: Format = OutputOpt) -> None:
     """Every named policy."""
-    rows = Api().call("GET", "/retry-policies")
+    rows = connect().policies.list()
     table = [
         {
-            "name": p["metadata"]["name"],
-            "rules": len(p["spec"].get("rules") or []),
-            "retry_limit": p["spec"].get("retry_limit"),
-            "default_action": p["spec"].get("default_action"),
-            "updated": p["metadata"].get("updated_at"),
+            "name": p.metadata["name"],
+            "rules": len(p.spec.get("rules") or []),
+            "retry_limit": p.spec.get("retry_limit"),
+            "default_action": p.spec.get("default_action"),
+            "updated": p.metadata.get("updated_at"),
         }
         for p in rows
     ]
@@ -85,7 +99,7 @@ def policy_list(output: Format = OutputOpt) -> None:
 @policy_app.command("delete")
 def policy_delete(name: str) -> None:
     """Delete a policy (refused while a project binds it)."""
-    Api().call("DELETE", f"/retry-policies/{name}")
+    connect().policies.delete(name)
     typer.echo(f"retry policy {name} deleted")
 
 
@@ -103,7 +117,7 @@ def config_get(
     output: Annotated[Format, typer.Option("-o", "--output", help="table, json or yaml")] = Format.yaml,
 ) -> None:
     """Show the cluster settings (or one of them)."""
-    data: Any = Api().call("GET", "/cluster-config")
+    data: Any = connect().cluster.config()
     for part in key.split(".") if key else []:
         if not isinstance(data, dict) or part not in data:
             raise fail(f"no setting {key!r} (try `corral config get`)", 2)
@@ -133,7 +147,7 @@ def config_set(
     for part in parents:
         node = node.setdefault(part, {})
     node[last] = given = _value(value)
-    now: Any = Api().call("PATCH", "/cluster-config", json=body)
+    now: Any = connect().cluster.configure(body)
     for part in key.split("."):  # what the cluster uses now, as the answer says (a merge may differ)
         now = now.get(part) if isinstance(now, dict) else None
     typer.echo(f"{key} = {json.dumps(now)}")
@@ -187,12 +201,9 @@ def project_create(
     output: Format = OutputOpt,
 ) -> None:
     """Create a project."""
-    body: dict[str, Any] = {"name": name, "retry_policies": policy or []}
-    if (d := json_object(retry_defaults)) is not UNSET:
-        body["retry_defaults"] = d
-    if (r := priority_rules(priority)) is not UNSET:
-        body["priority_rules"] = r
-    emit(Api().call("POST", "/projects", json=body), output, PROJECT_COLUMNS)
+    d, r = json_object(retry_defaults), priority_rules(priority)
+    made = connect().projects.create(name, None if d is UNSET else d, policy or [], None if r is UNSET else r)
+    emit(made, output, PROJECT_COLUMNS)
 
 
 @project_app.command("update")
@@ -216,19 +227,19 @@ def project_update(
         body["priority_rules"] = r
     if policy or no_policies:
         body["retry_policies"] = policy or []
-    emit(Api().call("PATCH", f"/projects/{name}", json=body), output, PROJECT_COLUMNS)
+    emit(connect().projects.update(name, **body), output, PROJECT_COLUMNS)
 
 
 @project_app.command("get")
 def project_get(name: str, output: Format = OutputOpt) -> None:
     """Show a project."""
-    emit(Api().call("GET", f"/projects/{name}"), output, PROJECT_COLUMNS)
+    emit(connect().projects.get(name), output, PROJECT_COLUMNS)
 
 
 @project_app.command("list")
 def project_list(output: Format = OutputOpt) -> None:
     """Every project."""
-    emit(Api().call("GET", "/projects"), output, PROJECT_COLUMNS)
+    emit(connect().projects.list(), output, PROJECT_COLUMNS)
 
 
 EVENT_COLUMNS = [
@@ -243,14 +254,14 @@ DETAIL_WIDTH = 28
 """So that a row fits 100 columns (the whole event: -o json)."""
 
 
-def _event_row(e: dict[str, Any]) -> dict[str, Any]:
-    detail = " ".join(f"{k}={v}" for k, v in e["payload"].items())
-    change = f"{e['from_status'] or '-'}>{e['to_status']}" if e["to_status"] else ""
+def _event_row(e: Event) -> dict[str, Any]:
+    detail = " ".join(f"{k}={v}" for k, v in e.payload.items())
+    change = f"{e.from_status or '-'}>{e.to_status}" if e.to_status else ""
     return {
-        "id": e["id"],
-        "time": e["created_at"][5:19].replace("T", " "),
-        "session": e["session_id"][:8],
-        "event": e["type"].removeprefix("session."),
+        "id": e.id,
+        "time": f"{e.created_at:%m-%d %H:%M:%S}",
+        "session": e.session_id[:8],
+        "event": e.type.removeprefix("session."),
         "change": change,
         "detail": detail if len(detail) <= DETAIL_WIDTH else detail[: DETAIL_WIDTH - 1] + "…",
     }
@@ -274,26 +285,23 @@ def events(
     """Session events of your projects, newest first (--follow: as they happen).
 
     Status changes and retries; -o json gives each event whole."""
-    api = Api()
-    params: dict[str, Any] = {"type": type_ or [], "limit": limit}
-    if session:
-        params["session"] = session
+    api = connect()
     if after is None:
-        newest = api.call(
-            "GET", "/events", params={**params, "newest": True, "limit": 1 if follow_ else limit}
+        newest = api.events.list(
+            type=type_, session=session or None, limit=1 if follow_ else limit, newest=True
         )
         if not follow_:
             _show_events(newest, output)
             return
-        after = newest[0]["id"] if newest else 0
+        after = newest[0].id if newest else 0
     try:
         while True:
-            rows = api.call("GET", "/events", params={**params, "after": after, "wait": 10 if follow_ else 0})
+            rows = api.events.list(after, type_, session or None, limit, wait=10 if follow_ else 0)
             if rows:
-                after = rows[-1]["id"]
+                after = rows[-1].id
                 if output is Format.table and follow_:
                     for r in rows:  # one line each, the whole session id and type (for grep)
-                        shown = {**_event_row(r), "session": r["session_id"], "event": r["type"]}
+                        shown = {**_event_row(r), "session": r.session_id, "event": r.type}
                         typer.echo(" ".join(str(shown[key]) for _, key in EVENT_COLUMNS if shown[key] != ""))
                 else:
                     _show_events(rows, output)
@@ -305,7 +313,7 @@ def events(
         raise typer.Exit(0) from None
 
 
-def _show_events(rows: list[dict[str, Any]], output: Format) -> None:
+def _show_events(rows: list[Event], output: Format) -> None:
     emit(rows if output is not Format.table else [_event_row(r) for r in rows], output, EVENT_COLUMNS)
 
 
@@ -317,11 +325,8 @@ def audit_list(
     output: Format = OutputOpt,
 ) -> None:
     """Who did what, when, and why: automatic and manual retries, admin changes."""
-    params: dict[str, Any] = {"after": after, "limit": limit}
-    if action:
-        params["action"] = action
     emit(
-        Api().call("GET", "/audit", params=params),
+        connect().cluster.audit(after, limit, action or None),
         output,
         [
             ("ID", "id"),

@@ -4,21 +4,20 @@ from __future__ import annotations
 
 import sys
 import time
-from datetime import datetime
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, TextIO
 
-from corral.cli.client import Api
+if TYPE_CHECKING:
+    from corral.client import Client
+    from corral.client.models import Session
 
-TERMINAL = {"TERMINATED", "CANCELLED", "ERROR"}
 
-
-def exit_code_of(session: dict[str, Any]) -> int:
-    """0 on success, 137 for an OOM kill, the root-cause kernel's code, else 1 (DESIGN §8)."""
-    if session["status"] == "TERMINATED" and session["result"] == "success":
+def exit_code_of(session: Session) -> int:
+    """0 on success, 137 for an OOM kill, the root-cause kernel's code, else 1."""
+    if session.succeeded:
         return 0
-    if session.get("cause") == "oom_killed":
+    if session.cause == "oom_killed":
         return 137
-    code = session.get("exit_code")
+    code = session.exit_code
     return code if isinstance(code, int) and code != 0 else 1
 
 
@@ -48,48 +47,41 @@ class _Printer:
             (sys.stdout if stream == "stdout" else sys.stderr).write(f"[{rank}] {rest}\n")
 
 
-def root_cause_line(rc: dict[str, Any]) -> str:
-    """'root cause: worker rank-2 on agent local-1: ValueError: bad batch'"""
-    what = f"{rc['type']}: {rc['message']}" if rc.get("type") else rc.get("message") or ""
-    first = what.strip().splitlines()[0] if what.strip() else "(no message)"
-    return f"root cause: worker {rc['worker']} on agent {rc.get('agent') or '-'}: {first[:500]}"
-
-
-def follow(api: Api, session_id: str, prefix: bool | None, quiet: bool = False) -> dict[str, Any]:
+def follow(api: Client, session_id: str, prefix: bool | None, quiet: bool = False) -> Session:
     """Stream logs and status until the session ends and every log chunk has been printed."""
     cursor = 0
     last_status = ""
     printer: _Printer | None = None
     delay = 0.05
     while True:
-        session = api.call("GET", f"/sessions/{session_id}")
+        session = api.sessions.get(session_id)
         if printer is None:
-            multi = session["cluster_size"] > 1
+            multi = session.cluster_size > 1
             printer = _Printer(bool(prefix) if prefix is not None else multi and sys.stdout.isatty())
-        if session["status"] != last_status and session["status"] not in TERMINAL and not quiet:
-            last_status = session["status"]
-            agents = sorted({k["agent"] for k in session["kernels"] if k["agent"]})
+        if session.status != last_status and not session.ended and not quiet:
+            last_status = session.status
+            agents = sorted({k.agent for k in session.kernels if k.agent})
             where = (
                 f" on {', '.join(agents)}"
                 if agents and last_status in ("SCHEDULED", "PREPARING", "RUNNING")
                 else ""
             )
             print(f"corral: session {session_id[:8]} {last_status}{where}", file=sys.stderr, flush=True)
-        logs = api.call("GET", f"/sessions/{session_id}/logs", params={"after": cursor})
-        for chunk in logs["chunks"]:
-            printer.write(chunk["rank"], chunk["stream"], chunk["data"])
-        cursor = logs["next"]
-        if logs["complete"]:
+        logs = api.sessions.logs(session_id, after=cursor)
+        for chunk in logs.chunks:
+            printer.write(chunk.rank, chunk.stream, chunk.data)
+        cursor = logs.next
+        if logs.complete:
             printer.close()
-            final = api.call("GET", f"/sessions/{session_id}")
+            final = api.sessions.get(session_id)
             if not quiet:
-                tail = f" cause={final['cause']}" if final.get("cause") else ""
-                code = f" exit_code={final['exit_code']}" if final.get("exit_code") is not None else ""
-                print(f"corral: session {session_id[:8]} {final['status']}{tail}{code}", file=sys.stderr)
-                if final.get("root_cause"):
-                    print(f"corral: {root_cause_line(final['root_cause'])}", file=sys.stderr)
-            return dict(final)
-        if logs["chunks"]:
+                tail = f" cause={final.cause}" if final.cause else ""
+                code = f" exit_code={final.exit_code}" if final.exit_code is not None else ""
+                print(f"corral: session {session_id[:8]} {final.status}{tail}{code}", file=sys.stderr)
+                if final.root_cause:
+                    print(f"corral: root cause: {final.root_cause.line()}", file=sys.stderr)
+            return final
+        if logs.chunks:
             delay = 0.05
             continue
         time.sleep(delay)
@@ -102,38 +94,38 @@ DECISION_WAIT = 60.0
 class Chain:
     """Follows a session and then each retry of it, until the chain's last attempt has ended."""
 
-    def __init__(self, api: Api, session_id: str, prefix: bool | None, quiet: bool) -> None:
+    def __init__(self, api: Client, session_id: str, prefix: bool | None, quiet: bool) -> None:
         self.api = api
         self.current = session_id
         self.prefix = prefix
         self.quiet = quiet
 
-    def follow(self) -> dict[str, Any]:
+    def follow(self) -> Session:
         while True:
             final = follow(self.api, self.current, self.prefix, self.quiet)
             decided = self._decision(final)
-            child_id = decided.get("next_attempt_id")
+            child_id = decided.next_attempt_id
             if not child_id:
-                if decided.get("retry_state") == "exhausted" and not self.quiet:
-                    print(f"corral: no more retries: {decided.get('retry_reason')}", file=sys.stderr)
+                if decided.retry_state == "exhausted" and not self.quiet:
+                    print(f"corral: no more retries: {decided.retry_reason}", file=sys.stderr)
                 return final
-            child = self.api.call("GET", f"/sessions/{child_id}")
+            child = self.api.sessions.get(child_id)
             if not self.quiet:
                 print(f"corral: {_retry_line(final, child)}", file=sys.stderr, flush=True)
             self.current = child_id
 
-    def _decision(self, final: dict[str, Any]) -> dict[str, Any]:
+    def _decision(self, final: Session) -> Session:
         """The ended attempt once the retry engine has decided on it (it does within a cycle)."""
         start = time.monotonic()
         said = False
         session = final
-        while session.get("retry_reason") is None and time.monotonic() - start < DECISION_WAIT:
+        while session.retry_reason is None and time.monotonic() - start < DECISION_WAIT:
             time.sleep(0.05)
-            session = self.api.call("GET", f"/sessions/{self.current}")
+            session = self.api.sessions.get(self.current)
             if not said and not self.quiet and time.monotonic() - start > 2:
                 print("corral: waiting for the retry decision", file=sys.stderr, flush=True)
                 said = True
-        if session.get("retry_reason") is None and not self.quiet:
+        if session.retry_reason is None and not self.quiet:
             print(
                 f"corral: no retry decision after {DECISION_WAIT:.0f} s; a retry may still come:"
                 f" corral session attempts {self.current}",
@@ -142,14 +134,11 @@ class Chain:
         return session
 
 
-def _retry_line(parent: dict[str, Any], child: dict[str, Any]) -> str:
+def _retry_line(parent: Session, child: Session) -> str:
     """ "attempt 2 of 4 after kernel_nonzero_exit (exit 75), retrying in 1.0 s"."""
-    why = parent.get("cause") or "unknown"
-    if parent.get("exit_code") is not None:
-        why += f" (exit {parent['exit_code']})"
-    delay = 0.0
-    if child.get("retry_after"):
-        start = datetime.fromisoformat(child["retry_after"])
-        delay = max(0.0, (start - datetime.fromisoformat(child["created_at"])).total_seconds())
+    why = parent.cause or "unknown"
+    if parent.exit_code is not None:
+        why += f" (exit {parent.exit_code})"
+    delay = max(0.0, (child.retry_after - child.created_at).total_seconds()) if child.retry_after else 0.0
     when = f"retrying in {delay:.1f} s" if delay else "retrying now"
-    return f"attempt {child['attempt']} of {child['max_attempts']} after {why}, {when}"
+    return f"attempt {child.attempt} of {child.max_attempts} after {why}, {when}"

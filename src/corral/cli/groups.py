@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
-from corral.cli.client import Api, fail
+from corral.cli.connect import connect, fail
 from corral.cli.output import Format, OutputOpt, emit
 
-app = typer.Typer(help="Resource groups: preemption and queue settings (admin).", no_args_is_help=True)
+app = typer.Typer(
+    rich_markup_mode=None,
+    help="Resource groups: preemption and queue settings (admin).",
+    no_args_is_help=True,
+)
 
 COLUMNS = [
     ("NAME", "name"),
@@ -34,13 +38,13 @@ NUMBERS = {
 @app.command("list")
 def list_groups(output: Format = OutputOpt) -> None:
     """Every resource group."""
-    emit(Api().call("GET", "/resource-groups"), output, COLUMNS)
+    emit(connect().groups.list(), output, COLUMNS)
 
 
 @app.command("get")
 def get(name: str, output: Format = OutputOpt) -> None:
     """One resource group."""
-    emit(Api().call("GET", f"/resource-groups/{name}"), output, COLUMNS)
+    emit(connect().groups.get(name), output, COLUMNS)
 
 
 @app.command("set")
@@ -57,7 +61,7 @@ def set_(
     output: Format = OutputOpt,
 ) -> None:
     """Change settings; every manager uses them from its next cycle."""
-    body: dict[str, object] = {}
+    body: dict[str, Any] = {}
     for item in settings:
         key, sep, value = item.partition("=")
         if not sep:
@@ -66,4 +70,4 @@ def set_(
             body[key] = NUMBERS[key](value) if key in NUMBERS else value
         except ValueError:
             raise fail(f"{key} expects a number, got {value!r}", 2) from None
-    emit(Api().call("PATCH", f"/resource-groups/{name}", json=body), output, COLUMNS)
+    emit(connect().groups.update(name, **body), output, COLUMNS)

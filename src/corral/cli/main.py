@@ -10,11 +10,12 @@ from typing import Annotated
 import typer
 
 from corral.cli import admin, arrays, groups, session, users
-from corral.cli.client import Api
+from corral.cli.connect import connect, refused
 from corral.cli.output import Format, OutputOpt, binary_size, emit
 from corral.cli.run import run
 
 app = typer.Typer(
+    rich_markup_mode=None,
     name="corral",
     help="Corral: a batch-session scheduler that handles failure natively.",
     no_args_is_help=True,
@@ -52,10 +53,11 @@ app.add_typer(groups.app, name="rg")
 app.command("whoami")(users.whoami)
 app.command("events")(admin.events)
 
-db = typer.Typer(help="Database maintenance.", no_args_is_help=True)
+db = typer.Typer(rich_markup_mode=None, help="Database maintenance.", no_args_is_help=True)
 app.add_typer(db, name="db")
 agent_app = typer.Typer(
-    help="Run an agent (`CORRAL_AGENT_TOKEN=T corral agent --manager URL`) or list agents."
+    rich_markup_mode=None,
+    help="Run an agent (`CORRAL_AGENT_TOKEN=T corral agent --manager URL`) or list agents.",
 )
 app.add_typer(agent_app, name="agent")
 
@@ -86,8 +88,12 @@ def up(
 
 @contextlib.contextmanager
 def _booting() -> Iterator[None]:
-    """A process boot/ refuses to start: its lines on stderr and its exit status, no traceback."""
+    """A process boot/ starts logs as the servers do (secrets redacted); one it refuses to start
+    prints its lines on stderr and exits with its status, no traceback."""
     from corral.boot.failure import BootFailure
+    from corral.logsetup import configure
+
+    configure()
 
     try:
         yield
@@ -175,7 +181,7 @@ def agent(
 @agent_app.command("list")
 def agent_list(output: Format = OutputOpt) -> None:
     """List agents with their capacity, usage and liveness (admin)."""
-    rows = Api().call("GET", "/agents")
+    rows = [a.dump() for a in connect().agents.list()]
     if output is Format.table:  # bytes stay bytes in -o json and -o yaml
         for r in rows:
             r["mem_shown"] = {k: binary_size(r[k].get("mem")) for k in ("capacity", "used") if r.get(k)}
@@ -217,10 +223,12 @@ def upgrade(database_url: DatabaseOpt = None) -> None:
 
 
 def main() -> None:
-    from corral.logsetup import configure
+    from corral.client.errors import CorralError
 
-    configure()
-    app(prog_name="corral")
+    try:
+        app(prog_name="corral")
+    except CorralError as exc:
+        raise SystemExit(refused(exc)) from None
 
 
 if __name__ == "__main__":

@@ -6,13 +6,12 @@ import json
 import sys
 from collections.abc import Sequence
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
-import yaml
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 
 class Format(StrEnum):
@@ -25,33 +24,44 @@ OutputOpt = typer.Option(Format.table, "-o", "--output", help="table, json or ya
 
 
 def emit(data: Any, fmt: Format, columns: Sequence[tuple[str, str]] = (), title: str | None = None) -> None:
-    """Print `data` (a dict or a list of dicts); `columns` are (header, key) for the table."""
+    """Print `data` (a result, a dict, or a list of them); `columns` are (header, key) for the table."""
+    data = plain(data)
     if fmt is Format.json:
         typer.echo(json.dumps(data, indent=2, default=str))
         return
     if fmt is Format.yaml:
+        import yaml
+
         typer.echo(yaml.safe_dump(json.loads(json.dumps(data, default=str)), sort_keys=False).rstrip())
         return
     rows = data if isinstance(data, list) else [data]
-    console().print(table_of(rows, columns, title))
+    typer.echo(table_of(rows, columns, title))
+
+
+def plain(data: Any) -> Any:
+    """A client result as the API's JSON (dicts and lists pass through)."""
+    if hasattr(data, "dump"):
+        return data.dump()
+    if isinstance(data, list):
+        return [plain(d) for d in data]
+    return data
 
 
 def console() -> Console:
+    from rich.console import Console
+
     # Piped output is read by scripts and grep: never cut it to a guessed 80 columns.
     return Console() if sys.stdout.isatty() else Console(width=1000)
 
 
-def table_of(
-    rows: list[dict[str, Any]], columns: Sequence[tuple[str, str]], title: str | None = None
-) -> Table:
-    # Cells are Text, never markup: a message such as "[/__w/pytorch/…/pair.cc:553]" is shown as
-    # it is, not parsed (and refused) as a closing tag.
-    table = Table(title=Text(title) if title else None, show_edge=False, header_style="bold")
-    for header, _ in columns:
-        table.add_column(header, overflow="fold")
-    for row in rows:
-        table.add_row(*(Text(_cell(row, key)) for _, key in columns))
-    return table
+def table_of(rows: list[Any], columns: Sequence[tuple[str, str]], title: str | None = None) -> str:
+    """Rows as aligned columns under a header, as `kubectl get` prints them: one line per row
+    whatever the terminal's width (for grep and awk), each cell on one line."""
+    cells = [[header for header, _ in columns]]
+    cells += [[_cell(row, key) for _, key in columns] for row in plain(rows)]
+    widths = [max(len(line[i]) for line in cells) for i in range(len(columns))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip() for line in cells]
+    return "\n".join(([title] if title else []) + lines)
 
 
 def _cell(row: dict[str, Any], key: str) -> str:
@@ -60,9 +70,11 @@ def _cell(row: dict[str, Any], key: str) -> str:
         value = value.get(part) if isinstance(value, dict) else None
     if value is None:
         return "-"
+    if isinstance(value, list):
+        return ",".join(str(v) for v in value) or "-"
     if isinstance(value, str) and len(value) > 19 and value[4:5] == "-" and "T" in value:
         return value[:19].replace("T", " ")
-    return str(value)
+    return " ".join(str(value).split()) or "-"
 
 
 def binary_size(value: object) -> str | None:

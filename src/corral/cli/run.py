@@ -5,14 +5,19 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-from typing import Annotated
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Annotated, cast
 
 import typer
 
 from corral.cli import arrays
-from corral.cli.client import Api, fail
+from corral.cli.connect import connect, fail
 from corral.cli.follow import Chain, exit_code_of
 from corral.cli.output import Format, OutputOpt, emit
+
+if TYPE_CHECKING:
+    from corral.client import Client
+    from corral.client.requests import SessionRequest
 
 RETRY = "Retries"
 
@@ -179,37 +184,41 @@ def run(
         body["retry_policy"] = {k: v for k, v in retry.items() if v is not None}
     if policy:
         body["retry_policies"] = policy
-    api = Api()
+    spec = cast("SessionRequest", body)
+    api = connect()
     if array is not None:
-        body["array"] = array
-        made = api.call("POST", "/sessions", json=body)
+        made = api.arrays.submit(array, **spec)
         if detach:
-            typer.echo(made["array_id"]) if output is Format.table else emit(made, output)
+            typer.echo(made.array_id) if output is Format.table else emit(made, output)
             return
         if not quiet:
-            print(f"corral: array {made['array_id']}: {made['size']} sessions", file=sys.stderr)
+            print(f"corral: array {made.array_id}: {made.size} sessions", file=sys.stderr)
         try:
-            ended = arrays.wait_for(api, made["array_id"], quiet)
+            ended = arrays.wait_for(api, made.array_id, quiet)
         except KeyboardInterrupt:
-            print(f"\ncorral: cancelling array {made['array_id'][:8]}", file=sys.stderr)
-            with contextlib.suppress(typer.Exit):
-                api.anew().call("POST", f"/arrays/{made['array_id']}/cancel")
+            print(f"\ncorral: cancelling array {made.array_id[:8]}", file=sys.stderr)
+            _cancel(lambda c: c.arrays.cancel(made.array_id))
             raise typer.Exit(130) from None
         raise typer.Exit(arrays.exit_code(ended))
-    session = api.call("POST", "/sessions", json=body)
+    session = api.sessions.submit(**spec)
     if detach:
-        if output is Format.table:
-            typer.echo(session["id"])
-        else:
-            emit(session, output)
+        typer.echo(session.id) if output is Format.table else emit(session, output)
         return
-    chain = Chain(api, session["id"], prefix, quiet)
+    chain = Chain(api, session.id, prefix, quiet)
     try:
         final = chain.follow()
     except KeyboardInterrupt:
         # Cancelling an ended attempt stops its chain: no retry of it is made after we leave.
         print(f"\ncorral: cancelling session {chain.current[:8]} and its retries", file=sys.stderr)
-        with contextlib.suppress(typer.Exit):  # nothing left to stop is fine: we stop anyway
-            api.anew().call("POST", f"/sessions/{chain.current}/cancel")
+        _cancel(lambda c: c.sessions.cancel(chain.current))
         raise typer.Exit(130) from None
     raise typer.Exit(exit_code_of(final))
+
+
+def _cancel(how: Callable[[Client], object]) -> None:
+    """On Ctrl-C, through a client of its own: the interrupted request may have left the first
+    one's connection pool mid-request. Nothing left to stop is fine: we stop anyway."""
+    from corral.client import CorralError
+
+    with contextlib.suppress(CorralError), connect() as fresh:
+        how(fresh)

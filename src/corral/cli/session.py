@@ -4,17 +4,18 @@ from __future__ import annotations
 
 import contextlib
 import time
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.live import Live
-from rich.table import Table
 
-from corral.cli.client import Api, fail
-from corral.cli.follow import follow, root_cause_line
+from corral.cli.connect import connect, fail
+from corral.cli.follow import follow
 from corral.cli.output import Format, OutputOpt, console, emit, table_of
 
-app = typer.Typer(help="Inspect and control sessions.", no_args_is_help=True)
+if TYPE_CHECKING:
+    from rich.text import Text
+
+app = typer.Typer(rich_markup_mode=None, help="Inspect and control sessions.", no_args_is_help=True)
 
 SESSION_COLUMNS = [
     ("ID", "id"),
@@ -28,7 +29,6 @@ SESSION_COLUMNS = [
     ("CREATED", "created_at"),
 ]
 SessionId = Annotated[str, typer.Argument(help="session id (or its first 8 or more characters)")]
-ENDED = ("TERMINATED", "CANCELLED", "ERROR")
 
 
 @app.command("list")
@@ -45,19 +45,19 @@ def list_sessions(
     output: Format = OutputOpt,
 ) -> None:
     """List sessions, newest first (an array's elements by index); statuses in any case."""
-    params: dict[str, object] = {"status": [x.upper() for x in status or []], "limit": limit}
-    if array is not None:
-        params["array"] = array
-    api = Api()
-    if watch is None:
-        emit(api.call("GET", "/sessions", params=params), output, SESSION_COLUMNS)
-        return
-    if not 0.2 <= watch <= 3600:
+    statuses = [x.upper() for x in status or []]
+    if watch is not None and not 0.2 <= watch <= 3600:
         raise fail("--watch: give 0.2 to 3600 seconds")
+    api = connect()
+    if watch is None:
+        emit(api.sessions.list(statuses, limit, array=array), output, SESSION_COLUMNS)
+        return
+    from rich.live import Live
+    from rich.text import Text
 
-    def screen() -> Table:
-        rows = api.call("GET", "/sessions", params=params)
-        return table_of(rows, SESSION_COLUMNS, title=f"every {watch:g} s, {time.strftime('%H:%M:%S')}")
+    def screen() -> Text:
+        rows = api.sessions.list(statuses, limit, array=array)
+        return Text(table_of(rows, SESSION_COLUMNS, title=f"every {watch:g} s, {time.strftime('%H:%M:%S')}"))
 
     with (
         contextlib.suppress(KeyboardInterrupt),
@@ -71,29 +71,28 @@ def list_sessions(
 @app.command()
 def info(session_id: SessionId, output: Format = OutputOpt) -> None:
     """Show one session with its kernels."""
-    s = Api().call("GET", f"/sessions/{session_id}")
+    api = connect()
+    s = api.sessions.get(session_id)
     if output is not Format.table:
         emit(s, output)
         return
-    attempt = f"attempt {s['attempt']} of {s['max_attempts']}"
-    emit(s, output, SESSION_COLUMNS, title=f"session {s['name']} ({attempt})")
-    typer.echo(f"{attempt}; retry state: {s['retry_state']}")
-    if s.get("parent_session_id"):
-        typer.echo(
-            f"previous attempt: {s['parent_session_id']} (this one after {s.get('retry_cause') or '-'})"
-        )
-    if s.get("next_attempt_id"):
-        typer.echo(f"next attempt: {s['next_attempt_id']}")
-    if s.get("retry_reason"):
-        typer.echo(f"retry decision: {s['retry_reason']}")
-    if s.get("retry_after") and s["status"] == "PENDING":
-        typer.echo(f"not before: {s['retry_after']}")
-    if s.get("resume_count") or s["status"] == "SUSPENDED":
-        for h in Api().call("GET", f"/sessions/{s['id']}/history"):
-            if h["to_status"] == "SUSPENDED" or h["result"] == "RESUMED":
-                what = "suspended" if h["to_status"] == "SUSPENDED" else "resumed"
-                typer.echo(f"{what} at {h['created_at'][:19].replace('T', ' ')}: {h['message']}")
-    kernels = [{**k, "exit": k["exit_code"], "oom": k["oom_killed"]} for k in s["kernels"]]
+    attempt = f"attempt {s.attempt} of {s.max_attempts}"
+    emit(s, output, SESSION_COLUMNS, title=f"session {s.name} ({attempt})")
+    typer.echo(f"{attempt}; retry state: {s.retry_state}")
+    if s.parent_session_id:
+        typer.echo(f"previous attempt: {s.parent_session_id} (this one after {s.retry_cause or '-'})")
+    if s.next_attempt_id:
+        typer.echo(f"next attempt: {s.next_attempt_id}")
+    if s.retry_reason:
+        typer.echo(f"retry decision: {s.retry_reason}")
+    if s.retry_after and s.status == "PENDING":
+        typer.echo(f"not before: {s.dump()['retry_after']}")
+    if s.resume_count or s.status == "SUSPENDED":
+        for h in api.sessions.history(s.id):
+            if h.to_status == "SUSPENDED" or h.result == "RESUMED":
+                what = "suspended" if h.to_status == "SUSPENDED" else "resumed"
+                typer.echo(f"{what} at {h.created_at:%Y-%m-%d %H:%M:%S}: {h.message}")
+    kernels = [{**k.dump(), "exit": k.exit_code, "oom": k.oom_killed} for k in s.kernels]
     emit(
         kernels,
         output,
@@ -108,15 +107,15 @@ def info(session_id: SessionId, output: Format = OutputOpt) -> None:
             ("KERNEL", "id"),
         ],
     )
-    if s.get("waiting_reason"):
-        typer.echo(f"waiting: {s['waiting_reason']}")
-    if s.get("root_cause"):
-        rc = s["root_cause"]
-        typer.echo(root_cause_line(rc))
-        recoverable = {True: "yes", False: "no", None: "not said"}[rc.get("recoverable")]
+    if s.waiting_reason:
+        typer.echo(f"waiting: {s.waiting_reason}")
+    if rc := s.root_cause:
+        typer.echo(f"root cause: {rc.line()}")
+        recoverable = {True: "yes", False: "no", None: "not said"}[rc.recoverable]
+        at = rc.dump()["timestamp"] or "-"
         typer.echo(
-            f"  exit {rc['exit_code']}, at {rc.get('timestamp') or '-'} (resolution {rc['resolution']}), "
-            f"recoverable: {recoverable}, strategy {rc['strategy']}; all records: corral session errors ID"
+            f"  exit {rc.exit_code}, at {at} (resolution {rc.resolution}), "
+            f"recoverable: {recoverable}, strategy {rc.strategy}; all records: corral session errors ID"
         )
 
 
@@ -129,24 +128,24 @@ def logs(
     ] = None,
 ) -> None:
     """Print a session's output (stdout to stdout, stderr to stderr)."""
-    api = Api()
+    api = connect()
     if follow_:
         follow(api, session_id, prefix, quiet=True)
         return
     cursor = 0
     while True:
-        page = api.call("GET", f"/sessions/{session_id}/logs", params={"after": cursor})
-        for chunk in page["chunks"]:
-            typer.echo(chunk["data"], nl=False, err=chunk["stream"] == "stderr")
-        if not page["chunks"]:
+        page = api.sessions.logs(session_id, after=cursor)
+        for chunk in page.chunks:
+            typer.echo(chunk.data, nl=False, err=chunk.stream == "stderr")
+        if not page.chunks:
             return
-        cursor = page["next"]
+        cursor = page.next
 
 
 @app.command()
 def history(session_id: SessionId, output: Format = OutputOpt) -> None:
     """Every outcome the coordinator recorded for a session: handler, result, message, time."""
-    rows = Api().call("GET", f"/sessions/{session_id}/history")
+    rows = connect().sessions.history(session_id)
     emit(
         rows,
         output,
@@ -166,14 +165,15 @@ def history(session_id: SessionId, output: Format = OutputOpt) -> None:
 def errors(session_id: SessionId, output: Format = OutputOpt) -> None:
     """Every failed worker's error record, the root cause first (primary errors vs side effects such
     as a peer gone or a stop sent by Corral)."""
-    rows = Api().call("GET", f"/sessions/{session_id}/errors")
+    records = connect().sessions.errors(session_id)
     if output is not Format.table:
-        emit(rows, output)
+        emit(records, output)
         return
-    for r in rows:
-        r["role_"] = "ROOT CAUSE" if r["root_cause"] else ("primary" if r["primary"] else "side effect")
-        r["error"] = f"{r['type']}: {r['message']}" if r["type"] else r["message"]
-        r["error"] = (r["error"].strip().splitlines() or [""])[0][:200]
+    rows = []
+    for r in records:
+        error = f"{r.type}: {r.message}" if r.type else r.message
+        role = "ROOT CAUSE" if r.root_cause else ("primary" if r.primary else "side effect")
+        rows.append({**r.dump(), "role_": role, "error": (error.strip().splitlines() or [""])[0][:200]})
     emit(
         rows,
         output,
@@ -209,7 +209,7 @@ ATTEMPT_COLUMNS = [
 @app.command()
 def attempts(session_id: SessionId, output: Format = OutputOpt) -> None:
     """Every attempt of the session's retry chain, with why each was made and decided."""
-    emit(Api().call("GET", f"/sessions/{session_id}/attempts"), output, ATTEMPT_COLUMNS)
+    emit(connect().sessions.attempts(session_id), output, ATTEMPT_COLUMNS)
 
 
 @app.command()
@@ -220,9 +220,9 @@ def retry(
 ) -> None:
     """Retry the chain's latest attempt (it must have ended, and not succeeded unless --force) with
     a fresh budget."""
-    s = Api().call("POST", f"/sessions/{session_id}/retry", params={"force": "true"} if force else None)
+    s = connect().sessions.retry(session_id, force=force)
     if output is Format.table:
-        typer.echo(f"attempt {s['attempt']}: {s['id']}")
+        typer.echo(f"attempt {s.attempt}: {s.id}")
     else:
         emit(s, output)
 
@@ -234,18 +234,18 @@ def cancel(session_id: SessionId, output: Format = OutputOpt) -> None:
     On an attempt that has ended, stops its retry chain: the retry waiting or running after it is
     cancelled, or a retry not yet made will not be.
     """
-    s = Api().call("POST", f"/sessions/{session_id}/cancel")
+    s = connect().sessions.cancel(session_id)
     if output is not Format.table:
         emit(s, output)
         return
     # The answer is the session as the request left it: the coordinator moves it next cycle.
-    short = s["id"][:8]
-    if s["status"] in ENDED:
-        typer.echo(f"session {short} had ended ({s['status']}): its retries are stopped")
-    elif s["status"] in ("PENDING", "SUSPENDED"):
-        typer.echo(f"session {short}: cancel accepted; it will be CANCELLED (it was {s['status']})")
+    short = s.id[:8]
+    if s.ended:
+        typer.echo(f"session {short} had ended ({s.status}): its retries are stopped")
+    elif s.status in ("PENDING", "SUSPENDED"):
+        typer.echo(f"session {short}: cancel accepted; it will be CANCELLED (it was {s.status})")
     else:
         typer.echo(
-            f"session {short}: cancel accepted; it is TERMINATING (it was {s['status']}): its kernels"
+            f"session {short}: cancel accepted; it is TERMINATING (it was {s.status}): its kernels"
             f" are stopped, then `corral session info {short}` shows how it ended"
         )

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from corral.cli.admin import UNSET, PriorityRulesOpt, priority_rules
-from corral.cli.client import Api
+from corral.cli.connect import connect
 from corral.cli.output import Format, OutputOpt, emit
 
-app = typer.Typer(help="Users, their projects and API keys (admin).", no_args_is_help=True)
-key_app = typer.Typer(help="A user's API keys: create (shown once), list, revoke.", no_args_is_help=True)
+app = typer.Typer(
+    rich_markup_mode=None, help="Users, their projects and API keys (admin).", no_args_is_help=True
+)
+key_app = typer.Typer(
+    rich_markup_mode=None, help="A user's API keys: create (shown once), list, revoke.", no_args_is_help=True
+)
 app.add_typer(key_app, name="key")
 
 USER_COLUMNS = [
@@ -37,11 +41,10 @@ def create(
     output: Format = OutputOpt,
 ) -> None:
     """Create a user in the given projects; prints their first API key (shown this once)."""
-    body = {"name": name, "role": "admin" if admin else "user", "projects": project or []}
-    made = Api().call("POST", "/users", json=body)
+    made = connect().users.create(name, "admin" if admin else "user", project or [])
     if output is Format.table:
-        typer.echo(f"user {made['name']} ({made['role']}) in {', '.join(made['projects']) or 'no project'}")
-        typer.echo(f"API key (shown once, keep it secret): {made['key']['key']}")
+        typer.echo(f"user {made.name} ({made.role}) in {', '.join(made.projects) or 'no project'}")
+        typer.echo(f"API key (shown once, keep it secret): {made.key.key}")
     else:
         emit(made, output)
 
@@ -49,13 +52,13 @@ def create(
 @app.command("list")
 def list_users(output: Format = OutputOpt) -> None:
     """Every user."""
-    emit(Api().call("GET", "/users"), output, USER_COLUMNS)
+    emit(connect().users.list(), output, USER_COLUMNS)
 
 
 @app.command("get")
 def get(name: str, output: Format = OutputOpt) -> None:
     """One user and their projects."""
-    emit(Api().call("GET", f"/users/{name}"), output, USER_COLUMNS)
+    emit(connect().users.get(name), output, USER_COLUMNS)
 
 
 @app.command("update")
@@ -82,7 +85,7 @@ def update(
 ) -> None:
     """Change a user's role, projects, priority rules (theirs override their projects') or the uid
     their kernels run as."""
-    body: dict[str, object] = {}
+    body: dict[str, Any] = {}
     if uid is not None:
         body["run_as"] = {"uid": uid, **({"gid": gid} if gid is not None else {})}
     elif no_uid:
@@ -95,15 +98,15 @@ def update(
         body["role"] = role
     if default_project is not None:
         body["default_project"] = default_project or None
-    emit(Api().call("PATCH", f"/users/{name}", json=body), output, USER_COLUMNS)
+    emit(connect().users.update(name, **body), output, USER_COLUMNS)
 
 
 @key_app.command("create")
 def key_create(name: str, output: Format = OutputOpt) -> None:
     """A new API key for the user (shown this once)."""
-    made = Api().call("POST", f"/users/{name}/keys")
+    made = connect().users.create_key(name)
     if output is Format.table:
-        typer.echo(f"API key {made['id']} (shown once, keep it secret): {made['key']}")
+        typer.echo(f"API key {made.id} (shown once, keep it secret): {made.key}")
     else:
         emit(made, output)
 
@@ -111,16 +114,16 @@ def key_create(name: str, output: Format = OutputOpt) -> None:
 @key_app.command("list")
 def key_list(name: str, output: Format = OutputOpt) -> None:
     """The user's keys (their first characters only)."""
-    emit(Api().call("GET", f"/users/{name}/keys"), output, KEY_COLUMNS)
+    emit(connect().users.keys(name), output, KEY_COLUMNS)
 
 
 @key_app.command("revoke")
 def key_revoke(name: str, key_id: str) -> None:
     """Revoke a key: refused from its next request, on every manager."""
-    Api().call("DELETE", f"/users/{name}/keys/{key_id}")
+    connect().users.revoke_key(name, key_id)
     typer.echo(f"key {key_id} revoked")
 
 
 def whoami(output: Format = OutputOpt) -> None:
     """Who this CLI's key belongs to, and their projects."""
-    emit(Api().call("GET", "/me"), output, [("NAME", "name"), ("ROLE", "role"), ("PROJECTS", "projects")])
+    emit(connect().me(), output, [("NAME", "name"), ("ROLE", "role"), ("PROJECTS", "projects")])

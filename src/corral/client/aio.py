@@ -13,7 +13,7 @@ from corral.client import models as m
 from corral.client import resources as r
 from corral.client.endpoint import Async, Call
 from corral.client.errors import Unreachable
-from corral.client.transport import TIMEOUT, Target, answer, request
+from corral.client.transport import TIMEOUT, Target, answer, async_pool, request
 from corral.client.waiting import Backoff
 
 
@@ -34,7 +34,7 @@ class AsyncClient:
         http: httpx.AsyncClient | None = None,
     ) -> None:
         self.target = Target.of(url, api_key)
-        self._http = http or httpx.AsyncClient(timeout=timeout)
+        self._http = http or async_pool(self.target.url, timeout)
         self._owned = http is None
         self.sessions = r.Sessions[Async](self)
         self.arrays = r.Arrays[Async](self)

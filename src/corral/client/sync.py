@@ -13,7 +13,7 @@ from corral.client import models as m
 from corral.client import resources as r
 from corral.client.endpoint import Call, Sync
 from corral.client.errors import Unreachable
-from corral.client.transport import TIMEOUT, Target, answer, request
+from corral.client.transport import TIMEOUT, Target, answer, pool, request
 from corral.client.waiting import Backoff, Deadline
 
 T = TypeVar("T")
@@ -40,7 +40,7 @@ class Client:
         http: httpx.Client | None = None,
     ) -> None:
         self.target = Target.of(url, api_key)
-        self._http = http or httpx.Client(timeout=timeout)
+        self._http = http or pool(self.target.url, timeout)
         self._owned = http is None
         self.sessions = r.Sessions[Sync](self)
         self.arrays = r.Arrays[Sync](self)

@@ -53,6 +53,16 @@ class Target:
         return f"Target(url={self.url!r})"
 
 
+def pool(url: str, timeout: float) -> httpx.Client:
+    """Connections to `url`. Over plain HTTP no TLS context is made: loading the CA bundle is the
+    slowest step of a short command, for a server it never talks TLS to."""
+    return httpx.Client(timeout=timeout, verify=url.startswith("https:"))
+
+
+def async_pool(url: str, timeout: float) -> httpx.AsyncClient:
+    return httpx.AsyncClient(timeout=timeout, verify=url.startswith("https:"))
+
+
 def request(http: httpx.Client | httpx.AsyncClient, target: Target, call: Call[Any]) -> httpx.Request:
     try:
         content = None if call.body is None else json.dumps(call.body, allow_nan=False).encode()
