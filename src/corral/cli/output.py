@@ -72,6 +72,8 @@ def _cell(row: dict[str, Any], key: str) -> str:
         return "-"
     if isinstance(value, list):
         return ",".join(str(v) for v in value) or "-"
+    if isinstance(value, dict):
+        return json.dumps(value, separators=(",", ":")) if value else "-"
     if isinstance(value, str) and len(value) > 19 and value[4:5] == "-" and "T" in value:
         return value[:19].replace("T", " ")
     return " ".join(str(value).split()) or "-"

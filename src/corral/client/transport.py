@@ -47,6 +47,12 @@ class Target:
         target = cls((url or found_url).rstrip("/"), key or found_key)
         if not target.key:
             raise NoApiKey
+        if not target.key.isprintable() or any(c.isspace() for c in target.key):
+            # A pasted key with its line break would fail inside httpx as a header error, which
+            # reads as a network fault. The key itself is never shown.
+            raise CorralError(
+                401, "invalid_api_key", "the API key holds spaces or line breaks: give the key alone"
+            )
         return target
 
     def __repr__(self) -> str:  # never the key

@@ -104,3 +104,9 @@ async def test_the_async_client_reads_the_same(aclient: AsyncClient) -> None:
     assert caught.value.status == 404
     events = await aclient.events.list()
     assert {e.session_id for e in events} >= {s.id}
+
+
+def test_a_key_with_a_line_break_is_refused_without_showing_it() -> None:
+    with pytest.raises(CorralError) as caught:
+        Client("http://127.0.0.1:1", "crl_secret_part\nAPI key: x")
+    assert caught.value.code == "invalid_api_key" and "crl_secret" not in str(caught.value)
