@@ -110,3 +110,19 @@ def test_a_key_with_a_line_break_is_refused_without_showing_it() -> None:
     with pytest.raises(CorralError) as caught:
         Client("http://127.0.0.1:1", "crl_secret_part\nAPI key: x")
     assert caught.value.code == "invalid_api_key" and "crl_secret" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("fields", "field"),
+    [
+        ({"command": ["echo", "\ud800"]}, "command.1"),
+        ({"command": ["true"], "priority": 2**64}, "priority"),
+        ({"command": ["true"], "env": {"A": "x\x00y"}}, "env.A"),
+        ({"command": ["true"], "retry_policy": {"max_retries": "many"}}, "retry_policy.max_retries"),
+    ],
+)
+def test_bad_values_come_back_as_a_refusal_naming_the_field(client: Client, fields: dict, field: str) -> None:
+    with pytest.raises(CorralError) as caught:
+        client.sessions.submit(**fields)
+    assert caught.value.status == 422 and caught.value.field == field, repr(caught.value)
+    assert client.sessions.list() == []
