@@ -125,5 +125,14 @@ def key_revoke(name: str, key_id: str) -> None:
 
 
 def whoami(output: Format = OutputOpt) -> None:
-    """Who this CLI's key belongs to, and their projects."""
-    emit(connect().me(), output, [("NAME", "name"), ("ROLE", "role"), ("PROJECTS", "projects")])
+    """Who this CLI's key belongs to, their projects, and the priorities they may ask for there."""
+    me = connect().me()
+    if output is not Format.table:
+        emit(me, output)
+        return
+    emit(me, output, [("NAME", "name"), ("ROLE", "role"), ("PROJECTS", "projects")])
+    rows = [{"project": name, **rules} for name, rules in sorted(me.priority.items())]
+    for r in rows:
+        r["range"] = f"{r.get('min')}..{r.get('max')}" if r.get("may_change", True) else "fixed"
+    typer.echo("")
+    emit(rows, output, [("PROJECT", "project"), ("DEFAULT PRIORITY", "default"), ("MAY ASK FOR", "range")])

@@ -120,3 +120,23 @@ def test_session_list_watch_refreshes_in_place_until_ctrl_c(cluster: Cluster) ->
         os.close(leader)
     assert seen.count(b"every 0.3 s") >= 3, seen[-2000:]
     assert b"\x1b[" in seen  # the cursor goes back up: the table is redrawn, not appended
+
+
+def test_whoami_shows_the_priorities_a_run_is_held_to(cluster: Cluster) -> None:
+    """`corral run --priority` points to `corral whoami` for the default and the allowed range:
+    what whoami shows is what a run is refused by."""
+    project, user = "prio-" + uuid.uuid4().hex[:6], "who-" + uuid.uuid4().hex[:6]
+    made = cluster.corral("project", "create", project, "--priority-rules", '{"default": 5, "max": 20}')
+    assert made.returncode == 0, made.stderr
+    key = cluster.corral_json("user", "create", user, "--project", project)["key"]["key"]
+    env = {**cluster.env, "CORRAL_URL": cluster.url, "CORRAL_API_KEY": key}
+
+    def as_user(*args: str) -> subprocess.CompletedProcess[str]:
+        argv = [sys.executable, "-m", "corral", *args]
+        return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
+
+    shown = as_user("whoami")
+    assert shown.returncode == 0, shown.stderr
+    assert [project, "5", "0..20"] in [line.split() for line in shown.stdout.splitlines()], shown.stdout
+    refused = as_user("run", "--priority", "21", "--", "true")
+    assert refused.returncode == 2 and "0..20" in refused.stderr, refused.stderr
