@@ -106,6 +106,12 @@ def of(bound: HasDialect) -> Dialect:
     return found
 
 
+def on_postgresql(bound: HasDialect) -> bool:
+    """For a migration: whether its PostgreSQL-only step (a partial index's cast, a server-side
+    computation) applies. Applied migrations stay as they ran; this keeps their backend test here."""
+    return of(bound).name == "postgresql"
+
+
 def _make(name: str) -> Dialect:
     if name == "postgresql":
         from corral.store.dialect.postgresql import PostgreSQL

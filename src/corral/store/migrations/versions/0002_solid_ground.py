@@ -9,6 +9,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from corral.store.dialect import on_postgresql
+
 revision = "0002"
 down_revision = "0001"
 branch_labels = None
@@ -26,7 +28,7 @@ def upgrade() -> None:
         batch.add_column(sa.Column("logs_done", sa.Boolean(), nullable=False, server_default=sa.false()))
         batch.add_column(sa.Column("log_dropped", sa.BigInteger(), nullable=False, server_default="0"))
     # Logs become bytes (a kernel may print NULs or invalid UTF-8), with their size for paging.
-    if op.get_bind().dialect.name == "postgresql":
+    if on_postgresql(op.get_bind()):
         op.execute("ALTER TABLE kernel_logs ALTER COLUMN data TYPE BYTEA USING convert_to(data, 'UTF8')")
     else:
         with op.batch_alter_table("kernel_logs") as batch:
@@ -42,7 +44,7 @@ def upgrade() -> None:
 def downgrade() -> None:
     with op.batch_alter_table("kernel_logs") as batch:
         batch.drop_column("size")
-    if op.get_bind().dialect.name == "postgresql":
+    if on_postgresql(op.get_bind()):
         op.execute("ALTER TABLE kernel_logs ALTER COLUMN data TYPE TEXT USING convert_from(data, 'UTF8')")
     else:
         with op.batch_alter_table("kernel_logs") as batch:

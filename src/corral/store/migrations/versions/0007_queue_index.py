@@ -10,6 +10,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from corral.store.dialect import on_postgresql
+
 revision = "0007"
 down_revision = "0006"
 branch_labels = None
@@ -18,7 +20,7 @@ depends_on = None
 
 def upgrade() -> None:
     # Released holds were stored as JSON 'null': the look-up of holds decoded every pending row.
-    cast = "reservation::text" if op.get_bind().dialect.name == "postgresql" else "reservation"
+    cast = "reservation::text" if on_postgresql(op.get_bind()) else "reservation"
     op.execute(f"UPDATE sessions SET reservation = NULL WHERE {cast} = 'null'")
     with op.batch_alter_table("sessions") as batch:
         batch.drop_index("ix_sessions_rg_status")

@@ -10,6 +10,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from corral.store.dialect import on_postgresql
+
 revision = "0009"
 down_revision = "0008"
 branch_labels = None
@@ -33,7 +35,7 @@ def upgrade() -> None:
         op.drop_index(name, table_name="sessions")
         cond = sa.text(f"{column} IS NOT NULL")
         op.create_index(name, "sessions", [column], unique=unique, sqlite_where=cond, postgresql_where=cond)
-    if op.get_bind().dialect.name == "postgresql":
+    if on_postgresql(op.get_bind()):
         # Kernels change status six times or so, never an indexed column after placement: with room
         # on the page each new version is heap-only, no index touched.  New pages only; old ones
         # as they are rewritten.
@@ -42,7 +44,7 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    if op.get_bind().dialect.name == "postgresql":
+    if on_postgresql(op.get_bind()):
         for table in ("sessions", "kernels"):
             op.execute(f"ALTER TABLE {table} RESET (fillfactor)")
     for name, column, unique in INDEXES:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from corral.store.dialect import on_postgresql
+
 revision = "0010"
 down_revision = "0009"
 branch_labels = None
@@ -28,7 +30,7 @@ ON_AGENT = sa.text("NOT ended OR NOT logs_done")
 def upgrade() -> None:
     # PostgreSQL keeps a computed column's value in the row (and rewrites the table to add it);
     # SQLite can only add one computed when read, which its index then holds.
-    stored = op.get_bind().dialect.name == "postgresql"
+    stored = on_postgresql(op.get_bind())
     op.add_column("kernels", sa.Column("ended", sa.Boolean(), sa.Computed(ENDED, persisted=stored or None)))
     op.create_index(
         "ix_kernels_on_agent", "kernels", ["agent_id"], sqlite_where=ON_AGENT, postgresql_where=ON_AGENT
