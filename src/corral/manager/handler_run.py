@@ -67,6 +67,9 @@ class HandlerRuns:
                     after=after,
                 )
 
+            before = None
+            if isinstance(handler, LifecycleHandler):
+                before = await handler.read_before_targets(conn, self._rg, now)
             found = await read(page)
             pages, asked = [found], [page or 0]
 
@@ -83,7 +86,9 @@ class HandlerRuns:
             overdue = await targets.overdue(conn, self._rg, handler, limits, found, now, timed)
             if not found and not overdue:
                 return [], False, 0
-            ctx = HandlerContext(conn, now, self._rg, limits, more if page != window else None, preemption)
+            ctx = HandlerContext(
+                conn, now, self._rg, limits, more if page != window else None, preemption, before
+            )
             if isinstance(handler, SessionPromotionHandler):
                 moves, history = promotions.promote(handler, [s for s in found if handler.matches(s)])
                 won = await sessions.apply_moves(conn, moves, now, history)

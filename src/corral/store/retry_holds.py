@@ -6,6 +6,10 @@ the retry engine decides): placement in between gave the freed capacity to a ses
 the chain. From its first failed kernel until the decision, the attempt keeps its place in line
 for what its ended kernels freed; its retry, made at once, then finds it. A failure older than
 HOLD_SECONDS (a stuck engine) holds nothing: nothing hangs.
+
+Read before the queue: a decision made after this read has its retry among the queue's sessions
+read next, and the attempt's hold is then dropped (one chain holds its place once). Read after
+it, a decision made between the two reads would leave the freed capacity to neither.
 """
 
 from __future__ import annotations
@@ -32,7 +36,12 @@ _ENDED = (
 # The index's own condition, written as it is (ix_sessions_undecided): a planner proves the
 # partial index usable from the literal text, not from bound parameters.
 _UNDECIDED = select(
-    sessions.c.id, sessions.c.priority, sessions.c.chain_submitted_at, sessions.c.resources, _ENDED
+    sessions.c.id,
+    sessions.c.root_session_id,
+    sessions.c.priority,
+    sessions.c.chain_submitted_at,
+    sessions.c.resources,
+    _ENDED,
 ).where(
     sessions.c.resource_group == bindparam("group"),
     text(UNDECIDED),
@@ -51,6 +60,8 @@ class Undecided:
 
     key: tuple[int, datetime, str]
     """Its chain's place in the queue (sessions.queue_key)."""
+    root: str
+    """Its chain (root_session_id): a retry of it in the queue takes its place."""
     freed: list[ResourceSlots]
     """One entry a kernel that has ended."""
 
@@ -60,8 +71,8 @@ async def read(conn: AsyncConnection, resource_group: str, now: datetime) -> lis
     since = now - timedelta(seconds=HOLD_SECONDS)
     rows = await conn.execute(_UNDECIDED, {"group": resource_group, "since": since})
     found = [
-        Undecided((-priority, chain, sid), [ResourceSlots.from_json(resources)] * int(ended))
-        for sid, priority, chain, resources, ended in rows
+        Undecided((-priority, chain, sid), root, [ResourceSlots.from_json(resources)] * int(ended))
+        for sid, root, priority, chain, resources, ended in rows
         if ended
     ]
     return sorted(found, key=lambda u: u.key)

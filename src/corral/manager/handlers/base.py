@@ -36,6 +36,8 @@ class HandlerContext:
     the window; empty once the window is read."""
     preemption: Mapping[str, Any] = field(default_factory=dict)
     """The group's stored preemption settings, as the cycle read them at its start."""
+    before: Any = None
+    """What the handler's `read_before_targets` returned."""
 
 
 @dataclass
@@ -110,6 +112,12 @@ class LifecycleHandler(HandlerOptions, ABC):
 
     @abstractmethod
     async def execute(self, ctx: HandlerContext, targets: Sequence[SessionRecord]) -> LifecycleResult: ...
+
+    async def read_before_targets(self, conn: Tx, resource_group: str, now: datetime) -> Any:
+        """What `execute` must see as it was before its targets were read (`ctx.before`).  On a
+        backend where each statement sees the newest commits, a read after the targets may see a
+        change they missed (a session made since): read first, the targets show it too."""
+        return None
 
 
 class SessionPromotionHandler(HandlerOptions, ABC):

@@ -29,6 +29,7 @@ from corral.domain.status import AgentStatus, KernelStatus, SessionStatus
 from corral.manager.handlers.base import HandlerContext, LifecycleHandler, LifecycleResult, Step
 from corral.manager.handlers.prepare import PrepareSessions
 from corral.store import journal, placement_view, preemption, retry_holds, sessions
+from corral.store.unit import Tx
 
 
 class ScheduleNewSessions(LifecycleHandler):
@@ -54,6 +55,11 @@ class ScheduleNewSessions(LifecycleHandler):
     queue_page = 32
     with_kernels = False
 
+    async def read_before_targets(
+        self, conn: Tx, resource_group: str, now: datetime
+    ) -> list[retry_holds.Undecided]:
+        return await retry_holds.read(conn, resource_group, now)
+
     @classmethod
     def status_transitions(cls) -> StatusTransitions:
         return StatusTransitions(
@@ -72,8 +78,9 @@ class ScheduleNewSessions(LifecycleHandler):
         # Read once per cycle; each placement then updates it in memory (no re-sorting, no queries).
         free = FreeCapacity(AgentSnapshot(a.id, a.capacity - a.used) for a in registered if a.placeable)
         held_by = {aid: sid for sid, r in reserved.items() for aid in r.get("agents", [])}
-        # Failed attempts whose retry is yet to be made keep their place in line for what they freed.
-        undecided = await retry_holds.read(ctx.conn, ctx.resource_group, ctx.now)
+        # Failed attempts whose retry is yet to be made keep their place in line for what they
+        # freed: read before the targets (read_before_targets), dropped once their retry is here.
+        undecided: list[retry_holds.Undecided] = list(ctx.before or ())
         # Backfill: a session that does not fit does not block smaller ones behind it, except on the
         # agents held for the first one that does not fit (no starvation; see README).
         unplaced: list[SessionRecord] = []
@@ -83,6 +90,9 @@ class ScheduleNewSessions(LifecycleHandler):
         smallest = Decimal("Infinity")  # the least CPU a session read so far asks for in all
         while page:
             smallest = min(smallest, *(s.resources[CPU] * s.cluster_size for s in page))
+            if undecided:
+                chains = {s.root_session_id for s in page}
+                undecided = [u for u in undecided if u.root not in chains]
             for s in _ready(page, result, ctx.now):
                 while undecided and undecided[0].key < sessions.queue_key(s):
                     _keep_place(free, undecided.pop(0), set(held_by))
