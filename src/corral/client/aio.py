@@ -5,19 +5,21 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from corral.client import models as m
-from corral.client import resources as r
 from corral.client.endpoint import Async, Call
 from corral.client.errors import Unreachable
+from corral.client.resources import Resources
 from corral.client.transport import TIMEOUT, Target, answer, async_pool, request
 from corral.client.waiting import Backoff
 
+if TYPE_CHECKING:
+    from corral.client import models as m
 
-class AsyncClient:
+
+class AsyncClient(Resources[Async]):
     """`Client` for asyncio: every call is awaited; bound a wait with `asyncio.timeout`.
 
     async with AsyncClient() as corral:
@@ -36,15 +38,7 @@ class AsyncClient:
         self.target = Target.of(url, api_key)
         self._http = http or async_pool(self.target.url, timeout)
         self._owned = http is None
-        self.sessions = r.Sessions[Async](self)
-        self.arrays = r.Arrays[Async](self)
-        self.agents = r.Agents[Async](self)
-        self.policies = r.Policies[Async](self)
-        self.groups = r.Groups[Async](self)
-        self.projects = r.Projects[Async](self)
-        self.users = r.Users[Async](self)
-        self.cluster = r.Cluster[Async](self)
-        self.events = r.Events[Async](self)
+        super().__init__(self)
 
     @property
     def url(self) -> str:

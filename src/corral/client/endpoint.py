@@ -2,21 +2,24 @@
 
 A resource method builds a `Call` (method, path, query, body, and how to read the answer); the
 `endpoint` descriptor hands it to its client's transport. So `Client().sessions.get(id)` returns a
-`Session` and `AsyncClient().sessions.get(id)` an awaitable of one, from the same line of code.
+`Session` and `AsyncClient().sessions.get(id)` an awaitable of one, from the same line of code, and
+`Client().raw.sessions.get(id)` the API's JSON as sent.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Concatenate, Generic, ParamSpec, Protocol, TypeVar, overload
+from importlib import import_module
+from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, Protocol, TypeVar, overload
 from urllib.parse import quote
 
-from pydantic import BaseModel
+if TYPE_CHECKING:
+    from pydantic import BaseModel
 
 P = ParamSpec("P")
 T = TypeVar("T")
-B = TypeVar("B", bound=BaseModel)
+B = TypeVar("B", bound="BaseModel")
 
 
 class Sync:
@@ -27,7 +30,11 @@ class Async:
     """Marks a resource of `AsyncClient`: its calls return awaitables."""
 
 
-M = TypeVar("M", Sync, Async)
+class Raw:
+    """Marks a resource of `Client.raw`: its calls return the API's JSON, unread."""
+
+
+M = TypeVar("M", Sync, Async, Raw)
 
 
 @dataclass(frozen=True)
@@ -60,6 +67,8 @@ class Endpoint(Generic[P, T]):
     def __get__(self, obj: Resource[Sync], owner: type | None = None) -> Callable[P, T]: ...
     @overload
     def __get__(self, obj: Resource[Async], owner: type | None = None) -> Callable[P, Awaitable[T]]: ...
+    @overload
+    def __get__(self, obj: Resource[Raw], owner: type | None = None) -> Callable[P, Any]: ...
     def __get__(self, obj: Any, owner: Any = None) -> Any:
         build, run = self.build, obj._runner.run
 
@@ -80,8 +89,25 @@ def seg(value: str) -> str:
     return quote(str(value), safe="")
 
 
+class Later:
+    """A module whose names are looked up on first use: `Later("corral.client.models").Session`
+    imports nothing until an answer is read as one. A call answered raw never is, and pydantic,
+    the largest import of a short command, is never loaded."""
+
+    def __init__(self, module: str, name: str | None = None) -> None:
+        self._module, self._name = module, name
+
+    def __getattr__(self, attr: str) -> Any:
+        if self._name is None:
+            return Later(self._module, attr)
+        return getattr(getattr(import_module(self._module), self._name), attr)
+
+
 def one(model: type[B]) -> Callable[[Any], B]:
-    return model.model_validate
+    def read(data: Any) -> B:
+        return model.model_validate(data)
+
+    return read
 
 
 def many(model: type[B]) -> Callable[[Any], list[B]]:

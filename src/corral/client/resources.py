@@ -2,10 +2,22 @@
 
 from __future__ import annotations
 
-from typing import Any, Unpack
+from typing import TYPE_CHECKING, Any, Generic, Unpack
 
-from corral.client import models as m
-from corral.client.endpoint import Call, M, Resource, as_dict, endpoint, many, nothing, one, query, seg
+from corral.client.endpoint import (
+    Call,
+    Later,
+    M,
+    Resource,
+    Runner,
+    as_dict,
+    endpoint,
+    many,
+    nothing,
+    one,
+    query,
+    seg,
+)
 from corral.client.requests import (
     GroupChanges,
     Json,
@@ -15,6 +27,11 @@ from corral.client.requests import (
     SessionRequest,
     UserChanges,
 )
+
+if TYPE_CHECKING:
+    from corral.client import models as m
+else:
+    m = Later("corral.client.models")  # read when an answer is: `Client.raw` never loads them
 
 
 class Sessions(Resource[M]):
@@ -240,3 +257,18 @@ class Events(Resource[M]):
         if newest:
             params["newest"] = "true"
         return Call("GET", "/events", many(m.Event), params)
+
+
+class Resources(Generic[M]):
+    """Every resource of a client, on the runner given (the client itself, or its raw view)."""
+
+    def __init__(self, runner: Runner) -> None:
+        self.sessions: Sessions[M] = Sessions(runner)
+        self.arrays: Arrays[M] = Arrays(runner)
+        self.agents: Agents[M] = Agents(runner)
+        self.policies: Policies[M] = Policies(runner)
+        self.groups: Groups[M] = Groups(runner)
+        self.projects: Projects[M] = Projects(runner)
+        self.users: Users[M] = Users(runner)
+        self.cluster: Cluster[M] = Cluster(runner)
+        self.events: Events[M] = Events(runner)

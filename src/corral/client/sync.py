@@ -4,22 +4,25 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from types import TracebackType
-from typing import TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import httpx
 
-from corral.client import models as m
-from corral.client import resources as r
-from corral.client.endpoint import Call, Sync
+from corral.client.endpoint import Call, Raw, Sync
 from corral.client.errors import Unreachable
+from corral.client.resources import Resources
 from corral.client.transport import TIMEOUT, Target, answer, pool, request
 from corral.client.waiting import Backoff, Deadline
+
+if TYPE_CHECKING:
+    from corral.client import models as m
 
 T = TypeVar("T")
 
 
-class Client:
+class Client(Resources[Sync]):
     """A Corral API client.
 
         with Client() as corral:                     # CORRAL_URL / CORRAL_API_KEY, else `corral up`'s
@@ -29,6 +32,7 @@ class Client:
 
     Every failure raises `CorralError` (its `status`, `code`, `message` and `details` are the
     API's error body); a server that cannot be reached raises its subclass `Unreachable`.
+    `raw` has the same calls, answering the API's JSON as sent.
     """
 
     def __init__(
@@ -42,15 +46,8 @@ class Client:
         self.target = Target.of(url, api_key)
         self._http = http or pool(self.target.url, timeout)
         self._owned = http is None
-        self.sessions = r.Sessions[Sync](self)
-        self.arrays = r.Arrays[Sync](self)
-        self.agents = r.Agents[Sync](self)
-        self.policies = r.Policies[Sync](self)
-        self.groups = r.Groups[Sync](self)
-        self.projects = r.Projects[Sync](self)
-        self.users = r.Users[Sync](self)
-        self.cluster = r.Cluster[Sync](self)
-        self.events = r.Events[Sync](self)
+        super().__init__(self)
+        self.raw = RawCalls(self)
 
     @property
     def url(self) -> str:
@@ -120,3 +117,20 @@ class Client:
 
     def __exit__(self, *_: type[BaseException] | BaseException | TracebackType | None) -> None:
         self.close()
+
+
+class RawCalls(Resources[Raw]):
+    """`Client.raw`: every call of `Client`, answering the API's JSON as it was sent (what
+    `corral -o json` prints). Nothing is read into a result type: a command that only shows an
+    answer does not load pydantic for it."""
+
+    def __init__(self, client: Client) -> None:
+        super().__init__(self)
+        self._client = client
+
+    def run(self, call: Call[Any]) -> Any:
+        return self._client.run(replace(call, read=_unread))
+
+
+def _unread(data: Any) -> Any:
+    return data

@@ -33,6 +33,16 @@ def test_dump_gives_back_the_json_the_server_sent(client: Client) -> None:
     assert client.sessions.get(s.id).dump() == raw.json()
 
 
+def test_raw_answers_the_json_as_sent_and_refuses_as_the_typed_calls(client: Client) -> None:
+    s = client.sessions.submit(command=["true"], name="as-sent")
+    assert client.raw.sessions.get(s.id) == client.sessions.get(s.id).dump()
+    listed = client.raw.sessions.list()
+    assert isinstance(listed, list) and listed[0]["name"] == "as-sent" and listed[0]["id"] == s.id
+    with pytest.raises(CorralError) as caught:
+        client.raw.sessions.get("no-such-session")
+    assert (caught.value.status, caught.value.code) == (404, "not_found")
+
+
 def test_a_refusal_carries_the_api_error_body(client: Client) -> None:
     with pytest.raises(CorralError) as caught:
         client.sessions.submit(command=["true"], cluster_size=0)
