@@ -1,7 +1,5 @@
 """`corral policy|config|project|events|audit`: retry configuration and what happened."""
 
-from __future__ import annotations
-
 import json
 import sys
 import time
@@ -66,7 +64,7 @@ def policy_get(
     output: Annotated[Format, typer.Option("-o", "--output", help="table, json or yaml")] = Format.yaml,
 ) -> None:
     """Show a policy (YAML by default, ready for `apply -f`)."""
-    emit(connect().policies.get(name), output, [("NAME", "metadata.name"), ("SPEC", "spec")])
+    emit(connect().raw.policies.get(name), output, [("NAME", "metadata.name"), ("SPEC", "spec")])
 
 
 @policy_app.command("list")
@@ -117,7 +115,7 @@ def config_get(
     output: Annotated[Format, typer.Option("-o", "--output", help="table, json or yaml")] = Format.yaml,
 ) -> None:
     """Show the cluster settings (or one of them)."""
-    data: Any = connect().cluster.config()
+    data: Any = connect().raw.cluster.config()
     for part in key.split(".") if key else []:
         if not isinstance(data, dict) or part not in data:
             raise fail(f"no setting {key!r} (try `corral config get`)", 2)
@@ -147,7 +145,7 @@ def config_set(
     for part in parents:
         node = node.setdefault(part, {})
     node[last] = given = _value(value)
-    now: Any = connect().cluster.configure(body)
+    now: Any = connect().raw.cluster.configure(body)
     for part in key.split("."):  # what the cluster uses now, as the answer says (a merge may differ)
         now = now.get(part) if isinstance(now, dict) else None
     typer.echo(f"{key} = {json.dumps(now)}")
@@ -227,19 +225,19 @@ def project_update(
         body["priority_rules"] = r
     if policy or no_policies:
         body["retry_policies"] = policy or []
-    emit(connect().projects.update(name, **body), output, PROJECT_COLUMNS)
+    emit(connect().raw.projects.update(name, **body), output, PROJECT_COLUMNS)
 
 
 @project_app.command("get")
 def project_get(name: str, output: Format = OutputOpt) -> None:
     """Show a project."""
-    emit(connect().projects.get(name), output, PROJECT_COLUMNS)
+    emit(connect().raw.projects.get(name), output, PROJECT_COLUMNS)
 
 
 @project_app.command("list")
 def project_list(output: Format = OutputOpt) -> None:
     """Every project."""
-    emit(connect().projects.list(), output, PROJECT_COLUMNS)
+    emit(connect().raw.projects.list(), output, PROJECT_COLUMNS)
 
 
 EVENT_COLUMNS = [
@@ -254,7 +252,7 @@ DETAIL_WIDTH = 28
 """So that a row fits 100 columns (the whole event: -o json)."""
 
 
-def _event_row(e: Event) -> dict[str, Any]:
+def _event_row(e: "Event") -> dict[str, Any]:
     detail = " ".join(f"{k}={v}" for k, v in e.payload.items())
     change = f"{e.from_status or '-'}>{e.to_status}" if e.to_status else ""
     return {
@@ -313,7 +311,7 @@ def events(
         raise typer.Exit(0) from None
 
 
-def _show_events(rows: list[Event], output: Format) -> None:
+def _show_events(rows: "list[Event]", output: Format) -> None:
     emit(rows if output is not Format.table else [_event_row(r) for r in rows], output, EVENT_COLUMNS)
 
 
@@ -326,7 +324,7 @@ def audit_list(
 ) -> None:
     """Who did what, when, and why: automatic and manual retries, admin changes."""
     emit(
-        connect().cluster.audit(after, limit, action or None),
+        connect().raw.cluster.audit(after, limit, action or None),
         output,
         [
             ("ID", "id"),

@@ -1,7 +1,5 @@
 """`corral array info|wait|cancel|retry`, and following an array that `corral run --array` made."""
 
-from __future__ import annotations
-
 import sys
 import time
 from typing import TYPE_CHECKING, Annotated
@@ -25,12 +23,12 @@ ARRAY_COLUMNS = [("ARRAY", "array_id"), ("INDICES", "indices"), ("SIZE", "size")
 _ENDED = ("TERMINATED", "CANCELLED", "ERROR")
 
 
-def _summary(a: Array) -> str:
+def _summary(a: "Array") -> str:
     counts = ", ".join(f"{n} {status}" for status, n in sorted(a.counts.items()))
     return f"array {a.array_id} ({a.indices}): {counts}; {a.succeeded} of {a.size} succeeded"
 
 
-def wait_for(api: Client, array_id: str, quiet: bool = False) -> Array:
+def wait_for(api: "Client", array_id: str, quiet: bool = False) -> "Array":
     """Poll until every element has ended and no retry of one is still to come; a progress bar on
     stderr (when it is a terminal, else one line at the end)."""
     from rich.console import Console
@@ -56,7 +54,7 @@ def wait_for(api: Client, array_id: str, quiet: bool = False) -> Array:
     return a
 
 
-def exit_code(a: Array) -> int:
+def exit_code(a: "Array") -> int:
     """0 when every element succeeded, else 1 (each element's own code: corral session list --array)."""
     return 0 if a.succeeded == a.size else 1
 

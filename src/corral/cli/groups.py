@@ -1,7 +1,5 @@
 """`corral rg list|get|set` (admin): resource groups and their preemption settings."""
 
-from __future__ import annotations
-
 from typing import Annotated, Any
 
 import typer
@@ -38,13 +36,13 @@ NUMBERS = {
 @app.command("list")
 def list_groups(output: Format = OutputOpt) -> None:
     """Every resource group."""
-    emit(connect().groups.list(), output, COLUMNS)
+    emit(connect().raw.groups.list(), output, COLUMNS)
 
 
 @app.command("get")
 def get(name: str, output: Format = OutputOpt) -> None:
     """One resource group."""
-    emit(connect().groups.get(name), output, COLUMNS)
+    emit(connect().raw.groups.get(name), output, COLUMNS)
 
 
 @app.command("set")
@@ -70,4 +68,4 @@ def set_(
             body[key] = NUMBERS[key](value) if key in NUMBERS else value
         except ValueError:
             raise fail(f"{key} expects a number, got {value!r}", 2) from None
-    emit(connect().groups.update(name, **body), output, COLUMNS)
+    emit(connect().raw.groups.update(name, **body), output, COLUMNS)

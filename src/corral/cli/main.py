@@ -1,7 +1,5 @@
 """The `corral` command."""
 
-from __future__ import annotations
-
 import contextlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -181,7 +179,7 @@ def agent(
 @agent_app.command("list")
 def agent_list(output: Format = OutputOpt) -> None:
     """List agents with their capacity, usage and liveness (admin)."""
-    rows = [a.dump() for a in connect().agents.list()]
+    rows = connect().raw.agents.list()
     if output is Format.table:  # bytes stay bytes in -o json and -o yaml
         for r in rows:
             r["mem_shown"] = {k: binary_size(r[k].get("mem")) for k in ("capacity", "used") if r.get(k)}

@@ -1,7 +1,5 @@
 """`corral run [opts] -- CMD...`: submit a session and follow it."""
 
-from __future__ import annotations
-
 import contextlib
 import os
 import sys
@@ -215,7 +213,7 @@ def run(
     raise typer.Exit(exit_code_of(final))
 
 
-def _cancel(how: Callable[[Client], object]) -> None:
+def _cancel(how: "Callable[[Client], object]") -> None:
     """On Ctrl-C, through a client of its own: the interrupted request may have left the first
     one's connection pool mid-request. Nothing left to stop is fine: we stop anyway."""
     from corral.client import CorralError

@@ -1,7 +1,5 @@
 """`corral session list|info|logs|history|attempts|retry|cancel`."""
 
-from __future__ import annotations
-
 import contextlib
 import time
 from typing import TYPE_CHECKING, Annotated
@@ -50,13 +48,13 @@ def list_sessions(
         raise fail("--watch: give 0.2 to 3600 seconds")
     api = connect()
     if watch is None:
-        emit(api.sessions.list(statuses, limit, array=array), output, SESSION_COLUMNS)
+        emit(api.raw.sessions.list(statuses, limit, array=array), output, SESSION_COLUMNS)
         return
     from rich.live import Live
     from rich.text import Text
 
-    def screen() -> Text:
-        rows = api.sessions.list(statuses, limit, array=array)
+    def screen() -> "Text":
+        rows = api.raw.sessions.list(statuses, limit, array=array)
         return Text(table_of(rows, SESSION_COLUMNS, title=f"every {watch:g} s, {time.strftime('%H:%M:%S')}"))
 
     with (
@@ -145,7 +143,7 @@ def logs(
 @app.command()
 def history(session_id: SessionId, output: Format = OutputOpt) -> None:
     """Every outcome the coordinator recorded for a session: handler, result, message, time."""
-    rows = connect().sessions.history(session_id)
+    rows = connect().raw.sessions.history(session_id)
     emit(
         rows,
         output,
@@ -209,7 +207,7 @@ ATTEMPT_COLUMNS = [
 @app.command()
 def attempts(session_id: SessionId, output: Format = OutputOpt) -> None:
     """Every attempt of the session's retry chain, with why each was made and decided."""
-    emit(connect().sessions.attempts(session_id), output, ATTEMPT_COLUMNS)
+    emit(connect().raw.sessions.attempts(session_id), output, ATTEMPT_COLUMNS)
 
 
 @app.command()

@@ -1,7 +1,5 @@
 """`corral user …` (admin) and `corral whoami`: users, their projects and their API keys."""
 
-from __future__ import annotations
-
 from typing import Annotated, Any
 
 import typer
@@ -52,13 +50,13 @@ def create(
 @app.command("list")
 def list_users(output: Format = OutputOpt) -> None:
     """Every user."""
-    emit(connect().users.list(), output, USER_COLUMNS)
+    emit(connect().raw.users.list(), output, USER_COLUMNS)
 
 
 @app.command("get")
 def get(name: str, output: Format = OutputOpt) -> None:
     """One user and their projects."""
-    emit(connect().users.get(name), output, USER_COLUMNS)
+    emit(connect().raw.users.get(name), output, USER_COLUMNS)
 
 
 @app.command("update")
@@ -98,7 +96,7 @@ def update(
         body["role"] = role
     if default_project is not None:
         body["default_project"] = default_project or None
-    emit(connect().users.update(name, **body), output, USER_COLUMNS)
+    emit(connect().raw.users.update(name, **body), output, USER_COLUMNS)
 
 
 @key_app.command("create")
@@ -114,7 +112,7 @@ def key_create(name: str, output: Format = OutputOpt) -> None:
 @key_app.command("list")
 def key_list(name: str, output: Format = OutputOpt) -> None:
     """The user's keys (their first characters only)."""
-    emit(connect().users.keys(name), output, KEY_COLUMNS)
+    emit(connect().raw.users.keys(name), output, KEY_COLUMNS)
 
 
 @key_app.command("revoke")

@@ -140,3 +140,34 @@ def test_whoami_shows_the_priorities_a_run_is_held_to(cluster: Cluster) -> None:
     assert [project, "5", "0..20"] in [line.split() for line in shown.stdout.splitlines()], shown.stdout
     refused = as_user("run", "--priority", "21", "--", "true")
     assert refused.returncode == 2 and "0..20" in refused.stderr, refused.stderr
+
+
+SHOWS_ONLY = """
+import runpy, sys
+sys.argv = ["corral", *sys.argv[1:]]
+try:
+    runpy.run_module("corral", run_name="__main__")
+except SystemExit as done:
+    code = done.code
+print("LOADED", *sorted(m for m in ("pydantic", "rich") if m in sys.modules), "EXIT", code, file=sys.stderr)
+"""
+
+
+def test_a_command_that_only_shows_answers_loads_neither_pydantic_nor_rich(cluster: Cluster) -> None:
+    """The CLI prints the API's JSON as sent (`Client.raw`): reading it into result types would
+    import pydantic, the largest part of a short command's start (bench/cli.py times it)."""
+    s = cluster.submit(command=["true"])
+    cluster.wait(s["id"])
+    env = {**cluster.env, "CORRAL_URL": cluster.url, "CORRAL_API_KEY": cluster.key}
+    shown = {
+        ("session", "list"): s["id"],
+        ("session", "history", s["id"]): "PromoteToTerminated",
+        ("user", "list"): "admin",
+        ("rg", "list"): "default",
+    }
+    for args, expected in shown.items():
+        done = subprocess.run(
+            [sys.executable, "-c", SHOWS_ONLY, *args], env=env, capture_output=True, text=True, timeout=60
+        )
+        assert done.stderr.strip().splitlines()[-1] == "LOADED EXIT 0", (args, done.stderr)
+        assert expected in done.stdout, (args, done.stdout)
