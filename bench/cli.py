@@ -1,6 +1,6 @@
-"""How fast the CLI answers: `corral --help`, and `corral session list` against an idle embedded
-Corral (a manager on SQLite and one agent) holding 100 ended sessions; each the median of N runs
-with warm `.pyc`, beside `python -c pass` timed in the same run (this machine's speed drifts).
+"""How fast the CLI answers: `corral --help`, and `corral session list` against an idle `corral up`
+(its own HOME, its defaults, the key it saved) holding 100 ended sessions; each the median of N
+runs with warm `.pyc`, beside `python -c pass` timed in the same run (this machine's speed drifts).
 
     .venv/bin/python bench/cli.py [--runs 20]
 """
@@ -8,7 +8,6 @@ with warm `.pyc`, beside `python -c pass` timed in the same run (this machine's 
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import subprocess
 import sys
@@ -18,8 +17,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import httpx
+import psutil
+
 from bench.common import scratch
-from tests.support.cluster import Cluster
+from tests.support.cluster import poll
+from tests.support.embedded import Up
 
 SESSIONS = 100
 
@@ -38,21 +41,30 @@ def timed(argv: list[str], env: dict[str, str], runs: int) -> float:
     return statistics.median(took) * 1000
 
 
+def idle(up: Up) -> bool:
+    """Its processes used under 5% of a core over the last half second: nothing is left to do."""
+    procs = [psutil.Process(pid) for pid in up.tree()]
+    for p in procs:
+        p.cpu_percent()
+    time.sleep(0.5)
+    return sum(p.cpu_percent() for p in procs) < 5
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=20, help="runs of each command (their median is printed)")
     args = parser.parse_args()
     python = sys.executable
     with ExitStack() as stack:
-        work = scratch("corral-bench-cli-", stack)
-        c = Cluster(f"sqlite+aiosqlite:///{work}/corral.db", work)
-        stack.callback(c.close)
-        c.start_manager()
-        c.start_agent("bench-cli", cpu=8, mem="16G")
-        ids = [c.submit(command=["true"], name=f"cli-{i}")["id"] for i in range(SESSIONS)]
-        for sid in ids:
-            c.wait(sid)
-        env = {**os.environ, **c.env, "CORRAL_URL": c.url, "CORRAL_API_KEY": c.key}
+        up = Up(scratch("corral-bench-cli-", stack) / "home")
+        stack.callback(up.close)
+        specs = [{"command": ["true"], "name": f"cli-{i}"} for i in range(SESSIONS)]
+        headers = {"Authorization": f"Bearer {up.key}"}
+        httpx.post(f"{up.url}/api/v1/sessions/bulk", json={"sessions": specs}, headers=headers, timeout=60)
+        ended = lambda: up.get("/api/v1/sessions/counts").get("TERMINATED") == SESSIONS  # noqa: E731
+        poll(ended, 300, f"{SESSIONS} sessions to end")
+        poll(lambda: idle(up), 60, "corral up to be idle")
+        env = dict(up.env)  # a user's: the CLI finds the server and key in the config `up` saved
         # Warm `.pyc` as a user's machine has them: the first run of each command writes them
         # (an environment that forbids it would time the compiler instead).
         env.pop("PYTHONDONTWRITEBYTECODE", None)
