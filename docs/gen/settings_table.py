@@ -64,8 +64,8 @@ AGENT = {
     "memory_mode": "`auto`, `cgroup2`, `cgroup1` or `watchdog` (`--memory-mode`)",
     "grace": "seconds from SIGTERM to SIGKILL when a kernel is stopped (a group's grace overrides it "
     "for preemption)",
-    "images": "runtime environments it offers, as a JSON object by name; a session naming another fails "
-    "with `image_pull_failure`",
+    "images": "runtime environments it offers, a JSON object of name -> spec ([images](images.md);"
+    " `--image NAME=JSON` adds one); a session naming another fails with `image_pull_failure`",
     "kernel_user": "started as root: the account kernels of owners without a uid run as (`--kernel-user`)",
     "allow_root_kernels": "started as root: let kernels run as root (`--allow-root-kernels`)",
     "spawn_helper": "`false`: start kernels through the Python fallback instead of the compiled helper",

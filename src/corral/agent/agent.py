@@ -27,6 +27,8 @@ from corral.agent.client import ManagerUnreachable, ProtocolClient, Refused, Rej
 from corral.agent.fence import Fence
 from corral.agent.health import Health, describe
 from corral.agent.identity import IdentityError, KernelIdentity, publish_worker_lib, unreachable_from
+from corral.agent.image_build import Images
+from corral.agent.images import parse as parse_images
 from corral.agent.kernel import KernelRunner
 from corral.agent.kernel_env import WORKER_LIB
 from corral.agent.pull import Puller
@@ -53,8 +55,9 @@ class Agent:
         self.long_poll = 5.0
         self.log_cap = 2 << 30
         self.mode = CgroupMode("watchdog", "")
-        self.health = Health(self.mode)
+        self.health = Health(self.mode, lambda: self.images.offered())
         self.identity: KernelIdentity | None = None
+        self.images = Images({}, cfg.work_dir / "images", shared=False)  # its own at run()
         self.supervision = Supervision(self)
         self.pull = Puller(self)
         self.push = Pusher(self)
@@ -85,6 +88,13 @@ class Agent:
         """Until stopped. Raises IdentityError at start when kernels could not run as configured."""
         self.identity = self._prepare_work_dir()
         log.info("kernels run as", **self.identity.info())
+        self.images = Images(
+            parse_images(self.cfg.images), self.cfg.work_dir / "images", self.identity.switches
+        )
+        self.images.publish()
+        self.images.on_change = self.health.wake  # a build ended: the manager is told at once
+        if self.images.specs:
+            log.info("images offered", images=self.images.offered())
         name = parent_name(self.cfg.id, self.cfg.work_dir)
         self.mode, why = detect(name, self.cfg.memory_mode)
         log.info("memory limits", mode=self.mode.kind, why=why, cgroup=self.mode.parent or None)
@@ -174,7 +184,8 @@ class Agent:
             capacity=capacity(self.cfg),
             info=describe(
                 self.mode, self._why, self._cpu_why, self.identity, self.cfg.rendezvous_ports, os.getpid()
-            ),
+            )
+            | ({"images": self.health.registering_images} if self.images.specs else {}),
             instance=self._instance,
             schedulable=reason is None,
             unschedulable_reason=reason,

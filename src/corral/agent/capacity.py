@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -37,3 +38,19 @@ def ephemeral_ports() -> tuple[int, int] | None:
         return int(low), int(high)
     except (OSError, ValueError):
         return None
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("", 0))
+        return int(s.getsockname()[1])
+
+
+def port_is_free(port: int) -> bool:
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a closed listener's TIME_WAIT is no owner
+        try:
+            s.bind(("", port))
+        except OSError:
+            return False
+    return True

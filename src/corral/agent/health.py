@@ -20,7 +20,7 @@ from corral.agent.cgroup import CgroupMode, ensure_parents
 from corral.agent.client import Fenced, ManagerUnreachable, ProtocolClient, Rejected
 from corral.agent.identity import KernelIdentity
 from corral.domain.rendezvous import parse_port_range
-from corral.protocol.messages import HealthIn
+from corral.protocol.messages import HealthIn, ImageOffer
 from corral.waits import wait_set
 
 log = structlog.get_logger("corral.agent.health")
@@ -62,16 +62,21 @@ def _rendezvous_info(ports: str | None) -> dict[str, Any]:
         return {}
 
 
-class Health:
-    """Whether kernels can start here (`reason` is None) and what the manager was last told."""
+Offered = dict[str, dict[str, Any]]
 
-    def __init__(self, mode: CgroupMode) -> None:
+
+class Health:
+    """Whether kernels can start here (`reason` is None), the images offered here and whether
+    each is ready (`offered()`), and what the manager was last told of both."""
+
+    def __init__(self, mode: CgroupMode, offered: Callable[[], Offered] = dict) -> None:
         self.mode = mode
         self.reason: str | None = None
         """Why no kernel can start here; None when they can."""
-        self._told: tuple[int, str | None] = (-1, None)
-        """(epoch, reason) the manager has recorded."""
-        self._registering: str | None = None
+        self.offered = offered
+        self._told: tuple[int, str | None, Offered] = (-1, None, {})
+        """(epoch, reason, images) the manager has recorded."""
+        self._registering: tuple[str | None, Offered] = (None, {})
         self._wake = asyncio.Event()
 
     def check(self) -> None:
@@ -91,11 +96,16 @@ class Health:
         """Why no kernel can start here (None: they can), as it stands now, for the registration
         (`registered` then records it as told)."""
         self.check()
-        self._registering = self.reason
+        self._registering = (self.reason, self.offered())
         return self.reason
 
+    @property
+    def registering_images(self) -> Offered:
+        """The images as `registering` saw them, for the same registration."""
+        return self._registering[1]
+
     def registered(self, epoch: int) -> None:
-        self._told = (epoch, self._registering)
+        self._told = (epoch, *self._registering)
 
     def wake(self) -> None:
         """Check now (a kernel's start just failed): it may be the cgroups."""
@@ -105,7 +115,7 @@ class Health:
         """Until cancelled: check, and tell the manager of each change under the current epoch."""
         while True:
             self.check()
-            now = (epoch(), self.reason)
+            now = (epoch(), self.reason, self.offered())
             if now != self._told:
                 try:
                     body = HealthIn(
@@ -113,6 +123,7 @@ class Health:
                         epoch=now[0],
                         schedulable=now[1] is None,
                         unschedulable_reason=now[1],
+                        images={k: ImageOffer(**v) for k, v in now[2].items()} or None,
                     )
                     await client.health(body)
                     self._told = now

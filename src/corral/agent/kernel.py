@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 import os
 import signal
-import socket
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -16,8 +15,11 @@ import structlog
 from pydantic import ValidationError
 
 from corral.agent import commands
+from corral.agent.capacity import free_port, port_is_free
 from corral.agent.events import Exited, Started
 from corral.agent.identity import Account, KernelIdentity, cannot_enter, give, unreachable_from
+from corral.agent.image_build import BuildFailed, Images
+from corral.agent.images import Environment
 from corral.agent.kernel_env import WORKER_LIB, kernel_env, rechecked
 from corral.agent.kernel_files import TERMINATION_LOG_MAX, KernelFiles, error_record, tail_text
 from corral.agent.link import SupervisorLink
@@ -33,22 +35,6 @@ log = structlog.get_logger("corral.agent.kernel")
 
 Reporter = Callable[[KernelReportIn, bool], None]
 """Queues a report for the manager; true: the kernel's final one (the agent then forgets it)."""
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("", 0))
-        return int(s.getsockname()[1])
-
-
-def port_is_free(port: int) -> bool:
-    with socket.socket() as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a closed listener's TIME_WAIT is no owner
-        try:
-            s.bind(("", port))
-        except OSError:
-            return False
-    return True
 
 
 class KernelRunner:
@@ -88,21 +74,57 @@ class KernelRunner:
         self.pid: int | None = None
         self.master_port: int | None = None
         """Rank 0's rendezvous port, once prepared (picked here or chosen at placement)."""
+        self.environment: Environment | None = None
+        """Its image's environment (None: the agent's own)."""
+        self.pulling: asyncio.Task[None] | None = None
+        """Its image's build, while it waits for it."""
+        self.forgotten = False
         self.uid = os.geteuid()
         self.account = identity.default.describe()
         """Who it runs as, as its messages name it."""
         self._done = asyncio.Event()
 
-    def prepare(self, spec: KernelSpec, images: dict[str, str], quiet: bool = False) -> None:
+    def prepare(
+        self, spec: KernelSpec, images: Images, quiet: bool = False, then: Callable[[], None] | None = None
+    ) -> None:
+        """Make it ready to start, then `then()`. An image that must be built first is built in
+        the background (the kernel says PULLING; `quiet`: it says nothing, as a start order's)."""
         self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         image = spec.image
-        if image and image not in images:
-            self._end(
-                KernelStatus.ERROR,
-                image_failed=True,
-                termination_message=f"unknown image {image!r} on this agent",
-            )
+        if image:
+            if image not in images.specs:
+                self._end(
+                    KernelStatus.ERROR,
+                    image_failed=True,
+                    termination_message=f"image {image!r} is not offered by this agent",
+                )
+                return
+            self.environment = images.ready(image)
+            if self.environment is None:
+                if not quiet:
+                    self._say(KernelStatus.PULLING)
+                self.pulling = asyncio.create_task(self._pull(spec, images, image, quiet, then))
+                return
+        self._prepared(spec, quiet, then)
+
+    async def _pull(
+        self, spec: KernelSpec, images: Images, image: str, quiet: bool, then: Callable[[], None] | None
+    ) -> None:
+        try:
+            self.environment = await images.prepare(image)
+        except Exception as exc:  # a build that fails fails this kernel, never the agent
+            if not self.ended and not self.forgotten:
+                why = str(exc) if isinstance(exc, BuildFailed) else f"building image {image!r}: {exc!r}"
+                self._end(
+                    KernelStatus.ERROR, image_failed=True, termination_message=why[-TERMINATION_LOG_MAX:]
+                )
             return
+        finally:
+            self.pulling = None
+        if not self.ended and not self.forgotten:
+            self._prepared(spec, quiet, then)
+
+    def _prepared(self, spec: KernelSpec, quiet: bool, then: Callable[[], None] | None) -> None:
         if spec.pick_master_port:
             self.master_port = free_port()
         elif self.rank == 0 and spec.master_port:
@@ -117,6 +139,13 @@ class KernelRunner:
         self.prepared = True
         if not quiet:
             self._say(KernelStatus.PREPARED, master_port=self.master_port)
+        if then is not None:
+            then()
+
+    def forget(self) -> None:
+        """No longer ordered before it started: an image build it waits for finishes for others,
+        and nothing more is said or started for it."""
+        self.forgotten = True
 
     def _own_files(self, account: Account, checkpoint: Path) -> str | None:
         """Give the kernel's directories and log files to its account; why not, when it cannot be."""
@@ -178,6 +207,7 @@ class KernelRunner:
                 account if other else None,
                 # A copy every account can read (the installed package may be in root's home).
                 self.work_dir / "lib" if other else WORKER_LIB,
+                self.environment,
             ),
             cwd=workdir or str(self.dir),
             stdout=str(self.files.stdout),

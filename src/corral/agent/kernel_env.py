@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from corral.agent.identity import Account, reachable
+from corral.agent.images import Environment
 from corral.agent.kernel_files import KernelFiles
 from corral.protocol.orders import KernelSpec
 
@@ -63,8 +64,10 @@ def kernel_env(
     checkpoint_dir: Path,
     account: Account | None = None,
     worker_lib: Path = WORKER_LIB,
+    environment: Environment | None = None,
 ) -> dict[str, str]:
-    """`account`: the kernel runs as another account than the agent's."""
+    """`account`: the kernel runs as another account than the agent's; `environment`: its image's
+    (first on PATH, before what the spec's own PATH says)."""
     env = dict(_inherited())
     if account is not None:
         # Its own name, a home it can write (not root's), and only the PATH entries it can reach
@@ -72,6 +75,8 @@ def kernel_env(
         home = account.home or str(files.stdout.parent)
         env.update(HOME=home, USER=account.name, LOGNAME=account.name, PATH=_reachable_path(env.get("PATH")))
     env.update(spec.env)
+    if environment is not None:
+        environment.apply(env)
     env.update(
         CORRAL_SESSION_ID=session_id,
         CORRAL_KERNEL_ID=kernel_id,

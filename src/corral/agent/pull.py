@@ -80,6 +80,7 @@ class Puller(Loop):
             if kid in wanted:
                 continue
             if not runner.started:
+                runner.forget()
                 del kernels[kid]  # prepared only, then re-scheduled or ended: nothing to stop
             elif not runner.ended and not runner.fenced:
                 # No longer ours (declared gone): it must not keep running.
@@ -142,21 +143,29 @@ class Puller(Loop):
         if o.status in (KernelStatus.PREPARING, KernelStatus.PULLING) and existing is None:
             spec = _spec(o)
             runner = self._runner(o)
-            runner.prepare(spec, agent.cfg.images)
-            start = self._rendezvous(o, spec) if spec.start_at_once else None
-            if start is not None and runner.prepared and not runner.ended:
-                agent.ship.add(runner.key, runner.logs)
-                runner.start(start, report_creating=True)
+            then = (lambda: self._start_at_once(o, spec, runner)) if spec.start_at_once else None
+            runner.prepare(spec, agent.images, then=then)
         elif o.status is KernelStatus.CREATING:
             runner = self._runner(o)
-            if runner.started or runner.ended:
-                return  # its spec was not sent again (it said it started this placement)
+            if runner.started or runner.ended or runner.pulling is not None:
+                return  # its spec was not sent again (it said it started), or it starts once built
             spec = _spec(o)
-            if not runner.prepared:
-                runner.prepare(spec, agent.cfg.images, quiet=True)
-            if runner.prepared and not runner.ended:
-                agent.ship.add(runner.key, runner.logs)
-                runner.start(spec)
+            if runner.prepared:
+                self._start(runner, spec)
+            else:
+                runner.prepare(spec, agent.images, quiet=True, then=lambda: self._start(runner, spec))
+
+    def _start_at_once(self, o: KernelOrder, spec: KernelSpec, runner: KernelRunner) -> None:
+        """Prepared on a prepare order that may start it: started when its rendezvous is known."""
+        start = self._rendezvous(o, spec)
+        if start is not None:
+            self._start(runner, start, report_creating=True)
+
+    def _start(self, runner: KernelRunner, spec: KernelSpec, report_creating: bool = False) -> None:
+        if runner.ended or runner.forgotten or self._agent.kernels.get(runner.kernel_id) is not runner:
+            return
+        self._agent.ship.add(runner.key, runner.logs)
+        runner.start(spec, report_creating=report_creating)
 
 
 def _spec(o: KernelOrder) -> KernelSpec:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 from pathlib import Path
+from typing import Any
 
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -25,7 +26,8 @@ class AgentSettings(BaseSettings):
     work_dir: Path = Path("/tmp/corral-agent")
     memory_mode: str = "auto"
     grace: float = 10.0
-    images: dict[str, str] = {}
+    # Name -> environment spec (agent/images.py): what sessions naming an `image` run in here.
+    images: dict[str, Any] = {}
     # When started as root: the account kernels of owners with no mapped uid run as.
     kernel_user: str = "corral"
     allow_root_kernels: bool = False

@@ -5,11 +5,14 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+from collections.abc import Sequence
 from typing import Any
 
 from corral.agent.agent import Agent
 from corral.agent.capacity import ephemeral_ports
 from corral.agent.identity import IdentityError
+from corral.agent.images import ImageError, parse_option
+from corral.agent.images import parse as parse_images
 from corral.agent.settings import AgentSettings
 from corral.boot.failure import BootFailure, from_env
 from corral.domain.rendezvous import overlap, parse_port_range
@@ -17,10 +20,14 @@ from corral.logsetup import add_secret
 from corral.waits import STOP_WAIT, exit_when_stuck
 
 
-def agent(overrides: dict[str, Any]) -> None:
+def agent(overrides: dict[str, Any], images: Sequence[str] = ()) -> None:
     """Until SIGTERM, SIGINT or SIGHUP: settings from CORRAL_AGENT_* variables, then the options
-    given (None: not given)."""
+    given (None: not given); `images` (`--image NAME=JSON`) added to CORRAL_AGENT_IMAGES."""
     cfg = from_env(AgentSettings)
+    try:
+        cfg.images = {**cfg.images, **parse_option(list(images))}
+    except ImageError as exc:
+        raise BootFailure(str(exc), code=2) from None
     overrides = {**overrides, "token": overrides.get("token") or os.environ.get("CORRAL_AGENT_TOKEN")}
     for attr, value in overrides.items():
         if value is not None:
@@ -29,11 +36,20 @@ def agent(overrides: dict[str, Any]) -> None:
         raise BootFailure("an agent needs CORRAL_AGENT_TOKEN (or --token)")
     if cfg.rendezvous_ports:
         _check_ports(cfg.rendezvous_ports)
+    check_images(cfg)
     add_secret(cfg.token)
     try:
         asyncio.run(_run(Agent(cfg)))
     except IdentityError as exc:
         raise BootFailure(str(exc)) from None
+
+
+def check_images(cfg: AgentSettings) -> None:
+    """Its images' specs parse and name what is there, or it does not start (naming the image)."""
+    try:
+        parse_images(cfg.images)
+    except ImageError as exc:
+        raise BootFailure(str(exc), code=2) from None
 
 
 def _check_ports(given: str) -> None:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from corral.agent.identity import IdentityError, KernelIdentity, ensure_account
 from corral.agent.settings import AgentSettings
+from corral.boot.agent import check_images
 from corral.boot.failure import BootFailure, from_env
 from corral.boot.serve import agent_token_file, kernel_tree, private_dir, serve_embedded
 from corral.logsetup import add_secret
@@ -32,6 +33,7 @@ def up(agents: int, port: int, host: str, rotate_key: bool) -> None:
     # agents read theirs from the same environment).
     settings, scheduler = from_env(ManagerSettings, host=host, port=port), from_env(SchedulerSettings)
     agent_cfg = from_env(AgentSettings)
+    check_images(agent_cfg)  # its agents are given CORRAL_AGENT_IMAGES as they are
     data = private_dir(data_dir())
     url = f"http://{host}:{port}"
     saved_url, saved_key = load_saved()

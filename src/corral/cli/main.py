@@ -3,7 +3,7 @@
 import contextlib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -147,6 +147,15 @@ def agent(
             " spread over agents then starts as soon as it is prepared, with no start order to wait for"
         ),
     ] = None,
+    image: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--image",
+            help='NAME=JSON, repeatable: an environment sessions may name, e.g. py311=\'{"python":'
+            ' "/usr/bin/python3.11"}\', or {"venv": DIR}, {"path": DIR}, {"requirements": [...]}'
+            " (added to CORRAL_AGENT_IMAGES)",
+        ),
+    ] = None,
 ) -> None:
     """Run an agent on this node: it registers, pulls work and runs kernels.
 
@@ -173,7 +182,7 @@ def agent(
         "rendezvous_ports": rendezvous_ports,
     }
     with _booting():
-        start(overrides)
+        start(overrides, image or [])
 
 
 @agent_app.command("list")
@@ -188,6 +197,7 @@ def agent_list(output: Format = OutputOpt) -> None:
             r["placeable"] = (
                 "yes" if info.get("schedulable", True) else f"no: {info.get('unschedulable_reason')}"
             )
+            r["images_shown"] = images_shown(info.get("images") or {})
     emit(
         rows,
         output,
@@ -205,8 +215,31 @@ def agent_list(output: Format = OutputOpt) -> None:
             ("MEMORY LIMITS", "info.memory_mode"),
             ("CPU LIMITS", "info.cpu_mode"),
             ("KERNELS RUN AS", "info.kernel_user"),
+            ("IMAGES", "images_shown"),
             ("HEARTBEAT", "last_heartbeat"),
         ],
+    )
+
+
+def images_shown(images: dict[str, Any]) -> str:
+    """`name`, or `name (not built)` for a requirements list still to build."""
+    return ", ".join(
+        f"{name}{'' if i.get('ready') else ' (not built)'}" for name, i in sorted(images.items())
+    )
+
+
+@agent_app.command("images")
+def agent_images(output: Format = OutputOpt) -> None:
+    """Every agent's images: their kind, and whether each is ready (a requirements list: built)."""
+    rows = [
+        {"agent": a["id"], "status": a["status"], "image": name, **offer}
+        for a in connect().raw.agents.list()
+        for name, offer in sorted(((a.get("info") or {}).get("images") or {}).items())
+    ]
+    emit(
+        rows,
+        output,
+        [("AGENT", "agent"), ("STATUS", "status"), ("IMAGE", "image"), ("KIND", "kind"), ("READY", "ready")],
     )
 
 

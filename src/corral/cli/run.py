@@ -55,6 +55,10 @@ def run(
         ),
     ] = None,
     env: Annotated[list[str] | None, typer.Option("--env", "-e", help="KEY=VALUE for the kernels")] = None,
+    image: Annotated[
+        str | None,
+        typer.Option(help="the environment to run in, by the name agents offer it (corral agent images)"),
+    ] = None,
     timeout: Annotated[int | None, typer.Option(help="seconds from start before deadline_exceeded")] = None,
     dispersed: Annotated[bool, typer.Option(help="spread kernels over agents")] = False,
     error_strategy: Annotated[
@@ -162,6 +166,7 @@ def run(
         "name": name,
         "timeout": timeout,
         "error_strategy": error_strategy,
+        "image": image,
     }
     body.update({k: v for k, v in extras.items() if v is not None})
     if dispersed:

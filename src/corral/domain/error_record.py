@@ -241,7 +241,9 @@ def _synthesized(k: KernelOutcome) -> tuple[str, str, str]:
     if k.agent_lost:
         return "lost", "agent_lost", "its agent was lost (fenced) while it ran"
     if k.image_failed:
-        return "exit", "image_pull_failure", "its runtime environment could not be prepared"
+        # The agent's words (an unknown image, pip's last lines) say what to fix.
+        said = k.termination_log.strip()[-MESSAGE_MAX:]
+        return "exit", "image_pull_failure", said or "its runtime environment could not be prepared"
     if k.oom_killed:
         return "oom", "oom_killed", "killed for memory (cgroup oom_kill counter or watchdog)"
     found = exception_in(strip_rank_prefix(k.log_tail))

@@ -30,6 +30,7 @@ _CAUSE_CONDITIONS = {
     Cause.AGENT_TRANSIENT: Condition.EVICTED,
     Cause.PREEMPTED: Condition.PREEMPTED,
     Cause.DEADLINE_EXCEEDED: Condition.DEADLINE_EXCEEDED,
+    Cause.IMAGE_PULL_FAILURE: Condition.IMAGE_PULL_FAILURE,
 }
 
 
@@ -39,6 +40,8 @@ def kernel_conditions(k: KernelOutcome) -> frozenset[Condition]:
         found.add(Condition.OOM_KILLED)
     if k.agent_lost:
         found.add(Condition.EVICTED)
+    if k.image_failed:
+        found.add(Condition.IMAGE_PULL_FAILURE)
     return frozenset(found)
 
 

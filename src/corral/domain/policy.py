@@ -20,6 +20,7 @@ class Condition(StrEnum):
     PREEMPTED = "preempted"
     DEADLINE_EXCEEDED = "deadline_exceeded"
     UNSCHEDULABLE = "unschedulable"
+    IMAGE_PULL_FAILURE = "image_pull_failure"
 
 
 class RuleAction(StrEnum):

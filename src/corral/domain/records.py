@@ -86,9 +86,10 @@ class KernelRecord:
             worker=worker_name(self.rank),
             error_file=self.error_record,
             log_tail=tail if isinstance(tail := self.detail.get("log_tail"), str) else "",
-            # The termination message holds the log's tail when the kernel wrote no termination log.
+            # The termination message holds the log's tail when the kernel wrote no termination log;
+            # an image's failure is the agent's own words (pip's last lines).
             termination_log=(self.termination_message or "")
-            if self.detail.get("termination_source") in ("file", "start_error")
+            if self.image_failed or self.detail.get("termination_source") in ("file", "start_error")
             else "",
         )
 

@@ -9,7 +9,7 @@ reports and log shipments have their own modules beside it.
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, Field, Strict, StringConstraints
 
@@ -64,8 +64,19 @@ class RegisterOut(BaseModel):
     log_cap: int
 
 
+class ImageOffer(BaseModel):
+    """One image an agent offers: its kind (agent/images.py) and whether it is ready (a
+    requirements list: built)."""
+
+    model_config = REQUEST
+
+    kind: Literal["python", "venv", "path", "requirements"]
+    ready: bool
+
+
 class HealthIn(BaseModel):
-    """The agent can (or no longer can) start kernels: sent when that changes."""
+    """The agent can (or no longer can) start kernels, or an image of its became ready: sent when
+    that changes."""
 
     model_config = REQUEST
 
@@ -73,6 +84,9 @@ class HealthIn(BaseModel):
     epoch: Serial
     schedulable: bool
     unschedulable_reason: Reason | None = None
+    images: dict[Name, ImageOffer] | None = Field(
+        default=None, max_length=1000, description="its images as they are now (None: none offered)"
+    )
 
 
 class HealthOut(BaseModel):

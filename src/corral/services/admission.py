@@ -203,6 +203,8 @@ async def prepared(
     if not who.is_admin and spec.project not in who.projects:
         raise Forbidden(f"you are not a member of project {spec.project!r}", {"field": "project"})
     await _check_fits(conn, spec)
+    if spec.image is not None and not await _known(conn, "image", spec.image, agents.image_offered):
+        raise InvalidInput("image", f"no agent offers image {spec.image!r} (corral agent images lists them)")
     await policies.check_names(conn, list(spec.retry_policies), "retry_policies")
     project_cfg, user_cfg = await shared.submitter_configs(conn, spec.project, who.user_id)
     return replace(

@@ -126,10 +126,18 @@ class AgentProtocol:
             self._mark(agent_id, epoch)
         return recorded
 
-    async def health(self, agent_id: str, epoch: int, schedulable: bool, reason: str | None) -> None:
-        """The agent can start kernels again, or no longer can (why): placement reads it next cycle."""
+    async def health(
+        self,
+        agent_id: str,
+        epoch: int,
+        schedulable: bool,
+        reason: str | None,
+        images: dict[str, Any] | None = None,
+    ) -> None:
+        """The agent can start kernels again, or no longer can (why), or its images are ready now:
+        placement reads it next cycle."""
         async with transaction(self._engine) as conn:
-            if not await agents.set_standing(conn, agent_id, epoch, schedulable, reason):
+            if not await agents.set_standing(conn, agent_id, epoch, schedulable, reason, images):
                 raise Fenced(f"agent {agent_id} epoch {epoch} is fenced; register again")
         if schedulable:
             self._wakeup.scheduler()  # room where there was none: the queue may move

@@ -25,6 +25,10 @@ it existed) reads as schedulable."""
 REASON = "unschedulable_reason"
 
 
+IMAGES = "images"
+"""The `info` key of the images an agent offers: name -> {"kind", "ready"}."""
+
+
 def standing(schedulable: bool, reason: str | None) -> dict[str, Any]:
     """The `info` keys that say whether kernels can start on an agent, and if not why."""
     return {SCHEDULABLE: schedulable, REASON: None if schedulable else reason or "unknown"}
@@ -129,16 +133,22 @@ async def heartbeat(conn: AsyncConnection, agent_id: str, epoch: int, now: datet
 
 
 async def set_standing(
-    conn: AsyncConnection, agent_id: str, epoch: int, schedulable: bool, reason: str | None
+    conn: AsyncConnection,
+    agent_id: str,
+    epoch: int,
+    schedulable: bool,
+    reason: str | None,
+    images: dict[str, Any] | None = None,
 ) -> bool:
-    """Record whether kernels can start on the agent (`standing`); False when this epoch is fenced.
-    Read, then written under the same epoch guard: a registration in between (a new epoch, its own
-    info) wins, and this write updates nothing."""
+    """Record whether kernels can start on the agent (`standing`), and its images as they are now
+    (None: as registered); False when this epoch is fenced. Read, then written under the same
+    epoch guard: a registration in between (a new epoch, its own info) wins, and this write updates
+    nothing."""
     where = (agents.c.id == agent_id, agents.c.epoch == epoch)
     info = (await conn.execute(select(agents.c.info).where(*where))).scalar()
     if info is None:
         return False
-    info = {**info, **standing(schedulable, reason)}
+    info = {**info, **standing(schedulable, reason), **({} if images is None else {IMAGES: images})}
     return bool((await conn.execute(update(agents).where(*where).values(info=info))).rowcount)
 
 
@@ -254,6 +264,22 @@ async def declared_slots(conn: AsyncConnection) -> set[str]:
     for (cap,) in rows:
         names.update(cap)
     return names
+
+
+async def image_offered(conn: AsyncConnection, name: str) -> bool:
+    """Some registered agent (alive or not) offers the image."""
+    # As text: the JSON element itself is `null` text on SQLite where the key is missing.
+    found = select(agents.c.id).where(agents.c.info[(IMAGES, name)].as_string().is_not(None)).limit(1)
+    return (await conn.execute(found)).first() is not None
+
+
+async def offering(conn: AsyncConnection, resource_group: str) -> dict[str, frozenset[str]]:
+    """Agent id -> the names of the images it offers, for a group's agents (read by placement only
+    when a session in line names an image)."""
+    rows = await conn.execute(
+        select(agents.c.id, agents.c.info[IMAGES]).where(agents.c.resource_group == resource_group)
+    )
+    return {aid: frozenset(images) if isinstance(images, dict) else frozenset() for aid, images in rows}
 
 
 async def capacities(conn: AsyncConnection, resource_group: str) -> list[ResourceSlots]:

@@ -22,6 +22,7 @@ PAGES = [
     "root-cause.md",
     "preemption.md",
     "arrays.md",
+    "images.md",
     "client.md",
     "operations.md",
     "troubleshooting.md",

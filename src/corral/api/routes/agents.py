@@ -57,7 +57,10 @@ async def orders(body: OrdersIn, state: State) -> OrdersOut:
 @router.post("/agent/health", response_model=HealthOut, dependencies=[AgentAuth])
 async def health(body: HealthIn, state: State) -> HealthOut:
     """Whether kernels can start on the agent (its cgroups are usable), sent when that changes."""
-    await state.protocol.health(body.agent_id, body.epoch, body.schedulable, body.unschedulable_reason)
+    images = None if body.images is None else {k: v.model_dump() for k, v in body.images.items()}
+    await state.protocol.health(
+        body.agent_id, body.epoch, body.schedulable, body.unschedulable_reason, images
+    )
     return HealthOut(schedulable=body.schedulable)
 
 

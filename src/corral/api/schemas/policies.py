@@ -18,6 +18,7 @@ _CAMEL = {
     "Preempted": "preempted",
     "DeadlineExceeded": "deadline_exceeded",
     "Unschedulable": "unschedulable",
+    "ImagePullFailure": "image_pull_failure",
 }
 
 

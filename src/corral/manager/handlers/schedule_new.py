@@ -28,7 +28,7 @@ from corral.domain.scheduling import Skip, StatusTransitions, TransitionStatus
 from corral.domain.status import AgentStatus, KernelStatus, SessionStatus
 from corral.manager.handlers.base import HandlerContext, LifecycleHandler, LifecycleResult, Step
 from corral.manager.handlers.prepare import PrepareSessions
-from corral.store import journal, placement_view, preemption, retry_holds, sessions
+from corral.store import agents, journal, placement_view, preemption, retry_holds, sessions
 from corral.store.unit import Tx
 
 
@@ -81,6 +81,7 @@ class ScheduleNewSessions(LifecycleHandler):
         # Failed attempts whose retry is yet to be made keep their place in line for what they
         # freed: read before the targets (read_before_targets), dropped once their retry is here.
         undecided: list[retry_holds.Undecided] = list(ctx.before or ())
+        elsewhere = _Images(ctx, [a.id for a in registered])
         # Backfill: a session that does not fit does not block smaller ones behind it, except on the
         # agents held for the first one that does not fit (no starvation; see README).
         unplaced: list[SessionRecord] = []
@@ -99,7 +100,7 @@ class ScheduleNewSessions(LifecycleHandler):
                 if s.status is SessionStatus.SUSPENDED and s.termination_reason:
                     continue  # cancelled while suspended: ApplyTerminationRequests ends it
                 needs = [s.resources] * s.cluster_size  # every kernel of a session asks for the same slots
-                excluded = {aid for aid, owner in held_by.items() if owner != s.id}
+                excluded = {aid for aid, owner in held_by.items() if owner != s.id} | await elsewhere(s)
                 if hold is not None and not may_use_held(hold, s.spec.timeout, ctx.now):
                     excluded |= hold.agent_ids
                 note = ""
@@ -116,7 +117,7 @@ class ScheduleNewSessions(LifecycleHandler):
                     if hold is None and s.id not in reserved:
                         if running is None:
                             running = await preemption.running_in(ctx.conn, ctx.resource_group)
-                        hold = _hold_for(ctx, s, registered, held_by, running)
+                        hold = _hold_for(ctx, s, registered, held_by, running, await elsewhere(s))
                     continue
                 if s.status is SessionStatus.SUSPENDED:
                     if not await _resume(ctx, s):
@@ -143,9 +144,11 @@ class ScheduleNewSessions(LifecycleHandler):
             page = await ctx.more(fit if not unplaced else max(fit, self.queue_page))
         placed = set(result.placements)
         await preemption.release(ctx.conn, [sid for sid in reserved if sid in placed])
-        preempting = await _preempt(ctx, unplaced, free.snapshot(), reserved, held_by, result, running)
+        preempting = await _preempt(
+            ctx, unplaced, free.snapshot(), reserved, held_by, result, running, elsewhere
+        )
         for s in unplaced:
-            why = preempting.get(s.id) or _why_waiting(s, registered, ctx.resource_group)
+            why = preempting.get(s.id) or _why_waiting(s, registered, ctx.resource_group, await elsewhere(s))
             if hold is not None and hold.session_id == s.id and s.id not in preempting:
                 until = f" until {hold.starts_by:%H:%M:%S}" if hold.starts_by else ""
                 why += f"; agents {', '.join(sorted(hold.agent_ids))} held for it{until} (first in line)"
@@ -201,11 +204,12 @@ def _hold_for(
     registered: Sequence[AgentCapacity],
     held_by: dict[str, str],
     running: Sequence[RunningRecord],
+    elsewhere: frozenset[str],
 ) -> Hold | None:
     """The agents held for the first session in line that does not fit, and when they will surely
     have room: every RUNNING session there ends by its start plus timeout; anything else there (no
     timeout, starting, stopping) leaves it unknown, and then nothing else may use them."""
-    alive = [a for a in registered if a.placeable and a.id not in held_by]
+    alive = [a for a in registered if a.placeable and a.id not in held_by and a.id not in elsewhere]
     occupants = []
     accounted: dict[str, ResourceSlots] = {}
     for r in running:
@@ -230,6 +234,7 @@ async def _preempt(
     held_by: dict[str, str],
     result: LifecycleResult,
     running_now: Sequence[RunningRecord] | None,
+    elsewhere: _Images,
 ) -> dict[str, str]:
     """For the first waiting session (in queue order) that running work of lower priority can make
     room for: ask a minimal set of victims to stop and hold the agents they free.  One preemptor per
@@ -268,10 +273,12 @@ async def _preempt(
         if not ordered:
             continue
         needs = [s.resources] * s.cluster_size
-        victims = choose_victims(needs, s.spec.placement, view, ordered)
+        others = await elsewhere(s)
+        offering = [a for a in view if a.agent_id not in others]
+        victims = choose_victims(needs, s.spec.placement, offering, ordered)
         if victims is None:
             continue
-        target = place_gang(needs, freed(view, victims), s.spec.placement)
+        target = place_gang(needs, freed(offering, victims), s.spec.placement)
         assert target is not None  # choose_victims checked it
         ids = [v.session_id for v in victims]
         why = f"preempted by session {s.id} (priority {s.priority}) to make room for it"
@@ -300,12 +307,37 @@ async def _preempt(
     return waiting
 
 
-def _why_waiting(s: SessionRecord, registered: Sequence[AgentCapacity], group: str) -> str:
+def _why_waiting(
+    s: SessionRecord, registered: Sequence[AgentCapacity], group: str, elsewhere: frozenset[str]
+) -> str:
     if not registered:
         return f"unschedulable: no agent has joined resource group {group!r} yet"
+    if s.spec.image and not any(a.status is AgentStatus.ALIVE and a.id not in elsewhere for a in registered):
+        return f"no live agent of resource group {group!r} offers image {s.spec.image!r}"
+    registered = [a for a in registered if a.id not in elsewhere]
     if not any(s.resources.fits_in(a.capacity) for a in registered):
         return "unschedulable: each kernel needs more than any agent of the group has"
     off = [a.id for a in registered if a.status is AgentStatus.ALIVE and not a.schedulable]
     if off:  # their reasons: `corral agent list`
         return f"no agent has room for it now; unschedulable: {', '.join(off)}"
     return "no agent has room for it now"
+
+
+class _Images:
+    """The group's agents that do not offer a session's image (none when it names none): read
+    once per placement run, and only once a session in line names an image."""
+
+    def __init__(self, ctx: HandlerContext, agent_ids: Sequence[str]) -> None:
+        self._ctx, self._ids = ctx, frozenset(agent_ids)
+        self._offering: dict[str, frozenset[str]] | None = None
+        self._without: dict[str, frozenset[str]] = {}
+
+    async def __call__(self, s: SessionRecord) -> frozenset[str]:
+        image = s.spec.image
+        if not image:
+            return frozenset()
+        if image not in self._without:
+            if self._offering is None:
+                self._offering = await agents.offering(self._ctx.conn, self._ctx.resource_group)
+            self._without[image] = frozenset(a for a in self._ids if image not in self._offering.get(a, ()))
+        return self._without[image]
