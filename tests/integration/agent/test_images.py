@@ -167,3 +167,52 @@ def test_sessions_naming_an_image_land_only_on_agents_offering_it(
     )
     poll(said, 30, "the session to say why it waits")
     assert c.session(waiting["id"])["status"] == "PENDING"
+
+
+def slow_python(where: Path, seconds: int) -> Path:
+    """An interpreter that takes `seconds` to finish: a build from it makes its virtualenv (no
+    packages yet), then waits that long."""
+    path = where / f"python-then-{seconds}s"
+    path.write_text(f'#!/bin/sh\n/usr/bin/python3 "$@"\ncode=$?\nsleep {seconds}\nexit $code\n')
+    path.chmod(0o755)
+    return path
+
+
+def test_the_agent_goes_on_working_while_an_image_builds(
+    own_cluster: Callable[..., Cluster], tmp_path: Path
+) -> None:
+    c = own_cluster()
+    spec = {"requirements": [str(wheel(tmp_path, "slowly"))], "python": str(slow_python(tmp_path, 30))}
+    with_images(c, "builder", {"slow": spec})
+    building = c.submit(command=["python", "-c", PRINT], image="slow")
+    c.wait(building["id"], {"PULLING"})
+    beat = c.agent("builder")["last_heartbeat"]
+    quick = [c.submit(command=["sh", "-c", "echo meanwhile"])["id"] for _ in range(3)]
+    for sid in quick:
+        assert c.wait(sid)["status"] == "TERMINATED"
+        assert c.output(sid).strip() == "meanwhile"
+    assert c.session(building["id"])["status"] == "PULLING", "the others ran while it built"
+    poll(lambda: c.agent("builder")["last_heartbeat"] != beat, 30, "a heartbeat during the build")
+    done = c.wait(building["id"], timeout=180)
+    assert done["status"] == "TERMINATED" and c.output(building["id"]).split() == ["slowly", "True"]
+
+
+def test_an_agent_killed_mid_build_builds_again_and_never_runs_in_the_half_built_one(
+    own_cluster: Callable[..., Cluster], tmp_path: Path
+) -> None:
+    c = own_cluster()
+    spec = {"requirements": [str(wheel(tmp_path, "whole"))], "python": str(slow_python(tmp_path, 5))}
+    with_images(c, "builder", {"slow": spec})
+    s = c.submit(command=["python", "-c", PRINT], image="slow")
+    envs = c.workdir / "builder" / "images" / "envs"
+    poll(lambda: list(envs.glob("*/env/bin/python")), 60, "the virtualenv, its packages still to come")
+    c.signal_agent("builder", signal.SIGKILL)
+    c.agents["builder"].wait()
+    [left] = list(envs.iterdir())
+    assert not (left / "READY").exists(), "killed mid-build: nothing says it is built"
+    with_images(c, "builder", {"slow": spec})
+    done = c.wait(s["id"], timeout=180)
+    assert done["status"] == "TERMINATED", done
+    assert c.output(s["id"]).split() == ["whole", "True"]
+    assert [p.name for p in envs.iterdir()] == [left.name]
+    assert (left / "READY").is_file()
