@@ -33,25 +33,27 @@ def _absolute(value: str) -> str:
     return os.path.normpath(value)
 
 
-class Interpreter(BaseModel):
+class _OnePath(BaseModel):
+    """A kind given by one absolute path."""
+
     model_config = _SPEC
+
+    @field_validator("*")
+    @classmethod
+    def _path(cls, value: str) -> str:
+        return _absolute(value)
+
+
+class Interpreter(_OnePath):
     python: str
 
-    _check = field_validator("python")(_absolute)
 
-
-class Venv(BaseModel):
-    model_config = _SPEC
+class Venv(_OnePath):
     venv: str
 
-    _check = field_validator("venv")(_absolute)
 
-
-class BinDir(BaseModel):
-    model_config = _SPEC
+class BinDir(_OnePath):
     path: str
-
-    _check = field_validator("path")(_absolute)
 
 
 class Requirements(BaseModel):
