@@ -62,6 +62,9 @@ def test_a_requirements_image_is_built_once_and_its_packages_import(
     done = c.wait(first["id"], timeout=180)
     assert (done["status"], done["result"]) == ("TERMINATED", "success"), done
     assert "PULLING" in statuses(c, first["id"]), statuses(c, first["id"])
+    events = c.http.get("/api/v1/events", params={"session": first["id"], "type": "session.status_changed"})
+    hops = [(e["from_status"], e["to_status"]) for e in events.json()]
+    assert ("PREPARING", "PULLING") in hops and ("PULLING", "PREPARED") in hops, hops
     assert c.output(first["id"]).split() == ["from-the-wheel", "True"]
     poll(lambda: c.agent("builder")["info"]["images"]["probe"]["ready"], 30, "the agent to say it is built")
 
