@@ -19,12 +19,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    field_validator,
+)
 
-from corral.protocol.types import Name
+from corral.protocol.types import Name, clean_text
 
 _SPEC = ConfigDict(extra="forbid", frozen=True)
-Requirement = Annotated[str, Field(min_length=1, max_length=500)]
+Requirement = Annotated[str, Field(min_length=1, max_length=500), AfterValidator(clean_text)]
+"""One pip requirement (a NUL byte could never reach pip's command line)."""
 
 
 def _absolute(value: str) -> str:

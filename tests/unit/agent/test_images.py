@@ -49,6 +49,8 @@ def test_each_kind_parses_from_its_json(tmp_path: Path) -> None:
         ({"a": "/usr/bin/python3"}, "image 'a': its spec must be a JSON object"),
         ({"a": {"requirements": []}}, "image 'a': give one of"),
         ({"a": {"requirements": ["x" * 501]}}, "image 'a': give one of"),
+        ({"a": {"requirements": ["numpy\x00"]}}, "image 'a': give one of"),
+        ({"a": {"python": "/usr/bin/python3\x00"}}, "image 'a': give one of"),
         ({"a": {"python": "/no/such/python"}}, "image 'a': /no/such/python is not an executable file"),
         ({"a": {"venv": "/"}}, "image 'a': / is not a virtualenv (no bin/python)"),
         ({"a": {"path": "/no/such/dir"}}, "image 'a': /no/such/dir is not a directory"),
