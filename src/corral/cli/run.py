@@ -189,6 +189,10 @@ def run(
         body["retry_policies"] = policy
     spec = cast("SessionRequest", body)
     api = connect()
+    # Its answers are read into result types, built here before anything is sent: read first at
+    # the submit's answer, they took a loaded machine a second or more, and a Ctrl-C then, after
+    # the session was made but before it was followed, left it running.
+    ready_results()
     if array is not None:
         made = api.arrays.submit(array, **spec)
         if detach:
@@ -216,6 +220,13 @@ def run(
         _cancel(lambda c: c.sessions.cancel(chain.current))
         raise typer.Exit(130) from None
     raise typer.Exit(exit_code_of(final))
+
+
+def ready_results() -> None:
+    from corral.client import models
+
+    for model in (models.Session, models.Array, models.LogPage):
+        model.model_rebuild(force=True)
 
 
 def _cancel(how: "Callable[[Client], object]") -> None:
