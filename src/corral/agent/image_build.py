@@ -60,9 +60,6 @@ class Builds:
         place = self.place(spec)
         return place / "env" if (place / READY).is_file() else None
 
-    def building(self, spec: Requirements) -> bool:
-        return spec.key() in self._running
-
     async def build(self, name: str, spec: Requirements) -> Path:
         """The virtualenv, built first unless it is; one build per hash however many wait."""
         found = self.ready(spec)
@@ -110,9 +107,6 @@ class Builds:
         (place / READY).write_text(spec.model_dump_json())
         log.info("image built", image=name, key=spec.key())
         return env
-
-    def build_log(self, spec: Requirements) -> Path:
-        return self.place(spec) / LOG
 
 
 async def _run(argv: list[str], out: BinaryIO) -> int:
