@@ -252,15 +252,18 @@ class Cluster:
 
         return dict(poll(done, timeout, f"session {session_id} to reach {sorted(want)}"))
 
-    def output(self, session_id: str, timeout: float = 60) -> str:
-        """A session's whole output, once it is complete (it may arrive after the session ends)."""
+    def output(
+        self, session_id: str, timeout: float = 60, streams: tuple[str, ...] = ("stdout", "stderr")
+    ) -> str:
+        """A session's whole output of `streams` (its processes' by default, not its image's build),
+        once it is complete (it may arrive after the session ends)."""
         text: list[str] = []
         cursor = 0
 
         def complete() -> bool:
             nonlocal cursor
             page = self.http.get(f"/api/v1/sessions/{session_id}/logs", params={"after": cursor}).json()
-            text.extend(ch["data"] for ch in page["chunks"])
+            text.extend(ch["data"] for ch in page["chunks"] if ch["stream"] in streams)
             cursor = page["next"]
             return bool(page["complete"])
 

@@ -4,12 +4,14 @@ requirements) hash and shared by every session naming one.
 A virtualenv is used only once its build finished: the marker READY is written last, so one left
 half-built by a killed agent is never run in, and is removed before it is built again. Builds are
 subprocesses awaited on the agent's loop (nothing else waits for them); sessions needing one hash
-at once wait for one build. Its output is kept as `build.log` beside it.
+at once wait for one build. Its output is kept as `build.log` beside it, and copied as it comes
+to the preparation log of each kernel waiting for it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib.util
 import os
 import shutil
@@ -51,6 +53,7 @@ class Builds:
         self.root = root
         self.shared = shared
         self._running: dict[str, asyncio.Task[Path]] = {}
+        self._logs: dict[str, _BuildLog] = {}
 
     def place(self, spec: Requirements) -> Path:
         return self.root / spec.key()
@@ -60,24 +63,36 @@ class Builds:
         place = self.place(spec)
         return place / "env" if (place / READY).is_file() else None
 
-    async def build(self, name: str, spec: Requirements) -> Path:
-        """The virtualenv, built first unless it is; one build per hash however many wait."""
+    async def build(self, name: str, spec: Requirements, copy_to: Path | None = None) -> Path:
+        """The virtualenv, built first unless it is; one build per hash however many wait.
+        `copy_to`: a file that gets the build's output, from its start, while this caller waits."""
         found = self.ready(spec)
         if found is not None:
             return found
         key = spec.key()
         task = self._running.get(key)
         if task is None:
-            task = asyncio.create_task(self._build(name, spec), name=f"image-build:{name}")
+            place = self.place(spec)
+            shutil.rmtree(place, ignore_errors=True)  # a build that never finished
+            place.mkdir(parents=True)
+            self._logs[key] = _BuildLog(place / LOG)
+            task = asyncio.create_task(self._build(name, spec, self._logs[key]), name=f"image-build:{name}")
             self._running[key] = task
-            task.add_done_callback(lambda _: self._running.pop(key, None))
-        # Shielded: a waiter that goes (its kernel cancelled) does not stop the build for others.
-        return await asyncio.shield(task)
+            task.add_done_callback(lambda _: self._ended(key))
+        copy = self._logs[key].add(copy_to) if copy_to is not None else None
+        try:
+            # Shielded: a waiter that goes (its kernel cancelled) does not stop the build for others.
+            return await asyncio.shield(task)
+        finally:
+            if copy is not None:
+                _BuildLog.remove(self._logs.get(key), copy)
 
-    async def _build(self, name: str, spec: Requirements) -> Path:
+    def _ended(self, key: str) -> None:
+        self._running.pop(key, None)
+        self._logs.pop(key).close()
+
+    async def _build(self, name: str, spec: Requirements, out: _BuildLog) -> Path:
         place = self.place(spec)
-        shutil.rmtree(place, ignore_errors=True)  # a build that never finished
-        place.mkdir(parents=True)
         env = place / "env"
         python = str(env / "bin" / "python")
         install = ["install", "--disable-pip-version-check", "--no-input", "--progress-bar", "off"]
@@ -93,15 +108,13 @@ class Builds:
                 [python, "-m", "pip", *install, *spec.requirements],
             ]
         log.info("building image", image=name, key=spec.key(), requirements=len(spec.requirements))
-        with (place / LOG).open("ab") as out:
-            for argv in steps:
-                out.write(("$ " + " ".join(argv) + "\n").encode())
-                out.flush()
-                code = await _run(argv, out)
-                if code != 0:
-                    tail = _tail(place / LOG)
-                    log.warning("image build failed", image=name, step=argv[2], exit_code=code)
-                    raise BuildFailed(f"building image {name!r} failed (exit {code}):\n{tail}")
+        for argv in steps:
+            out.write(("$ " + " ".join(argv) + "\n").encode())
+            code = await _run(argv, out)
+            if code != 0:
+                tail = _tail(place / LOG)
+                log.warning("image build failed", image=name, step=argv[2], exit_code=code)
+                raise BuildFailed(f"building image {name!r} failed (exit {code}):\n{tail}")
         if self.shared:
             _readable_by_all(place)
         (place / READY).write_text(spec.model_dump_json())
@@ -109,15 +122,62 @@ class Builds:
         return env
 
 
-async def _run(argv: list[str], out: BinaryIO) -> int:
+class _BuildLog:
+    """A build's output: its `build.log`, and the preparation logs of the kernels waiting for it
+    (each given what was written before it came). Written from the agent's loop alone."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.file: BinaryIO | None = path.open("ab")
+        self.copies: list[BinaryIO] = []
+
+    def write(self, data: bytes) -> None:
+        for f in [self.file, *self.copies]:
+            if f is not None:
+                with contextlib.suppress(OSError):  # a full disk loses a copy, never the build
+                    f.write(data)
+                    f.flush()
+
+    def add(self, path: Path) -> BinaryIO | None:
+        try:
+            copy = path.open("ab")
+            copy.write(self.path.read_bytes())
+            copy.flush()
+        except OSError as exc:
+            log.warning("cannot write a kernel's preparation log", path=str(path), error=exc.strerror)
+            return None
+        self.copies.append(copy)
+        return copy
+
+    @staticmethod
+    def remove(build: _BuildLog | None, copy: BinaryIO) -> None:
+        """`copy` gets no more (`build` may have ended already, or be a later build's)."""
+        if build is not None and copy in build.copies:
+            build.copies.remove(copy)
+        copy.close()
+
+    def close(self) -> None:
+        for f in [self.file, *self.copies]:
+            if f is not None:
+                f.close()
+        self.file, self.copies = None, []
+
+
+async def _run(argv: list[str], out: _BuildLog) -> int:
     try:
         proc = await asyncio.create_subprocess_exec(
-            *argv, stdin=asyncio.subprocess.DEVNULL, stdout=out, stderr=asyncio.subprocess.STDOUT
+            *argv,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
         )
     except OSError as exc:
         out.write(f"cannot run {argv[0]}: {exc.strerror}\n".encode())
         return 127
+    assert proc.stdout is not None
     try:
+        while chunk := await proc.stdout.read(1 << 16):
+            out.write(chunk)
         return await proc.wait()
     except asyncio.CancelledError:  # the agent stops: no build outlives it
         proc.kill()
@@ -194,12 +254,13 @@ class Images:
             return None if built is None else environment(spec, self.root, built)
         return environment(spec, self._shims.get(name, self.root))
 
-    async def prepare(self, name: str) -> Environment:
-        """Its environment, built first if need be (BuildFailed if that fails)."""
+    async def prepare(self, name: str, log: Path | None = None) -> Environment:
+        """Its environment, built first if need be (BuildFailed if that fails); `log` gets the
+        build's output."""
         spec = self.specs[name]
         assert isinstance(spec, Requirements), "only a requirements list is built"
         try:
-            built = await self.builds.build(name, spec)
+            built = await self.builds.build(name, spec, log)
         finally:
             self.on_change()
         return environment(spec, self.root, built)

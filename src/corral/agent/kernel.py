@@ -52,6 +52,7 @@ class KernelRunner:
         report: Reporter,
         log_cap: int,
         identity: KernelIdentity,
+        ship: Callable[[str, KernelLogs], None],
     ) -> None:
         self.kernel_id = kernel_id
         self.identity = identity
@@ -64,6 +65,8 @@ class KernelRunner:
         self.link = link
         self.grace = grace
         self._report = report
+        self._ship = ship
+        """Hands its output to the log shipper (once it starts, or its image failed to build)."""
         self.files = KernelFiles.under(self.dir)
         self.logs = KernelLogs(kernel_id, generation, self.files.streams(), log_cap)
         self.prepared = False
@@ -111,10 +114,11 @@ class KernelRunner:
         self, spec: KernelSpec, images: Images, image: str, quiet: bool, then: Callable[[], None] | None
     ) -> None:
         try:
-            self.environment = await images.prepare(image)
+            self.environment = await images.prepare(image, self.files.prepare)
         except Exception as exc:  # a build that fails fails this kernel, never the agent
             if not self.ended and not self.forgotten:
                 why = str(exc) if isinstance(exc, BuildFailed) else f"building image {image!r}: {exc!r}"
+                self._ship(self.key, self.logs)  # its preparation log: pip's whole output
                 self._end(
                     KernelStatus.ERROR, image_failed=True, termination_message=why[-TERMINATION_LOG_MAX:]
                 )
@@ -155,7 +159,7 @@ class KernelRunner:
         try:
             # The files before the directory: once it is the account's, it could put a link or a
             # FIFO where they go (a FIFO would block this loop; O_NONBLOCK fails it instead).
-            for path in self.files.streams().values():
+            for path in (self.files.stdout, self.files.stderr):
                 flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
                 fd = os.open(path, flags, 0o600)
                 os.fchown(fd, account.uid, account.gid)
@@ -169,6 +173,7 @@ class KernelRunner:
     def start(self, spec: KernelSpec, report_creating: bool = False) -> None:
         """Start it. `report_creating`: it starts without a start order (prepare and start), so the
         agent itself reports PREPARED -> CREATING, before RUNNING, as the manager's order would."""
+        self._ship(self.key, self.logs)
         # One directory per retry chain: every attempt sees what the previous ones saved.
         given = spec.checkpoint_dir
         checkpoint = Path(given) if given else self.work_dir / "checkpoints" / spec.root_session_id

@@ -24,6 +24,8 @@ class KernelFiles:
     stderr: Path
     error: Path
     termination: Path
+    prepare: Path
+    """The output of its image's build, when it waited for one (the agent writes it)."""
 
     @classmethod
     def under(cls, directory: Path) -> KernelFiles:
@@ -32,11 +34,12 @@ class KernelFiles:
             directory / "stderr.log",
             directory / "error.json",
             directory / "termination.log",
+            directory / "prepare.log",
         )
 
     def streams(self) -> dict[Stream, Path]:
         """Its output, by stream name (what the log shipper reads)."""
-        return {"stdout": self.stdout, "stderr": self.stderr}
+        return {"prepare": self.prepare, "stdout": self.stdout, "stderr": self.stderr}
 
 
 def read_kernel_file(path: Path, max_bytes: int, tail: bool = True) -> bytes:

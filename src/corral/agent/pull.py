@@ -109,6 +109,7 @@ class Puller(Loop):
                 agent.push.queue,
                 agent.log_cap,
                 agent.identity or KernelIdentity.resolve(cfg.kernel_user, cfg.allow_root_kernels),
+                agent.ship.add,
             )
             agent.kernels[order.kernel_id] = runner
         return runner
@@ -164,7 +165,6 @@ class Puller(Loop):
     def _start(self, runner: KernelRunner, spec: KernelSpec, report_creating: bool = False) -> None:
         if runner.ended or runner.forgotten or self._agent.kernels.get(runner.kernel_id) is not runner:
             return
-        self._agent.ship.add(runner.key, runner.logs)
         runner.start(spec, report_creating=report_creating)
 
 

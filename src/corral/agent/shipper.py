@@ -16,8 +16,9 @@ from corral.domain.text import utf8_cut
 
 PIECE = 16 << 20
 """Bytes per request: large enough for disk speed, small enough to bound memory."""
-Stream = Literal["stdout", "stderr"]
-STREAMS: tuple[Stream, ...] = ("stdout", "stderr")
+Stream = Literal["prepare", "stdout", "stderr"]
+STREAMS: tuple[Stream, ...] = ("prepare", "stdout", "stderr")
+"""`prepare`: its image's build output, written before it starts (so shipped first)."""
 
 
 @dataclass(frozen=True)
@@ -87,7 +88,7 @@ class KernelLogs:
 
     def end_piece(self) -> Piece:
         """The empty piece that says, once the kernel ended and all was sent, that this is all."""
-        return Piece(STREAMS[0], self.offsets[STREAMS[0]], b"")
+        return Piece("stdout", self.offsets["stdout"], b"")
 
     def all_shipped(self) -> bool:
         """Nothing left to send (true at once for a kernel that printed nothing)."""

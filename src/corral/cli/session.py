@@ -125,7 +125,8 @@ def logs(
         bool | None, typer.Option("--prefix/--no-prefix", help="prefix lines with rank")
     ] = None,
 ) -> None:
-    """Print a session's output (stdout to stdout, stderr to stderr)."""
+    """Print a session's output: stdout to stdout; stderr, and the output of its image's build
+    (stream `prepare`), to stderr."""
     api = connect()
     if follow_:
         follow(api, session_id, prefix, quiet=True)
@@ -134,7 +135,7 @@ def logs(
     while True:
         page = api.sessions.logs(session_id, after=cursor)
         for chunk in page.chunks:
-            typer.echo(chunk.data, nl=False, err=chunk.stream == "stderr")
+            typer.echo(chunk.data, nl=False, err=chunk.stream != "stdout")
         if not page.chunks:
             return
         cursor = page.next

@@ -19,7 +19,7 @@ class LogShipment(BaseModel):
     epoch: Serial
     kernel_id: Name
     generation: Serial
-    stream: Literal["stdout", "stderr"]
+    stream: Literal["prepare", "stdout", "stderr"]
     offset: Offset
     eof: bool = Field(default=False, description="the kernel's output is complete with this piece")
 

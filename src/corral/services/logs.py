@@ -27,10 +27,13 @@ class LogPage:
 
 def _output_closed(session: SessionRecord, alive: set[str]) -> bool:
     """No more output can arrive: the session ended and each kernel's output was shipped to the end,
-    or it never ran, or its agent is gone (a later incarnation marks what it will never ship)."""
+    or it never ran nor failed to build its image (whose build output is its log), or its agent is
+    gone (a later incarnation marks what it will never ship)."""
     if session.status not in TERMINAL_SESSION:
         return False
-    return all(k.logs_done or not k.started or (k.agent_id not in alive) for k in session.kernels)
+    return all(
+        k.logs_done or not (k.started or k.image_failed) or (k.agent_id not in alive) for k in session.kernels
+    )
 
 
 async def read(

@@ -66,12 +66,16 @@ def test_a_requirements_image_is_built_once_and_its_packages_import(
     hops = [(e["from_status"], e["to_status"]) for e in events.json()]
     assert ("PREPARING", "PULLING") in hops and ("PULLING", "PREPARED") in hops, hops
     assert c.output(first["id"]).split() == ["from-the-wheel", "True"]
+    # pip's output is the kernel's preparation log, apart from what its process printed.
+    prepared = c.output(first["id"], streams=("prepare",))
+    assert "-m venv" in prepared and "Successfully installed corral-probe" in prepared, prepared
     poll(lambda: c.agent("builder")["info"]["images"]["probe"]["ready"], 30, "the agent to say it is built")
 
     second = c.submit(command=["python", "-c", PRINT], image="probe")
     assert c.wait(second["id"], timeout=60)["status"] == "TERMINATED"
     assert "PULLING" not in statuses(c, second["id"]), "built once: the second session waits for nothing"
     assert c.output(second["id"]).split() == ["from-the-wheel", "True"]
+    assert c.output(second["id"], streams=("prepare",)) == "", "nothing was built for it"
     builds = list((c.workdir / "builder" / "images" / "envs").iterdir())
     assert len(builds) == 1 and (builds[0] / "READY").is_file(), builds
     shown = c.corral("agent", "images")
@@ -90,6 +94,10 @@ def test_a_broken_requirement_is_image_pull_failure_with_pips_words_and_is_retri
     assert (first["status"], first["cause"]) == ("ERROR", "image_pull_failure"), first
     message = first["root_cause"]["message"]
     assert "building image 'broken' failed" in message and "corral-no-such-package" in message, message
+    # The whole of pip's output is kept, and `corral session logs` shows it (on stderr).
+    logs = c.corral("session", "logs", s["id"])
+    assert logs.returncode == 0 and logs.stdout == "", logs
+    assert "-m pip" in logs.stderr and "corral-no-such-package" in logs.stderr, logs.stderr
     poll(lambda: c.session(s["id"]).get("next_attempt_id"), 30, "its retry")
     retry = c.wait(c.session(s["id"])["next_attempt_id"], timeout=120)
     assert (retry["status"], retry["cause"], retry["attempt"]) == ("ERROR", "image_pull_failure", 2), retry
@@ -219,3 +227,23 @@ def test_an_agent_killed_mid_build_builds_again_and_never_runs_in_the_half_built
     assert c.output(s["id"]).split() == ["whole", "True"]
     assert [p.name for p in envs.iterdir()] == [left.name]
     assert (left / "READY").is_file()
+
+
+def test_a_build_past_the_pulling_timeout_ends_the_session_and_goes_on_for_the_next(
+    own_cluster: Callable[..., Cluster], tmp_path: Path
+) -> None:
+    """DESIGN's PULLING timeout bounds a session's wait for its image (re-queued, then
+    `scheduler_timeout` after `max_reschedules`); the build it waited for still finishes, once."""
+    c = own_cluster(env={"CORRAL_PULLING_TIMEOUT": "1.5", "CORRAL_MAX_RESCHEDULES": "1"})
+    spec = {"requirements": [str(wheel(tmp_path, "later"))], "python": str(slow_python(tmp_path, 8))}
+    with_images(c, "builder", {"slow": spec})
+    s = c.submit(command=["python", "-c", PRINT], image="slow")
+    ended = c.wait(s["id"], timeout=60)
+    assert (ended["status"], ended["cause"]) == ("ERROR", "scheduler_timeout"), ended
+    assert statuses(c, s["id"]).count("PULLING") == 2, statuses(c, s["id"])  # once re-queued
+    poll(lambda: c.agent("builder")["info"]["images"]["slow"]["ready"], 60, "the build to finish")
+    after = c.submit(command=["python", "-c", PRINT], image="slow")
+    assert c.wait(after["id"], timeout=60)["status"] == "TERMINATED"
+    assert "PULLING" not in statuses(c, after["id"])
+    assert c.output(after["id"]).split() == ["later", "True"]
+    assert len(list((c.workdir / "builder" / "images" / "envs").iterdir())) == 1

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from corral.agent.image_build import Images
+from corral.agent.image_build import BuildFailed, Images
 from corral.agent.images import (
     BinDir,
     ImageError,
@@ -110,3 +112,28 @@ def test_a_requirements_list_is_not_ready_until_built(tmp_path: Path) -> None:
     assert images.ready("np") is None, "a virtualenv without its READY marker is half-built"
     (place / "READY").write_text("{}")
     assert images.ready("np") == environment(images.specs["np"], tmp_path, place / "env")
+
+
+def test_every_kernel_waiting_for_one_build_gets_its_whole_output(tmp_path: Path) -> None:
+    """One build for two waiters, the second coming once output began: each preparation log holds
+    all of it, as build.log does (here a build that fails at its first step)."""
+    fake = tmp_path / "python"
+    fake.write_text("#!/bin/sh\necho first words\nsleep 0.5\necho last words\nexit 3\n")
+    fake.chmod(0o755)
+    images = Images({"x": Requirements(requirements=["pkg"], python=str(fake))}, tmp_path / "images", False)
+    early, late = tmp_path / "early.log", tmp_path / "late.log"
+
+    async def both() -> list[BaseException | object]:
+        first = asyncio.create_task(images.prepare("x", early))
+        deadline = time.monotonic() + 10
+        while b"first words" not in (early.read_bytes() if early.exists() else b""):
+            assert time.monotonic() < deadline, "the build said nothing"
+            await asyncio.sleep(0.02)
+        second = asyncio.create_task(images.prepare("x", late))
+        return await asyncio.gather(first, second, return_exceptions=True)
+
+    results = asyncio.run(both())
+    assert all(isinstance(r, BuildFailed) and "exit 3" in str(r) for r in results), results
+    built = (images.builds.place(images.specs["x"]) / "build.log").read_text()  # type: ignore[arg-type]
+    assert early.read_text() == late.read_text() == built
+    assert "first words" in built and "last words" in built and built.startswith("$ ")

@@ -10,7 +10,7 @@ from corral.services.logs import LogPage
 class LogChunkOut(BaseModel):
     id: int
     rank: int
-    stream: str
+    stream: str = Field(description="`stdout`, `stderr`, or `prepare`: the output of its image's build")
     offset: int = Field(description="byte offset of this chunk in its stream")
     data: str = Field(description="the bytes as UTF-8 (invalid sequences shown as U+FFFD)")
 
