@@ -25,6 +25,8 @@ MANAGER = {
     "max_request_bytes": "largest request body from a user",
     "max_agent_request_bytes": "largest request body from an agent",
     "log_cap_bytes": "output kept per session; past it the oldest is dropped and counted",
+    "stream_queue": "events an `/events/stream` client may fall behind by before it is sent "
+    "`event: resync` and closed",
     "checkpoint_root": "where each retry chain's `$CORRAL_CHECKPOINT_DIR` lives: storage every agent "
     "mounts (empty: under each agent's work dir)",
 }
@@ -38,7 +40,8 @@ SCHEDULER = {
     "batch_pause": "under load (10 moves a cycle or more), the pause before the next cycle",
     "sweep_interval": "liveness, fences and deadlines are swept at most this often",
     "retry_poll": "how late the retry engine may see attempts another manager ended",
-    "retry_event_grace": "the retry engine's cursor passes only events older than this",
+    "retry_event_grace": "ended attempts still undecided this long after their end are decided by "
+    "the retry engine's backstop (a decision that failed, a manager that died mid-decision)",
     "max_tries": "failures of a handler on one session before the coordinator gives up on its step",
     "max_reschedules": "returns to the queue before a session fails with `scheduler_timeout`",
     "pending_timeout": "seconds a session may wait queued (0: for ever); a group may override it",

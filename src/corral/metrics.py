@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from prometheus_client import Counter
+from prometheus_client import Counter, Gauge
 
 RETRY_SCHEDULED = Counter("corral_session_retry_scheduled", "Retries the engine created, by cause", ["cause"])
 RETRY_EXHAUSTED = Counter(
@@ -20,4 +20,10 @@ DB_CONNECTIONS_OPENED = Counter(
     "corral_db_connections_opened",
     "PostgreSQL connections this process opened (its pool's, and one to migrate at start); rising"
     " under a steady load means CORRAL_DB_POOL_SIZE is too small",
+)
+STREAM_SUBSCRIBERS = Gauge(
+    "corral_event_stream_subscribers", "Clients reading /events/stream from this manager"
+)
+STREAM_RESYNCS = Counter(
+    "corral_event_stream_resyncs", "Stream clients told to resync: they fell a whole queue behind"
 )

@@ -46,6 +46,8 @@ class ManagerSettings(BaseSettings):
     # Where each retry chain's $CORRAL_CHECKPOINT_DIR lives: a path every agent can reach (shared
     # storage). Unset: under each agent's work dir. `corral up` sets it (its agents share this host).
     checkpoint_root: str = ""
+    # Events an `/events/stream` client may fall behind by before it is told to resync.
+    stream_queue: Annotated[int, Field(ge=1, le=1_000_000)] = 1000
 
     def resolved_database_url(self) -> str:
         if self.database_url:

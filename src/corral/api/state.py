@@ -12,6 +12,7 @@ from corral.domain.records import Principal
 from corral.services import Engine, users
 from corral.services.agent_protocol import AgentProtocol
 from corral.services.errors import Forbidden, Unauthorized
+from corral.services.feed import Feed
 from corral.services.intake import Intake
 from corral.settings import ManagerSettings, SchedulerSettings
 from corral.wakeup import Wakeup
@@ -31,6 +32,8 @@ class AppState:
     protocol: AgentProtocol
     intake: Intake
     """Single-session creates, written together when they arrive together."""
+    feed: Feed
+    """New events, handed to the streams subscribed (`/events/stream`)."""
 
 
 async def app_state(request: Request) -> AppState:

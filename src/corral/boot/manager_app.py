@@ -21,6 +21,7 @@ from corral.manager.loop import Scheduler
 from corral.manager.retry_engine import RetryEngine
 from corral.services import cluster
 from corral.services.agent_protocol import AgentProtocol
+from corral.services.feed import Feed
 from corral.services.intake import Intake
 from corral.settings import ManagerSettings, SchedulerSettings
 from corral.store import agents as agent_store
@@ -87,7 +88,9 @@ def create_app(
                 engine, scheduler, wakeup, settings.log_cap_bytes, settings.checkpoint_root, reader=reader
             ),
             Intake(engine),
+            Feed(reader, settings.stream_queue),
         )
+        feed = app.state.corral.feed
         tasks = (
             [
                 asyncio.create_task(Scheduler(engine, scheduler, wakeup).run(), name="scheduler"),
@@ -102,10 +105,12 @@ def create_app(
             else []
         )
         tasks += [asyncio.create_task(work, name=name) for name, work in upkept]
+        tasks.append(asyncio.create_task(feed.run(), name="event-feed"))
         log.info("manager ready", database=backend(engine))
         try:
             yield
         finally:
+            await feed.shutdown()  # open streams end, so the server's shutdown need not wait
             await stop_tasks(tasks, STOP_WAIT)
             if reader is not engine:
                 await reader.dispose()

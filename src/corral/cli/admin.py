@@ -2,7 +2,6 @@
 
 import json
 import sys
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -12,7 +11,7 @@ from corral.cli.connect import connect, fail
 from corral.cli.output import Format, OutputOpt, emit
 
 if TYPE_CHECKING:
-    from corral.client.models import Event
+    pass
 
 policy_app = typer.Typer(
     rich_markup_mode=None,
@@ -238,81 +237,6 @@ def project_get(name: str, output: Format = OutputOpt) -> None:
 def project_list(output: Format = OutputOpt) -> None:
     """Every project."""
     emit(connect().raw.projects.list(), output, PROJECT_COLUMNS)
-
-
-EVENT_COLUMNS = [
-    ("ID", "id"),
-    ("TIME", "time"),
-    ("SESSION", "session"),
-    ("EVENT", "event"),
-    ("CHANGE", "change"),
-    ("DETAIL", "detail"),
-]
-DETAIL_WIDTH = 28
-"""So that a row fits 100 columns (the whole event: -o json)."""
-
-
-def _event_row(e: "Event") -> dict[str, Any]:
-    detail = " ".join(f"{k}={v}" for k, v in e.payload.items())
-    change = f"{e.from_status or '-'}>{e.to_status}" if e.to_status else ""
-    return {
-        "id": e.id,
-        "time": f"{e.created_at:%m-%d %H:%M:%S}",
-        "session": e.session_id[:8],
-        "event": e.type.removeprefix("session."),
-        "change": change,
-        "detail": detail if len(detail) <= DETAIL_WIDTH else detail[: DETAIL_WIDTH - 1] + "…",
-    }
-
-
-def events(
-    type_: Annotated[
-        list[str] | None,
-        typer.Option("--type", "-t", help="only this type (repeat), e.g. session.retry_scheduled"),
-    ] = None,
-    session: Annotated[str | None, typer.Option(help="only this session's events")] = None,
-    after: Annotated[
-        int | None, typer.Option(help="the events after this id, oldest first (default: the newest)")
-    ] = None,
-    limit: Annotated[int, typer.Option(help="at most this many (without --follow)")] = 100,
-    follow_: Annotated[
-        bool, typer.Option("--follow", "-f", help="print events as they happen, from now (Ctrl-C stops)")
-    ] = False,
-    output: Format = OutputOpt,
-) -> None:
-    """Session events of your projects, newest first (--follow: as they happen).
-
-    Status changes and retries; -o json gives each event whole."""
-    api = connect()
-    if after is None:
-        newest = api.events.list(
-            type=type_, session=session or None, limit=1 if follow_ else limit, newest=True
-        )
-        if not follow_:
-            _show_events(newest, output)
-            return
-        after = newest[0].id if newest else 0
-    try:
-        while True:
-            rows = api.events.list(after, type_, session or None, limit, wait=10 if follow_ else 0)
-            if rows:
-                after = rows[-1].id
-                if output is Format.table and follow_:
-                    for r in rows:  # one line each, the whole session id and type (for grep)
-                        shown = {**_event_row(r), "session": r.session_id, "event": r.type}
-                        typer.echo(" ".join(str(shown[key]) for _, key in EVENT_COLUMNS if shown[key] != ""))
-                else:
-                    _show_events(rows, output)
-            if not follow_:
-                return
-            if not rows:
-                time.sleep(0.1)
-    except KeyboardInterrupt:
-        raise typer.Exit(0) from None
-
-
-def _show_events(rows: "list[Event]", output: Format) -> None:
-    emit(rows if output is not Format.table else [_event_row(r) for r in rows], output, EVENT_COLUMNS)
 
 
 @audit_app.command("list")

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-from corral.cli import admin, arrays, groups, session, users
+from corral.cli import admin, arrays, events, groups, session, users
 from corral.cli.connect import connect, refused
 from corral.cli.output import Format, OutputOpt, binary_size, emit
 from corral.cli.run import run
@@ -49,7 +49,7 @@ app.add_typer(admin.audit_app, name="audit")
 app.add_typer(users.app, name="user")
 app.add_typer(groups.app, name="rg")
 app.command("whoami")(users.whoami)
-app.command("events")(admin.events)
+app.command("events")(events.events)
 
 db = typer.Typer(rich_markup_mode=None, help="Database maintenance.", no_args_is_help=True)
 app.add_typer(db, name="db")

@@ -9,10 +9,11 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
+from corral.client import sse
 from corral.client.endpoint import Async, Call
 from corral.client.errors import Unreachable
 from corral.client.resources import Resources
-from corral.client.transport import TIMEOUT, Target, answer, async_pool, request
+from corral.client.transport import API, TIMEOUT, Target, answer, async_pool, refusal, request
 from corral.client.waiting import Backoff
 
 if TYPE_CHECKING:
@@ -99,6 +100,47 @@ class AsyncClient(Resources[Async]):
                 backoff = Backoff()
             else:
                 await asyncio.sleep(backoff.next())
+
+    async def stream_events(
+        self,
+        after: str | None = None,
+        *,
+        type: list[str] | None = None,
+        session: str | None = None,
+        array: str | None = None,
+        project: str | None = None,
+    ) -> AsyncIterator[m.Event]:
+        """As `Client.stream_events`."""
+        from corral.client import models
+
+        params = sse.event_params(type, session, array, project)
+        last, retry = after, sse.Retry()
+        while True:
+            parser = sse.Parser(last_id=last)
+            try:
+                async with self._http.stream(
+                    "GET",
+                    self.target.url + API + "/events/stream",
+                    params=params,
+                    headers=sse.resumed({"Authorization": f"Bearer {self.target.key}"}, last),
+                    timeout=httpx.Timeout(self._http.timeout.connect, read=sse.STREAM_READ_TIMEOUT),
+                ) as resp:
+                    if resp.status_code >= 400:
+                        await resp.aread()
+                        raise refusal(resp)
+                    async for line in resp.aiter_lines():
+                        message = parser.feed(line)
+                        if message is None:
+                            continue
+                        if message.event == "resync":
+                            parser.last_id = str(message.json()["after"])
+                            break
+                        retry = sse.Retry()
+                        yield models.Event.model_validate_json(message.data)
+            except httpx.HTTPError:
+                await asyncio.sleep(retry.next())
+            finally:
+                last = parser.last_id
 
     async def aclose(self) -> None:
         if self._owned:

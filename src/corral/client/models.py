@@ -263,8 +263,13 @@ class Me(Model):
 
 class Event(Model):
     id: int
-    session_id: str
+    position: str
+    """Where it is in commit order: `after=` (or a stream's `Last-Event-ID`) reads on from it."""
     type: str
+    entity_kind: str
+    entity_id: str
+    project: str | None
+    session_id: str | None
     from_status: str | None
     to_status: str | None
     payload: dict[str, Any]

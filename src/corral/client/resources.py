@@ -245,15 +245,26 @@ class Events(Resource[M]):
     @endpoint
     def list(
         self,
-        after: int = 0,
+        after: str | None = None,
         type: list[str] | None = None,
         session: str | None = None,
         limit: int = 100,
         wait: float = 0,
         newest: bool = False,
+        array: str | None = None,
+        project: str | None = None,
     ) -> Call[list[m.Event]]:
-        """Events after the id `after`, oldest first; `wait` seconds (≤ 30) for one to come."""
-        params = query(after=after, type=type, session=session, limit=limit, wait=wait or None)
+        """Events after the position `after` (an event's `position`; None: from the first), in
+        commit order; `type` takes globs (`session.retry_*`); `wait` seconds (≤ 30) for one."""
+        params = query(
+            after=after or None,
+            type=type,
+            session=session,
+            array=array,
+            project=project,
+            limit=limit,
+            wait=wait or None,
+        )
         if newest:
             params["newest"] = "true"
         return Call("GET", "/events", many(m.Event), params)

@@ -82,13 +82,18 @@ def request(http: httpx.Client | httpx.AsyncClient, target: Target, call: Call[A
     )
 
 
+def refusal(resp: httpx.Response) -> CorralError:
+    """The error an answer of 400 or more is, from its body (read)."""
+    try:
+        body = resp.json()
+    except ValueError:
+        body = None
+    return from_response(resp.status_code, body, resp.text)
+
+
 def answer(call: Call[T], resp: httpx.Response) -> T:
     if resp.status_code >= 400:
-        try:
-            body = resp.json()
-        except ValueError:
-            body = None
-        raise from_response(resp.status_code, body, resp.text)
+        raise refusal(resp)
     if resp.status_code == 204:
         return call.read(None)
     try:

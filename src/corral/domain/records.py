@@ -8,6 +8,7 @@ from typing import Any
 
 from corral.domain.cause import Cause, KernelOutcome
 from corral.domain.error_record import worker_name
+from corral.domain.events import Position
 from corral.domain.resources import ResourceSlots
 from corral.domain.spec import SessionSpec
 from corral.domain.status import FAILED_KERNEL, AgentStatus, KernelStatus, SessionResult, SessionStatus
@@ -321,12 +322,20 @@ class EventRecord:
     """One row of the outbox."""
 
     id: int
-    session_id: str
+    txid: int
+    entity_kind: str
+    entity_id: str
+    project: str | None
+    session_id: str | None
     kind: str
     from_status: str | None
     to_status: str | None
     payload: dict[str, Any]
     created_at: datetime
+
+    @property
+    def position(self) -> Position:
+        return Position(self.txid, self.id)
 
 
 @dataclass(frozen=True)

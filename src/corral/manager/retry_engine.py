@@ -19,13 +19,14 @@ from corral import metrics
 from corral.clock import utcnow
 from corral.domain.cause import Cause, TerminationReason
 from corral.domain.cluster import ClusterSettings
+from corral.domain.events import START, Position
 from corral.domain.history import HistoryRow
 from corral.domain.policy import PolicyError
 from corral.domain.records import NewSession, SessionRecord
 from corral.domain.retry import Chain, Decision, Verdict, attempt_creation_id, attempt_name, decide, held
 from corral.domain.status import SessionResult, SessionStatus
 from corral.manager.retry_facts import failure_facts, named_policies
-from corral.store import config, journal, retries
+from corral.store import config, journal, outbox, retries
 from corral.store import sessions as session_store
 from corral.store.db import reading, transaction
 from corral.store.retries import Claim
@@ -35,10 +36,8 @@ from corral.wakeup import Wakeup, repeat
 log = structlog.get_logger("corral.retry")
 
 CONSUMER = "retry-engine"
-# Ended attempts the events missed are looked for every this many graces (see run_once).
+# Ended attempts still undecided are looked for every this many graces (see run_once).
 BACKSTOP_GRACES = 3
-# How long a missing event id holds the position (an insert not committed yet, or rolled back).
-GAP_WAIT = 2.0
 MAX_DECISION_ERRORS = 3
 HANDLER = "RetryEngine"
 # Test hook (never set in production): die between inserting a child and committing it.
@@ -70,16 +69,12 @@ class RetryEngine:
         self._rng = random.Random()
         self._errors: dict[str, int] = {}
         self._grace = timedelta(seconds=grace)
-        self._position: int | None = None
+        self._position: Position | None = None
         self._backstop_at = 0.0
         self._saved_at = 0.0
         self._cursor_read_at = 0.0
-        self._durable = 0
+        self._durable = START
         """The stored position, as last read (at `_cursor_read_at`)."""
-        self._taken: set[int] = set()
-        """Ends decided past the position (behind a gap): not decided again when read again."""
-        self._gaps: dict[int, float] = {}
-        """The first missing event id of each gap seen, and when it was first seen."""
         self._behind = False
         """The last run read a full batch: more events wait to be read now."""
         self._again: set[str] = set()
@@ -104,19 +99,18 @@ class RetryEngine:
                 # Another manager's engine may be ahead: its stored position is looked at now and
                 # then (each run, it was a round trip for every batch of ended sessions).
                 self._cursor_read_at = time.monotonic()
-                self._durable = await retries.cursor(conn, CONSUMER)
+                self._durable = await outbox.cursor(conn, CONSUMER)
             durable = self._durable
             if self._position is None or self._position < durable:
                 self._position = durable
             rows = await retries.since(conn, self._position, self._batch)
-            read_at = time.monotonic()
         now = self._clock()
-        events = [(i, sid) for i, sid in rows if sid is not None and i not in self._taken]
-        ids = [sid for _, sid in events]
+        ids = [sid for _, sid in rows if sid is not None]
         backstop_at = self._backstop_at
         if time.monotonic() - self._backstop_at >= BACKSTOP_GRACES * self._grace.total_seconds():
-            # Events commit out of id order (several writers on PostgreSQL): one can appear behind
-            # the position read.  Ended attempts still undecided after the grace are taken here.
+            # Events are read in commit order, so none is passed over; an attempt whose decision
+            # failed, or a manager that died between reading and deciding, leaves one undecided
+            # behind the position: those still undecided after the grace are taken here.
             self._backstop_at = time.monotonic()
             async with reading(self._engine) as conn:
                 ids += await retries.undecided(conn, now - self._grace, self._batch)
@@ -161,38 +155,15 @@ class RetryEngine:
                 metrics.RETRY_ALREADY_DECIDED.inc()
             # BUSY after a failure: the backstop looks again.
         before = self._position
-        self._taken |= {i for i, _ in events}
-        # Past every event read (other kinds included), but not past one that was not committed yet
-        # (a gap in the ids): it is read again next time, not passed over.
         if rows:
-            self._position = self._contiguous(self._position, rows, read_at)
-        self._taken = {i for i in self._taken if i > self._position}
+            self._position = rows[-1][0]  # past every event read, other kinds included
         if self._position > durable and time.monotonic() - self._saved_at >= 1.0:
-            # Stored only over events older than the grace: a restart re-reads the recent ones.
+            # At most once a second: a restart reads again what came after, and finds it decided.
             self._saved_at = time.monotonic()
             async with transaction(self._engine) as conn:
-                settled = await retries.settled_position(conn, self._position, now - self._grace)
-                if settled > durable:
-                    await retries.advance(conn, CONSUMER, settled, now)
+                await outbox.advance(conn, CONSUMER, self._position, now)
         self._behind = len(rows) == self._batch and self._position > before
         return bool(decided) or self._behind
-
-    def _contiguous(self, position: int, rows: list[tuple[int, str | None]], read_at: float) -> int:
-        """The last event id up to which every id after `position` was read (at `read_at`).  Events
-        commit out of id order (several writers on PostgreSQL), so a missing id may be one still to
-        commit; one missing for GAP_WAIT is taken for a rolled-back insert (a later commit is left
-        to the backstop).  Every gap read is timed from when it was first read, not only the first
-        one.  Events after a gap are decided at once all the same (`_taken`)."""
-        held = False
-        expected = position + 1
-        for i, _ in rows:
-            if i != expected and read_at - self._gaps.setdefault(expected, read_at) < GAP_WAIT:
-                held = True
-            if not held:
-                position = i
-            expected = i + 1
-        self._gaps = {gap: seen for gap, seen in self._gaps.items() if gap > position}
-        return position
 
     async def _failed_to_decide(self, session_id: str, exc: Exception) -> Outcome:
         """One attempt that cannot be decided never stops the others: it is left to the backstop to
@@ -339,4 +310,6 @@ class RetryEngine:
     ) -> None:
         if s.spec.retry_policy is not None and not s.spec.retry_policy.emit_retry_events:
             return  # the user asked for quiet; the counters still count
-        await journal.add_events(conn, [(s.id, kind, None, None, payload)], now)
+        await journal.add_events(
+            conn, [journal.session_event(s.id, s.spec.project, kind, payload=payload)], now
+        )

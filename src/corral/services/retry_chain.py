@@ -148,12 +148,11 @@ async def retry_latest(conn: Tx, who: Principal, latest: SessionRecord, now: dat
     await journal.add_events(
         conn,
         [
-            (
+            journal.session_event(
                 latest.id,
+                latest.spec.project,
                 "session.retry_scheduled",
-                None,
-                None,
-                {"attempt": attempt, "child_id": child_id, "manual": True},
+                payload={"attempt": attempt, "child_id": child_id, "manual": True},
             )
         ],
         now,

@@ -14,11 +14,39 @@ from corral.domain.records import HistoryRecord
 from corral.store import bulk, convert
 from corral.store.tables import session_events, session_history
 
-EventRow = tuple[str, str, str | None, str | None, dict[str, Any]]
-"""(session_id, kind, from_status, to_status, payload)"""
-
-EVENT_COLUMNS = ("session_id", "kind", "from_status", "to_status", "payload")
+EVENT_COLUMNS = (
+    "entity_kind",
+    "entity_id",
+    "project",
+    "session_id",
+    "kind",
+    "from_status",
+    "to_status",
+    "payload",
+)
+EventRow = tuple[str, str, str | None, str | None, str, str | None, str | None, dict[str, Any]]
+"""An event's values in EVENT_COLUMNS' order (session_event, entity_event make them)."""
 HISTORY_COLUMNS = ("session_id", "handler", "result", "from_status", "to_status", "message")
+
+
+def session_event(
+    session_id: str,
+    project: str,
+    kind: str,
+    from_status: str | None = None,
+    to_status: str | None = None,
+    payload: dict[str, Any] | None = None,
+) -> EventRow:
+    """A session's event, readable by its project's members."""
+    return ("session", session_id, project, session_id, kind, from_status, to_status, payload or {})
+
+
+def entity_event(
+    entity_kind: str, entity_id: str, project: str | None, kind: str, payload: dict[str, Any]
+) -> EventRow:
+    """An event about something other than a session (a webhook, ...): `project` None is for
+    admins only."""
+    return (entity_kind, entity_id, project, None, kind, None, None, payload)
 
 
 async def add_events(conn: AsyncConnection, rows: Sequence[EventRow], now: datetime) -> None:

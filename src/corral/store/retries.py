@@ -7,15 +7,16 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from sqlalchemy import Integer, and_, bindparam, case, func, insert, select, update
+from sqlalchemy import Integer, and_, bindparam, case, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from corral.domain.records import EventRecord, SessionRecord
+from corral.domain.events import Position
+from corral.domain.records import SessionRecord
 from corral.domain.status import TERMINAL_SESSION, SessionResult, SessionStatus
-from corral.store import dialect
+from corral.store import dialect, outbox
 from corral.store import sessions as session_store
 from corral.store.db import chunks
-from corral.store.tables import cluster_config, event_cursors, kernel_logs, session_events, sessions
+from corral.store.tables import cluster_config, kernel_logs, session_events, sessions
 
 _TERMINAL = [str(s) for s in TERMINAL_SESSION]
 DISPATCH_KEY = "retry.next_dispatch_at"
@@ -27,61 +28,22 @@ class Claim(StrEnum):
     GONE = "gone"
 
 
-async def cursor(conn: AsyncConnection, consumer: str) -> int:
-    row = await conn.execute(select(event_cursors.c.position).where(event_cursors.c.consumer == consumer))
-    return int(row.scalar() or 0)
-
-
-async def advance(conn: AsyncConnection, consumer: str, position: int, now: datetime) -> None:
-    """Move the cursor forward (never back: another manager may be ahead)."""
-    moved = await conn.execute(
-        update(event_cursors)
-        .where(event_cursors.c.consumer == consumer)
-        .where(event_cursors.c.position < position)
-        .values(position=position, updated_at=now)
-    )
-    if moved.rowcount:
-        return
-    exists = await conn.execute(select(event_cursors.c.position).where(event_cursors.c.consumer == consumer))
-    if exists.first() is None:
-        await conn.execute(insert(event_cursors).values(consumer=consumer, position=position, updated_at=now))
-
-
-async def reset(conn: AsyncConnection, consumer: str, position: int, now: datetime) -> None:
-    await conn.execute(
-        update(event_cursors)
-        .where(event_cursors.c.consumer == consumer)
-        .values(position=position, updated_at=now)
-    )
-
-
 _ENDED = and_(session_events.c.kind == "session.status_changed", session_events.c.to_status.in_(_TERMINAL))
 _SINCE = (
-    select(session_events.c.id, case((_ENDED, session_events.c.session_id), else_=None))
-    .where(session_events.c.id > bindparam("position"))
-    .order_by(session_events.c.id)
+    select(
+        session_events.c.txid, session_events.c.id, case((_ENDED, session_events.c.session_id), else_=None)
+    )
+    .order_by(session_events.c.txid, session_events.c.id)
     .limit(bindparam("limit", type_=Integer))
 )
 
 
-async def since(conn: AsyncConnection, position: int, limit: int) -> list[tuple[int, str | None]]:
-    """(event id, session id if the event is a session's end, else None) of the first `limit`
-    events after `position`, in id order: a missing id is an event not committed (yet), or rolled
-    back (ids come from a sequence without a cache, BIGSERIAL's default: one per row).  None found:
-    no event after `position` is committed (one statement sees one snapshot; the highest id was a
-    statement of its own, a round trip in every run)."""
-    rows = await conn.execute(_SINCE, {"position": position, "limit": limit})
-    return [(int(i), None if s is None else str(s)) for i, s in rows]
-
-
-async def settled_position(conn: AsyncConnection, position: int, before: datetime) -> int:
-    """The highest event id up to `position` written before `before` (0 if none)."""
-    row = await conn.execute(
-        select(func.max(session_events.c.id)).where(
-            session_events.c.id <= position, session_events.c.created_at < before
-        )
-    )
-    return int(row.scalar() or 0)
+async def since(conn: AsyncConnection, position: Position, limit: int) -> list[tuple[Position, str | None]]:
+    """(position, session id if the event is a session's end, else None) of the first `limit`
+    committed events after `position`, in commit order (store/outbox)."""
+    query = outbox.committed(conn, _SINCE.where(outbox.after(position)))
+    rows = await conn.execute(query, {"limit": limit})
+    return [(Position(int(t), int(i)), None if s is None else str(s)) for t, i, s in rows]
 
 
 async def undecided(conn: AsyncConnection, ended_before: datetime, limit: int) -> list[str]:
@@ -250,28 +212,3 @@ async def take_dispatch_slot(
             .values(value=value, updated_at=now)
         )
     return datetime.fromtimestamp(slot, now.tzinfo)
-
-
-async def events_after(
-    conn: AsyncConnection,
-    after: int,
-    limit: int,
-    kinds: Sequence[str] | None,
-    projects: Sequence[str] | None,
-    session_id: str | None = None,
-    newest: bool = False,
-) -> list[EventRecord]:
-    """The outbox as a caller may read it: only sessions of their projects (None: all); the first
-    `limit` after `after`, or with `newest` the last `limit`, newest first."""
-    order = session_events.c.id.desc() if newest else session_events.c.id
-    query = select(session_events).where(session_events.c.id > after).order_by(order).limit(limit)
-    if kinds:
-        query = query.where(session_events.c.kind.in_(list(kinds)))
-    if session_id is not None:
-        query = query.where(session_events.c.session_id == session_id)
-    if projects is not None:
-        visible = select(sessions.c.id).where(
-            and_(sessions.c.id == session_events.c.session_id, sessions.c.project.in_(list(projects)))
-        )
-        query = query.where(visible.exists())
-    return [EventRecord(**dict(r._mapping)) for r in await conn.execute(query)]

@@ -293,12 +293,21 @@ session_events = Table(
     "session_events",
     metadata,
     Column("id", BigId, primary_key=True, autoincrement=True),
-    Column("session_id", ID, nullable=False, index=True),
+    # The writer's transaction id (PostgreSQL: pg_current_xact_id(), migration 0013; SQLite: 0, its
+    # writers take turns): readers go in (txid, id) order, over ended writers only (domain/events).
+    Column("txid", BigInteger, nullable=False, server_default="0"),
+    # What the event is about: a session (session_id is then its id too), a webhook, ...
+    Column("entity_kind", String(16), nullable=False, server_default="session"),
+    Column("entity_id", String(64), nullable=False),
+    # Whose it is: only its project's members read it (None: admins only).
+    Column("project", String(128), nullable=True),
+    Column("session_id", ID, nullable=True, index=True),
     Column("kind", String(64), nullable=False),
     Column("from_status", String(16), nullable=True),
     Column("to_status", String(16), nullable=True),
     Column("payload", JSON, nullable=False, default=dict),
     Column("created_at", UTCDateTime, nullable=False),
+    Index("ix_session_events_position", "txid", "id"),
 )
 
 session_history = Table(
@@ -367,6 +376,7 @@ event_cursors = Table(
     "event_cursors",
     metadata,
     Column("consumer", String(64), primary_key=True),
+    Column("txid", BigInteger, nullable=False, server_default="0"),  # with position: domain/events
     Column("position", BigInteger, nullable=False),
     Column("updated_at", UTCDateTime, nullable=False),
 )

@@ -71,6 +71,9 @@ def fuzz(op: Any, http: requests.Session, headers: dict[str, str], examples: int
     @given(case=cases)
     def run(case: Any) -> None:
         short_wait(case)
+        if op.path.endswith("/stream"):
+            opened(case, http, headers)
+            return
         case.call_and_validate(
             session=http,
             headers=headers,
@@ -80,6 +83,19 @@ def fuzz(op: Any, http: requests.Session, headers: dict[str, str], examples: int
         )
 
     run()
+
+
+def opened(case: Any, http: requests.Session, headers: dict[str, str]) -> None:
+    """A stream never ends by itself: its answer is judged by its status and first bytes (an
+    event stream, or a 4xx in the error format), then the connection is dropped."""
+    kwargs = case.as_transport_kwargs(headers=headers)
+    with http.request(**kwargs, stream=True, timeout=30) as resp:
+        assert resp.status_code < 500, resp.text[:300]
+        if resp.status_code >= 400:
+            error_format(None, resp, case)
+        else:
+            assert resp.headers["content-type"].startswith("text/event-stream"), resp.headers
+            assert next(resp.iter_lines()).startswith(b"id: ")  # where it starts, at once
 
 
 def _operations() -> list[tuple[str, str]]:
@@ -92,7 +108,7 @@ def _operations() -> list[tuple[str, str]]:
 
 
 OPERATIONS = _operations()
-LISTS = [path for method, path in OPERATIONS if method == "GET" and "{" not in path]
+LISTS = [p for method, p in OPERATIONS if method == "GET" and "{" not in p and not p.endswith("/stream")]
 
 
 def reads_back(c: Cluster, user_key: str) -> None:

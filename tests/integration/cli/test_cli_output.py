@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 import uuid
+from typing import Any
 
 from tests.support.cluster import Cluster
 from tests.support.tenants import insert_session
@@ -171,3 +172,31 @@ def test_a_command_that_only_shows_answers_loads_neither_pydantic_nor_rich(clust
         )
         assert done.stderr.strip().splitlines()[-1] == "LOADED EXIT 0", (args, done.stderr)
         assert expected in done.stdout, (args, done.stdout)
+
+
+def test_events_follow_prints_each_event_as_it_commits_from_a_position(cluster: Cluster) -> None:
+    """`corral events -f --after P -o json`: one JSON line per event, after P and in commit order,
+    the same events `GET /events` returns; Ctrl-C (SIGINT) ends it with status 0."""
+    first = cluster.submit(command=["true"])
+    cluster.wait(first["id"])
+    start = cluster.http.get("/api/v1/events", params={"session": first["id"]}).json()[-1]["position"]
+    env = {**cluster.env, "CORRAL_URL": cluster.url, "CORRAL_API_KEY": cluster.key}
+    argv = [sys.executable, "-m", "corral", "events", "-f", "--after", start, "-t", "session.status_changed"]
+    proc = subprocess.Popen([*argv, "-o", "json"], env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        s = cluster.submit(command=["true"])
+        assert proc.stdout is not None
+        lines: list[dict[str, Any]] = []
+        deadline = time.monotonic() + 60
+        while not any(e["session_id"] == s["id"] and e["to_status"] == "TERMINATED" for e in lines):
+            assert time.monotonic() < deadline, lines
+            lines.append(json.loads(proc.stdout.readline()))
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(30) == 0
+    finally:
+        proc.kill()
+        proc.communicate()  # closes its pipe
+    expected = cluster.http.get(
+        "/api/v1/events", params={"after": start, "type": "session.status_changed", "limit": 1000}
+    ).json()
+    assert lines == expected[: len(lines)] and lines[0]["position"] != start

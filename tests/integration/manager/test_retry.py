@@ -662,8 +662,8 @@ def test_ctrl_c_stops_the_chain(cluster: Cluster) -> None:
 @pytest.mark.started_anyhow
 def test_events_follow_prints_retries_as_they_happen(cluster: Cluster) -> None:
     env = {**cluster.env, "CORRAL_URL": cluster.url, "CORRAL_API_KEY": cluster.key}
-    last = cluster.http.get("/api/v1/events", params={"limit": 1000}).json()
-    after = str(last[-1]["id"]) if last else "0"
+    last = cluster.http.get("/api/v1/events", params={"newest": True, "limit": 1}).json()
+    after = last[0]["position"] if last else "0"
     args = ["events", "--follow", "-t", "session.retry_scheduled", "--after", after]
     proc = subprocess.Popen(
         [sys.executable, "-m", "corral", *args], env=env, stdout=subprocess.PIPE, text=True
@@ -684,8 +684,8 @@ def test_events_follow_prints_retries_as_they_happen(cluster: Cluster) -> None:
 def test_an_events_wait_with_nothing_new_answers_empty_when_it_ends(cluster: Cluster) -> None:
     """The long poll's other half (the fuzz keeps its waits short): nothing new, [] after the wait."""
     started = time.monotonic()
-    # A type no event has: the wait cannot be cut short by another test's sessions.
-    resp = cluster.http.get("/api/v1/events", params={"wait": 1.5, "type": "no.such.type"})
+    # A project nobody has: the wait cannot be cut short by another test's sessions.
+    resp = cluster.http.get("/api/v1/events", params={"wait": 1.5, "project": f"none-{uuid.uuid4().hex}"})
     took = time.monotonic() - started
     assert resp.status_code == 200 and resp.json() == []
     assert 1.5 <= took < 10, took

@@ -66,11 +66,14 @@ async def test_an_in_list_finds_exactly_its_values_whatever_their_number(
 @pytest.mark.parametrize("backend", BACKENDS)
 async def test_many_rows_are_written_as_given(backend: str, fresh_database: Callable[[str], str]) -> None:
     events = [
-        ("s1", "session.status_changed", None, "PENDING", {}),
-        ("s2", "session.custom", "PENDING", None, {"nested": [1, "é", {"k": None}]}),
-        ("s1", "session.status_changed", "PENDING", "SCHEDULED", {}),
-        ("s3", "session.custom", None, None, ["a"]),  # not taken apart as an array dimension
-        ("s3", "session.custom", None, None, [1, [2, None]]),
+        journal.session_event("s1", "p", "session.status_changed", None, "PENDING"),
+        journal.session_event(
+            "s2", "p", "session.custom", "PENDING", None, {"nested": [1, "é", {"k": None}]}
+        ),
+        journal.session_event("s1", "p", "session.status_changed", "PENDING", "SCHEDULED"),
+        ("session", "s3", "p", "s3", "session.custom", None, None, ["a"]),  # not an array dimension
+        ("session", "s3", None, "s3", "session.custom", None, None, [1, [2, None]]),  # type: ignore[list-item]
+        journal.entity_event("webhook", "w1", None, "webhook.disabled", {"reason": "gone"}),
     ]
     history = [
         HistoryRow("s1", "ScheduleNewSessions", "SUCCESS", "PENDING", "SCHEDULED", "placed on a"),
@@ -84,7 +87,7 @@ async def test_many_rows_are_written_as_given(backend: str, fresh_database: Call
             await journal.add_history(conn, history, NOW)
         async with engine.connect() as conn:
             written = await conn.execute(select(session_events).order_by(session_events.c.id))
-            assert [(*r[1:6], r.created_at) for r in written] == [(*e, NOW) for e in [events[0], *events]]
+            assert [(*r[2:10], r.created_at) for r in written] == [(*e, NOW) for e in [events[0], *events]]
             written = await conn.execute(select(session_history).order_by(session_history.c.id))
             assert [(*r[1:7], r.count, r.created_at, r.last_at) for r in written] == [
                 (*h, 1, NOW, NOW) for h in journal.history_values(history)
@@ -296,7 +299,7 @@ async def test_rows_written_in_bulk_are_stored_as_sqlalchemys_insert_stores_them
     )
     row = session_insert._session_row(new, NOW)
     kernel_rows = session_insert._kernel_rows(new, row["resources"], NOW)
-    events = [(new.id, "session.created", None, "PENDING", {"k": ["é", None, 1.5]})]
+    events = [journal.session_event(new.id, "p", "session.created", None, "PENDING", {"k": ["é", None, 1.5]})]
     stored = []
     async with migrated(fresh_database(backend)) as engine:
         for in_bulk in (True, False):
@@ -320,7 +323,7 @@ async def test_rows_written_in_bulk_are_stored_as_sqlalchemys_insert_stores_them
                     result = await conn.exec_driver_sql(f"SELECT * FROM {table.name}")
                     rows = [dict(zip(result.keys(), r, strict=True)) for r in result]
                     for r in rows if table is session_events else []:
-                        del r["id"]  # numbered afresh
+                        del r["id"], r["txid"]  # numbered afresh, by another transaction
                     found[table.name] = rows
                 # A JSON column's None is JSON null or SQL NULL by its type (read back, both are None).
                 nulls = "SELECT reservation IS NULL, retry_policy IS NULL FROM sessions"

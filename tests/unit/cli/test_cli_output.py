@@ -40,7 +40,7 @@ SETS = _column_sets()
 
 
 def test_every_column_set_was_found() -> None:
-    assert {"session.SESSION_COLUMNS", "session.ATTEMPT_COLUMNS", "admin.EVENT_COLUMNS"} <= {
+    assert {"session.SESSION_COLUMNS", "session.ATTEMPT_COLUMNS", "events.EVENT_COLUMNS"} <= {
         n for n, _ in SETS
     }
 

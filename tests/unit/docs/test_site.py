@@ -23,6 +23,7 @@ PAGES = [
     "preemption.md",
     "arrays.md",
     "images.md",
+    "events.md",
     "client.md",
     "operations.md",
     "troubleshooting.md",

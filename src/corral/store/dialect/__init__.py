@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Coroutine, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from sqlalchemy import Select, Table
+from sqlalchemy import ColumnElement, Select, Table
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 if TYPE_CHECKING:
@@ -91,6 +91,12 @@ class Dialect(Protocol):
         same: Mapping[str, Any],
     ) -> None:
         """Rows of `columns` (in that order, at least one row), each with the values of `same`."""
+        ...
+
+    def committed(self, query: S, txid: ColumnElement[int]) -> S:
+        """`query` kept to rows whose writing transaction (`txid`, its id) ended before every
+        writer still open: what a reader in (txid, id) order may pass for good (domain/events).
+        Where writers take turns, every row it can see is such a row: `query` as it is."""
         ...
 
 

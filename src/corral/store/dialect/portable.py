@@ -7,7 +7,7 @@ from collections.abc import Coroutine, Mapping, Sequence
 from functools import cache, lru_cache
 from typing import Any, cast
 
-from sqlalchemy import Insert, Select, Table, insert
+from sqlalchemy import ColumnElement, Insert, Select, Table, insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.store.dialect import S
@@ -44,6 +44,9 @@ class Portable:
     ) -> None:
         """One executemany of the rows as dicts."""
         await conn.execute(_insert(table), [{**dict(zip(columns, r, strict=True)), **same} for r in rows])
+
+    def committed(self, query: S, txid: ColumnElement[int]) -> S:
+        return query
 
 
 @cache

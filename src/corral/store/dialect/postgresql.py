@@ -7,9 +7,11 @@ from __future__ import annotations
 from collections.abc import Coroutine
 from typing import Any
 
+from sqlalchemy import BigInteger, ColumnElement, literal_column
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.store.db import MIGRATION_LOCK
+from corral.store.dialect import S
 from corral.store.dialect.portable import Portable
 from corral.store.dialect.postgresql_notify import Notifier
 from corral.store.unit import Engine
@@ -32,3 +34,13 @@ class PostgreSQL(Portable):
         """An advisory lock, taken before Alembic reads the version: managers that both read none
         would both create the tables, and one fail."""
         await conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK})")
+
+    def committed(self, query: S, txid: ColumnElement[int]) -> S:
+        """Rows of transactions below the snapshot's xmin: each of those has committed or rolled
+        back, and every transaction still to write gets a higher id.  The snapshot is the
+        statement's own (READ COMMITTED), the one its rows are read in."""
+        return query.where(txid < _XMIN)
+
+
+# The oldest transaction id still running, as a bigint (xid8 prints as its decimal number).
+_XMIN = literal_column("pg_snapshot_xmin(pg_current_snapshot())::text::bigint", BigInteger)

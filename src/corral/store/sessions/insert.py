@@ -60,7 +60,10 @@ async def insert_rows(conn: AsyncConnection, news: Sequence[NewSession], now: da
         return []
     rows = [_session_row(new, now) for new in news]
     kernel_rows = [_kernel_rows(new, row["resources"], now) for new, row in zip(news, rows, strict=True)]
-    created: list[journal.EventRow] = [(new.id, "session.created", None, "PENDING", {}) for new in news]
+    created = [
+        journal.session_event(new.id, new.spec.project, "session.created", to_status="PENDING")
+        for new in news
+    ]
     parts = [_every_column(sessions, rows), _every_column(kernels, [k for ks in kernel_rows for k in ks])]
     await bulk.insert_together(conn, [*parts, journal.events(created, now)])
     return list(zip(rows, kernel_rows, strict=True))

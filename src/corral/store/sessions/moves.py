@@ -62,6 +62,7 @@ async def apply_moves(
     for row in history:
         rows_of[row.session_id].append(row)
     won: list[Move] = []
+    project_of: dict[str, str] = {}
     for (src, dst, kernel_dst, values, kernel_via, unrequested), group in groups.items():
         ids = [m.session_id for m in group]
         statement = _move(src, dst, tuple(name for name, _ in values), unrequested)
@@ -73,13 +74,18 @@ async def apply_moves(
                 # The guard reads kernels as of the statement's start: lock them first (the order
                 # reports take too), so a report committing a start in between is seen, not missed.
                 await dialect.of(conn).lock(conn, select(kernels.c.id).where(kernels.c.session_id.in_(part)))
-            moved = set((await conn.execute(statement, {**params, "m_ids": part})).scalars())
+            result = await conn.execute(statement, {**params, "m_ids": part})
+            found = {sid: project for sid, project in result}
+            project_of.update(found)
+            moved = set(found)
             won.extend(m for m in group if m.session_id in moved)
             if moved and kernel_dst is not None:
                 await move_kernels_of(conn, list(moved), kernel_dst, now, kernel_via)
             if moved and dst is SessionStatus.PENDING:
                 await _back_to_queue(conn, list(moved), now, resumed=src is SessionStatus.SUSPENDED)
-    await journal.add_events(conn, [event for m in won for event in _events(m)], now)
+    await journal.add_events(
+        conn, [event for m in won for event in _events(m, project_of[m.session_id])], now
+    )
     await journal.add_history(conn, [row for m in won for row in rows_of[m.session_id]], now)
     return won
 
@@ -92,10 +98,13 @@ def _kernel_path_allowed(path: Sequence[KernelStatus]) -> bool:
     return all(kernel_move_allowed(a, b) for a, b in pairwise(path))
 
 
-def _events(m: Move) -> list[tuple[str, str, str | None, str | None, dict[str, Any]]]:
+def _events(m: Move, project: str) -> list[journal.EventRow]:
     """A move's event rows, one per hop."""
     hops = (m.src, *m.via, m.dst)
-    return [(m.session_id, "session.status_changed", a, b, {}) for a, b in pairwise(hops)]
+    return [
+        journal.session_event(m.session_id, project, "session.status_changed", a, b)
+        for a, b in pairwise(hops)
+    ]
 
 
 _MAY_RUN = [str(s) for s in KERNEL_PROCESS]
@@ -104,7 +113,7 @@ _MAY_RUN = [str(s) for s in KERNEL_PROCESS]
 @lru_cache(maxsize=1024)
 def _move(
     src: SessionStatus, dst: SessionStatus, names: tuple[str, ...], unrequested: bool = False
-) -> ReturningUpdate[str]:
+) -> ReturningUpdate[str, str]:
     """The guarded UPDATE of a group of moves src -> dst setting the columns `names` too (bound as
     m_<name>; the ids as m_ids, the time as m_now), built once per shape; with `unrequested`,
     only of sessions no termination was requested for."""
@@ -125,7 +134,7 @@ def _move(
         update(sessions)
         .where(sessions.c.id.in_(bindparam("m_ids", expanding=True)), *guard)
         .values(status=str(dst), status_changed_at=now, phase_tries=0, **extra)
-        .returning(sessions.c.id)
+        .returning(sessions.c.id, sessions.c.project)
     )
 
 

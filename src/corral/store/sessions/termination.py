@@ -49,6 +49,8 @@ async def request_terminations(
         literal(reason) != str(TerminationReason.SUSPENDED),
     )
     stopped: list[str] = []
+    said: list[journal.EventRow] = []
+    why = {"reason": reason}
     for part in chunks(session_ids):
         result = await conn.execute(
             update(sessions)
@@ -65,12 +67,15 @@ async def request_terminations(
                 ),
                 termination_requested_at=func.coalesce(sessions.c.termination_requested_at, now),
             )
-            .returning(sessions.c.id)
+            .returning(sessions.c.id, sessions.c.project)
         )
-        stopped += result.scalars()
-    await journal.add_events(
-        conn, [(sid, "session.termination_requested", None, None, {"reason": reason}) for sid in stopped], now
-    )
+        found = [(sid, project) for sid, project in result]
+        stopped += [sid for sid, _ in found]
+        said += [
+            journal.session_event(sid, project, "session.termination_requested", payload=why)
+            for sid, project in found
+        ]
+    await journal.add_events(conn, said, now)
     return stopped
 
 

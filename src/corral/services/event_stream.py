@@ -1,0 +1,70 @@
+"""One subscriber's stream of events: what it missed, from the database, then the feed's, live.
+
+Nothing missed and nothing repeated: events up to the feed's tail when it joined are read from
+the database (services/feed.py), later ones come from its queue, and any at or before the last
+one sent is dropped (the feed's and the database's reads may overlap)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+from corral.domain.events import Position
+from corral.domain.records import EventRecord
+from corral.services.feed import Feed
+from corral.store import outbox
+from corral.store.db import reading
+from corral.store.unit import Engine
+
+PAGE = 500
+
+
+@dataclass(frozen=True)
+class Opened:
+    """The stream's first item: where it starts (after `position`)."""
+
+    position: Position
+
+
+@dataclass(frozen=True)
+class Resync:
+    """The stream ends here: read on from `position` (the subscriber fell a whole queue behind)."""
+
+    position: Position
+
+
+async def stream(
+    feed: Feed, engine: Engine, where: outbox.Filter, after: Position | None
+) -> AsyncIterator[EventRecord | Opened | Resync]:
+    """The events `where` lets through (services/events.scope) after `after` (None: after the
+    newest), in commit order, until the caller stops reading or the feed is shut down: `Opened`
+    first, and a `Resync` last when it fell behind."""
+    sub = await feed.subscribe(where)
+    try:
+        last = sub.joined_at if after is None else after
+        yield Opened(last)
+        while last < sub.joined_at:
+            async with reading(engine) as conn:
+                page = await outbox.read(conn, last, PAGE, where)
+            page = [e for e in page if e.position <= sub.joined_at]
+            for e in page:
+                yield e
+                last = e.position
+            if len(page) < PAGE:
+                break
+        while True:
+            while not sub.queue.empty():
+                e = sub.queue.get_nowait()
+                if e.position > last:
+                    yield e
+                    last = e.position
+            if sub.overflowed:
+                yield Resync(last)
+                return
+            if feed.stopped:
+                return
+            sub.arrived.clear()
+            if sub.queue.empty() and not sub.overflowed:
+                await sub.arrived.wait()
+    finally:
+        feed.unsubscribe(sub)
