@@ -35,10 +35,11 @@ class Resync:
 
 async def stream(
     feed: Feed, engine: Engine, where: outbox.Filter, after: Position | None
-) -> AsyncIterator[EventRecord | Opened | Resync]:
+) -> AsyncIterator[list[EventRecord] | Opened | Resync]:
     """The events `where` lets through (services/events.scope) after `after` (None: after the
-    newest), in commit order, until the caller stops reading or the feed is shut down: `Opened`
-    first, and a `Resync` last when it fell behind."""
+    newest), in commit order and in batches (what is at hand at once: one write to the client),
+    until the caller stops reading or the feed is shut down: `Opened` first, and a `Resync` last
+    when it fell behind."""
     sub = await feed.subscribe(where)
     try:
         last = sub.joined_at if after is None else after
@@ -46,18 +47,21 @@ async def stream(
         while last < sub.joined_at:
             async with reading(engine) as conn:
                 page = await outbox.read(conn, last, PAGE, where)
-            page = [e for e in page if e.position <= sub.joined_at]
-            for e in page:
-                yield e
-                last = e.position
-            if len(page) < PAGE:
+            batch = [e for e in page if e.position <= sub.joined_at]
+            if batch:
+                yield batch
+                last = batch[-1].position
+            if len(batch) < PAGE:
                 break
         while True:
+            batch = []
             while not sub.queue.empty():
                 e = sub.queue.get_nowait()
                 if e.position > last:
-                    yield e
+                    batch.append(e)
                     last = e.position
+            if batch:
+                yield batch
             if sub.overflowed:
                 yield Resync(last)
                 return

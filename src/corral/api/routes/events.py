@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections import OrderedDict
 from collections.abc import AsyncIterator
 from typing import Annotated
 
@@ -11,6 +12,8 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from corral.api.schemas import EventOut
 from corral.api.state import Caller, State
+from corral.domain.events import Position
+from corral.domain.records import EventRecord
 from corral.protocol.types import Name
 from corral.services import event_stream
 from corral.services import events as svc
@@ -80,16 +83,30 @@ async def stream_events(
     start = svc.position(last_event_id or after, field)
     where = await svc.scope(state.reader, who, what)  # a refused filter is a 4xx, before any byte
 
-    async def messages() -> AsyncIterator[ServerSentEvent]:
+    async def messages() -> AsyncIterator[ServerSentEvent | bytes]:
         async for item in event_stream.stream(state.feed, state.reader, where, start):
             if isinstance(item, event_stream.Opened):
                 yield ServerSentEvent(id=str(item.position))  # EventSource's last id, no message
-                continue
-            if isinstance(item, event_stream.Resync):
+            elif isinstance(item, event_stream.Resync):
                 yield ServerSentEvent(data=json.dumps({"after": str(item.position)}), event="resync")
                 return
-            yield ServerSentEvent(
-                data=EventOut.of(item).model_dump_json(), event=item.kind, id=str(item.position)
-            )
+            else:
+                yield b"".join(_frame(e) for e in item)
 
     return EventSourceResponse(messages(), ping=HEARTBEAT, send_timeout=SEND_TIMEOUT)
+
+
+_FRAMES: OrderedDict[Position, bytes] = OrderedDict()
+FRAMES_KEPT = 20_000
+"""Events kept encoded: every stream is sent the same new events, encoded once for all."""
+
+
+def _frame(e: EventRecord) -> bytes:
+    """An event as its stream message, encoded once (events never change)."""
+    found = _FRAMES.get(e.position)
+    if found is None:
+        data = EventOut.of(e).model_dump_json()
+        found = _FRAMES[e.position] = ServerSentEvent(data=data, event=e.kind, id=str(e.position)).encode()
+        if len(_FRAMES) > FRAMES_KEPT:
+            _FRAMES.popitem(last=False)
+    return found
