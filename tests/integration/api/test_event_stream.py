@@ -155,11 +155,17 @@ def test_the_client_follows_the_stream_through_a_manager_restart(own_cluster: Ca
         first = corral.sessions.submit(command=["true"])
         start = corral.events.list(session=first.id, limit=1)[0].position
 
-        def read() -> None:
-            for e in Client(cluster.url, cluster.key).stream_events(start, type=["session.status_changed"]):
-                got.append(e)
+        stopping = threading.Event()
 
-        threading.Thread(target=read, daemon=True).start()
+        def read() -> None:
+            with Client(cluster.url, cluster.key) as theirs:
+                for e in theirs.stream_events(start, type=["session.status_changed"]):
+                    if stopping.is_set():
+                        return  # closes the stream and its connection
+                    got.append(e)
+
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
         corral.wait(first.id)
         poll(
             lambda: any(e.session_id == first.id and e.to_status == "TERMINATED" for e in got),
@@ -176,5 +182,9 @@ def test_the_client_follows_the_stream_through_a_manager_restart(own_cluster: Ca
             "second's end",
         )
         expected = corral.events.list(start, type=["session.status_changed"], limit=1000)
+        stopping.set()
+        corral.wait(corral.sessions.submit(command=["true"]).id)  # an event to wake the reader
+        reader.join(30)
+        assert not reader.is_alive()
     positions = [e.position for e in got]
     assert positions[: len(expected)] == [e.position for e in expected]  # none missed, none twice
