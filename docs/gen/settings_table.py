@@ -27,6 +27,11 @@ MANAGER = {
     "log_cap_bytes": "output kept per session; past it the oldest is dropped and counted",
     "stream_queue": "events an `/events/stream` client may fall behind by before it is sent "
     "`event: resync` and closed",
+    "webhook_backoff": "seconds before each retry of a failing webhook event, as a JSON list; the "
+    "last repeats",
+    "webhook_give_up": "seconds an event may keep failing before its webhook is disabled",
+    "webhook_lease": "seconds a manager holds a webhook's deliveries; a dead one is replaced after it",
+    "webhook_poll": "seconds between a webhook deliverer's looks for new events",
     "checkpoint_root": "where each retry chain's `$CORRAL_CHECKPOINT_DIR` lives: storage every agent "
     "mounts (empty: under each agent's work dir)",
 }

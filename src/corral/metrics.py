@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Gauge
+from prometheus_client import Counter, Gauge, Histogram
 
 RETRY_SCHEDULED = Counter("corral_session_retry_scheduled", "Retries the engine created, by cause", ["cause"])
 RETRY_EXHAUSTED = Counter(
@@ -26,4 +26,20 @@ STREAM_SUBSCRIBERS = Gauge(
 )
 STREAM_RESYNCS = Counter(
     "corral_event_stream_resyncs", "Stream clients told to resync: they fell a whole queue behind"
+)
+WEBHOOK_DELIVERIES = Counter(
+    "corral_webhook_deliveries",
+    "Webhook delivery attempts by result: delivered (2xx), failed (an answer or no answer), refused"
+    " (a private address), gone (410: the webhook is disabled)",
+    ["result"],
+)
+WEBHOOK_SECONDS = Histogram(
+    "corral_webhook_delivery_seconds",
+    "From a delivery attempt's start to its receiver's answer",
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 15),
+)
+WEBHOOK_BACKLOG = Gauge(
+    "corral_webhook_backlog",
+    "Events a webhook has not yet been delivered (as its deliverer last read; up to 1000)",
+    ["webhook"],
 )

@@ -48,6 +48,20 @@ class ManagerSettings(BaseSettings):
     checkpoint_root: str = ""
     # Events an `/events/stream` client may fall behind by before it is told to resync.
     stream_queue: Annotated[int, Field(ge=1, le=1_000_000)] = 1000
+    # Seconds before each retry of a failing webhook event, the last repeated (domain/webhooks).
+    webhook_backoff: Annotated[list[Annotated[float, Field(ge=0, le=86_400)]], Field(min_length=1)] = [
+        5.0,
+        30.0,
+        120.0,
+        600.0,
+        3600.0,
+    ]
+    # An event failing this long disables its webhook.
+    webhook_give_up: Annotated[float, Field(gt=0)] = 86_400.0
+    # A webhook's deliverer holds its lease this long, renewed at half: a dead one is replaced then.
+    webhook_lease: Annotated[float, Field(ge=1)] = 30.0
+    # How often a webhook's deliverer looks for new events.
+    webhook_poll: Annotated[float, Field(gt=0, le=60)] = 0.1
 
     def resolved_database_url(self) -> str:
         if self.database_url:

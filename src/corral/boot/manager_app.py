@@ -11,12 +11,13 @@ from contextlib import asynccontextmanager
 import structlog
 from fastapi import FastAPI, Request
 
-from corral.api import docs, errors
+from corral.api import docs, errors, graphql
 from corral.api.limits import BodyLimit
-from corral.api.routes import agents, arrays, events, groups, policies, projects, sessions, users
+from corral.api.routes import agents, arrays, events, groups, policies, projects, sessions, users, webhooks
 from corral.api.routes import cluster as cluster_routes
 from corral.api.state import AppState
 from corral.clock import utcnow
+from corral.manager.deliveries import Deliverer
 from corral.manager.loop import Scheduler
 from corral.manager.retry_engine import RetryEngine
 from corral.services import cluster
@@ -100,6 +101,13 @@ def create_app(
                     ).run(),
                     name="retry-engine",
                 ),
+                asyncio.create_task(
+                    # The suite's fault: a delivery answered 2xx waits before it is recorded.
+                    Deliverer(
+                        engine, reader, settings, os.environ.get("CORRAL_TEST_WEBHOOK_HOLD") == "1"
+                    ).run(),
+                    name="webhooks",
+                ),
             ]
             if run_scheduler
             else []
@@ -132,6 +140,8 @@ def create_app(
     app.include_router(users.router)
     app.include_router(groups.router)
     app.include_router(cluster_routes.router)
+    app.include_router(webhooks.router)
+    app.include_router(graphql.router())
 
     if os.environ.get("CORRAL_TEST_FAULT_ROUTES") == "1":
         # Only for the test suite: a route that fails, to prove a 500 logs no credential.

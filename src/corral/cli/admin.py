@@ -132,7 +132,7 @@ def config_set(
         typer.Argument(
             help="retry.enabled, retry.global_max_retries, retry.dispatch_rate, retry.defaults,"
             " retry.default_policy, retry.default_backoff,"
-            " failure_categories"
+            " failure_categories, webhooks.allow_private"
         ),
     ],
     value: Annotated[str, typer.Argument(help="a JSON value (true, 20, null, {...}) or a string")],

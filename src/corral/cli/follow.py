@@ -21,7 +21,7 @@ def exit_code_of(session: Session) -> int:
     return code if isinstance(code, int) and code != 0 else 1
 
 
-class _Printer:
+class Printer:
     """Writes chunks; with a prefix, only whole lines, each marked with its rank."""
 
     def __init__(self, prefix: bool) -> None:
@@ -51,13 +51,13 @@ def follow(api: Client, session_id: str, prefix: bool | None, quiet: bool = Fals
     """Stream logs and status until the session ends and every log chunk has been printed."""
     cursor = 0
     last_status = ""
-    printer: _Printer | None = None
+    printer: Printer | None = None
     delay = 0.05
     while True:
         session = api.sessions.get(session_id)
         if printer is None:
             multi = session.cluster_size > 1
-            printer = _Printer(bool(prefix) if prefix is not None else multi and sys.stdout.isatty())
+            printer = Printer(bool(prefix) if prefix is not None else multi and sys.stdout.isatty())
         if session.status != last_status and not session.ended and not quiet:
             last_status = session.status
             agents = sorted({k.agent for k in session.kernels if k.agent})

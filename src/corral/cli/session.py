@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from corral.cli.connect import connect, fail
-from corral.cli.follow import follow
+from corral.cli.follow import Printer
 from corral.cli.output import Format, OutputOpt, console, emit, table_of
 
 if TYPE_CHECKING:
@@ -120,22 +120,36 @@ def info(session_id: SessionId, output: Format = OutputOpt) -> None:
 @app.command()
 def logs(
     session_id: SessionId,
-    follow_: Annotated[bool, typer.Option("--follow", "-f", help="keep printing until it ends")] = False,
+    follow_: Annotated[
+        bool, typer.Option("--follow", "-f", help="print one kernel's output live, until the session ends")
+    ] = False,
+    kernel: Annotated[
+        int | None, typer.Option("--kernel", "-k", help="only this rank's output (--follow: default 0)")
+    ] = None,
     prefix: Annotated[
         bool | None, typer.Option("--prefix/--no-prefix", help="prefix lines with rank")
     ] = None,
 ) -> None:
     """Print a session's output: stdout to stdout; stderr, and the output of its image's build
-    (stream `prepare`), to stderr."""
+    (stream `prepare`), to stderr.  --follow streams one kernel's (rank 0, or --kernel) as it is
+    written, and returns once the session has ended and all of it is printed (Ctrl-C stops)."""
     api = connect()
     if follow_:
-        follow(api, session_id, prefix, quiet=True)
+        printer = Printer(bool(prefix))
+        try:
+            for piece in api.sessions.stream_logs(session_id, kernel=kernel or 0):
+                printer.write(piece.rank, piece.stream, piece.text)
+        except KeyboardInterrupt:
+            raise typer.Exit(0) from None
+        finally:
+            printer.close()
         return
     cursor = 0
     while True:
         page = api.sessions.logs(session_id, after=cursor)
         for chunk in page.chunks:
-            typer.echo(chunk.data, nl=False, err=chunk.stream != "stdout")
+            if kernel is None or chunk.rank == kernel:
+                typer.echo(chunk.data, nl=False, err=chunk.stream != "stdout")
         if not page.chunks:
             return
         cursor = page.next

@@ -5,12 +5,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import httpx
 
 from corral.client import sse
-from corral.client.endpoint import Async, Call
+from corral.client.endpoint import Async, Call, Stream, one
 from corral.client.errors import Unreachable
 from corral.client.resources import Resources
 from corral.client.transport import API, TIMEOUT, Target, answer, async_pool, refusal, request
@@ -18,6 +18,8 @@ from corral.client.waiting import Backoff
 
 if TYPE_CHECKING:
     from corral.client import models as m
+
+T = TypeVar("T")
 
 
 class AsyncClient(Resources[Async]):
@@ -101,7 +103,7 @@ class AsyncClient(Resources[Async]):
             else:
                 await asyncio.sleep(backoff.next())
 
-    async def stream_events(
+    def stream_events(
         self,
         after: str | None = None,
         *,
@@ -114,14 +116,18 @@ class AsyncClient(Resources[Async]):
         from corral.client import models
 
         params = sse.event_params(type, session, array, project)
-        last, retry = after, sse.Retry()
+        return self.stream(Stream("/events/stream", one(models.Event), params, after))
+
+    async def stream(self, call: Stream[T]) -> AsyncIterator[T]:
+        """As `Client.stream`."""
+        last, retry = call.after, sse.Retry()
         while True:
             parser = sse.Parser(last_id=last)
             try:
                 async with self._http.stream(
                     "GET",
-                    self.target.url + API + "/events/stream",
-                    params=params,
+                    self.target.url + API + call.path,
+                    params=call.params,
                     headers=sse.resumed({"Authorization": f"Bearer {self.target.key}"}, last),
                     timeout=httpx.Timeout(self._http.timeout.connect, read=sse.STREAM_READ_TIMEOUT),
                 ) as resp:
@@ -136,7 +142,9 @@ class AsyncClient(Resources[Async]):
                             parser.last_id = str(message.json()["after"])
                             break
                         retry = sse.Retry()
-                        yield models.Event.model_validate_json(message.data)
+                        if message.event == call.end:
+                            return
+                        yield call.read(message.json())
             except httpx.HTTPError:
                 await asyncio.sleep(retry.next())
             finally:

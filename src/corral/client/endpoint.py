@@ -8,7 +8,7 @@ A resource method builds a `Call` (method, path, query, body, and how to read th
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from importlib import import_module
 from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, Protocol, TypeVar, overload
@@ -82,6 +82,49 @@ class Endpoint(Generic[P, T]):
 
 def endpoint(build: Callable[Concatenate[Any, P], Call[T]]) -> Endpoint[P, T]:
     return Endpoint(build)
+
+
+@dataclass(frozen=True)
+class Stream(Generic[T]):
+    """A route of server-sent events, followed as sse.py says: each message's JSON read as a `T`;
+    opened again where it stopped when the connection drops; over at a message of event `end`
+    (None: it goes on as long as it is read)."""
+
+    path: str
+    read: Callable[[Any], T]
+    params: dict[str, Any] = field(default_factory=dict)
+    after: str | None = None
+    end: str | None = None
+
+
+class Streaming(Generic[P, T]):
+    """As `Endpoint`, for a `Stream`: an iterator of `Client` (an async one of `AsyncClient`),
+    from its runner's `stream`."""
+
+    def __init__(self, build: Callable[Concatenate[Any, P], Stream[T]]) -> None:
+        self.build = build
+        self.__doc__ = build.__doc__
+        self.__name__ = build.__name__
+
+    @overload
+    def __get__(self, obj: Resource[Sync], owner: type | None = None) -> Callable[P, Iterator[T]]: ...
+    @overload
+    def __get__(self, obj: Resource[Async], owner: type | None = None) -> Callable[P, AsyncIterator[T]]: ...
+    @overload
+    def __get__(self, obj: Resource[Raw], owner: type | None = None) -> Callable[P, Iterator[Any]]: ...
+    def __get__(self, obj: Any, owner: Any = None) -> Any:
+        build, stream = self.build, obj._runner.stream
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            return stream(build(obj, *args, **kwargs))
+
+        call.__doc__ = build.__doc__
+        call.__name__ = build.__name__
+        return call
+
+
+def streaming(build: Callable[Concatenate[Any, P], Stream[T]]) -> Streaming[P, T]:
+    return Streaming(build)
 
 
 def seg(value: str) -> str:

@@ -169,6 +169,19 @@ class LogPage(Model):
     dropped: int
 
 
+class LogOutput(Model):
+    """A piece of one kernel's output, from `sessions.stream_logs`."""
+
+    position: str
+    """Where a reader is once it has read this piece: `after=` resumes from it."""
+    rank: int
+    generation: int
+    """The kernel's placement: a resumed kernel writes its streams from offset 0 again."""
+    stream: str
+    offset: int
+    text: str
+
+
 class Array(Model):
     array_id: str
     indices: str
@@ -200,6 +213,43 @@ class Agent(Model):
     used: dict[str, float | int]
     last_heartbeat: datetime
     info: dict[str, Any]
+
+
+class Webhook(Model):
+    id: str
+    url: str
+    events: list[str]
+    project: str | None
+    description: str
+    enabled: bool
+    disabled_reason: str | None
+    position: str
+    previous_secret_until: datetime | None
+    created_by: str
+    created_at: datetime
+    updated_at: datetime
+
+
+class CreatedWebhook(Webhook):
+    secret: str
+    """`whsec_...`: shown in this answer only."""
+
+
+class Delivery(Model):
+    event_id: int
+    position: str
+    event_type: str
+    webhook_id: str
+    status: str
+    attempts: int
+    first_attempt_at: datetime | None
+    last_attempt_at: datetime | None
+    next_attempt_at: datetime | None
+    response_code: int | None
+    response_body: str | None
+    error: str | None
+    latency_ms: float | None
+    delivered_at: datetime | None
 
 
 class Policy(Model):

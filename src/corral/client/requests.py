@@ -64,6 +64,14 @@ class GroupChanges(TypedDict, total=False):
     max_reschedules: int | None
 
 
+class WebhookChanges(TypedDict, total=False):
+    url: str
+    events: list[str]
+    project: str | None
+    description: str
+    enabled: bool
+
+
 class ProjectChanges(TypedDict, total=False):
     retry_defaults: RetryPolicy | None
     retry_policies: list[str]

@@ -10,6 +10,7 @@ from corral.client.endpoint import (
     M,
     Resource,
     Runner,
+    Stream,
     as_dict,
     endpoint,
     many,
@@ -17,6 +18,7 @@ from corral.client.endpoint import (
     one,
     query,
     seg,
+    streaming,
 )
 from corral.client.requests import (
     GroupChanges,
@@ -26,6 +28,7 @@ from corral.client.requests import (
     RetryPolicy,
     SessionRequest,
     UserChanges,
+    WebhookChanges,
 )
 
 if TYPE_CHECKING:
@@ -78,6 +81,14 @@ class Sessions(Resource[M]):
         """One page of its output; pass the page's `next` as `after` for the following one."""
         params = query(after=after, max_bytes=max_bytes)
         return Call("GET", f"/sessions/{seg(session_id)}/logs", one(m.LogPage), params)
+
+    @streaming
+    def stream_logs(self, session_id: str, kernel: int = 0, after: str | None = None) -> Stream[m.LogOutput]:
+        """One kernel's output (by rank) as it is written, until the session has ended and all of it
+        has been read: from the start, or after a piece's `position`; a dropped connection goes on
+        from where it stopped, nothing missed or repeated."""
+        path = f"/sessions/{seg(session_id)}/logs/stream"
+        return Stream(path, one(m.LogOutput), query(kernel=kernel), after, end="end")
 
     @endpoint
     def cancel(self, session_id: str) -> Call[m.Session]:
@@ -270,6 +281,65 @@ class Events(Resource[M]):
         return Call("GET", "/events", many(m.Event), params)
 
 
+class Webhooks(Resource[M]):
+    @endpoint
+    def create(
+        self,
+        url: str,
+        events: list[str],
+        project: str | None = None,
+        description: str = "",
+        enabled: bool = True,
+    ) -> Call[m.CreatedWebhook]:
+        """Events matching `events` (globs) are POSTed to `url`, signed; the answer alone shows
+        the secret to verify them with."""
+        body: dict[str, Any] = {"url": url, "events": events, "description": description, "enabled": enabled}
+        if project is not None:
+            body["project"] = project
+        return Call("POST", "/webhooks", one(m.CreatedWebhook), body=body)
+
+    @endpoint
+    def get(self, webhook_id: str) -> Call[m.Webhook]:
+        return Call("GET", f"/webhooks/{seg(webhook_id)}", one(m.Webhook))
+
+    @endpoint
+    def update(self, webhook_id: str, **changes: Unpack[WebhookChanges]) -> Call[m.Webhook]:
+        """Only the fields given change; `enabled=True` on a disabled one retries at once."""
+        return Call("PATCH", f"/webhooks/{seg(webhook_id)}", one(m.Webhook), body=dict(changes))
+
+    @endpoint
+    def delete(self, webhook_id: str) -> Call[None]:
+        return Call("DELETE", f"/webhooks/{seg(webhook_id)}", nothing)
+
+    @endpoint
+    def rotate_secret(self, webhook_id: str) -> Call[m.CreatedWebhook]:
+        """A new secret; the old one signs beside it for 24 h."""
+        return Call("POST", f"/webhooks/{seg(webhook_id)}/rotate-secret", one(m.CreatedWebhook))
+
+    @endpoint
+    def test(self, webhook_id: str) -> Call[dict[str, Any]]:
+        """Queue a `webhook.test` event for this webhook alone (see `deliveries`)."""
+        return Call("POST", f"/webhooks/{seg(webhook_id)}/test", as_dict)
+
+    @endpoint
+    def deliveries(
+        self, webhook_id: str, limit: int = 100, status: str | None = None
+    ) -> Call[list[m.Delivery]]:
+        """Its deliveries, the latest first."""
+        params = query(limit=limit, status=status)
+        return Call("GET", f"/webhooks/{seg(webhook_id)}/deliveries", many(m.Delivery), params)
+
+    @endpoint
+    def redeliver(self, webhook_id: str, event_id: int) -> Call[m.Delivery]:
+        """Send an event again, with the same `webhook-id`."""
+        path = f"/webhooks/{seg(webhook_id)}/deliveries/{int(event_id)}/redeliver"
+        return Call("POST", path, one(m.Delivery))
+
+    @endpoint
+    def list(self) -> Call[list[m.Webhook]]:
+        return Call("GET", "/webhooks", many(m.Webhook))
+
+
 class Resources(Generic[M]):
     """Every resource of a client, on the runner given (the client itself, or its raw view)."""
 
@@ -283,3 +353,4 @@ class Resources(Generic[M]):
         self.users: Users[M] = Users(runner)
         self.cluster: Cluster[M] = Cluster(runner)
         self.events: Events[M] = Events(runner)
+        self.webhooks: Webhooks[M] = Webhooks(runner)

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import httpx
 
 from corral.client import sse
-from corral.client.endpoint import Call, Raw, Sync
+from corral.client.endpoint import Call, Raw, Stream, Sync, one
 from corral.client.errors import Unreachable
 from corral.client.resources import Resources
 from corral.client.transport import API, TIMEOUT, Target, answer, pool, refusal, request
@@ -124,14 +124,18 @@ class Client(Resources[Sync]):
         from corral.client import models
 
         params = sse.event_params(type, session, array, project)
-        last, retry = after, sse.Retry()
+        return self.stream(Stream("/events/stream", one(models.Event), params, after))
+
+    def stream(self, call: Stream[T]) -> Iterator[T]:
+        """A stream's messages as they come (see `Stream`), for as long as you read."""
+        last, retry = call.after, sse.Retry()
         while True:
             parser = sse.Parser(last_id=last)
             try:
                 with self._http.stream(
                     "GET",
-                    self.target.url + API + "/events/stream",
-                    params=params,
+                    self.target.url + API + call.path,
+                    params=call.params,
                     headers=sse.resumed(self._auth(), last),
                     timeout=httpx.Timeout(self._http.timeout.connect, read=sse.STREAM_READ_TIMEOUT),
                 ) as resp:
@@ -143,7 +147,9 @@ class Client(Resources[Sync]):
                             parser.last_id = str(message.json()["after"])
                             break
                         retry = sse.Retry()
-                        yield models.Event.model_validate_json(message.data)
+                        if message.event == call.end:
+                            return
+                        yield call.read(message.json())
             except httpx.HTTPError:
                 time.sleep(retry.next())
             finally:
@@ -174,6 +180,9 @@ class RawCalls(Resources[Raw]):
 
     def run(self, call: Call[Any]) -> Any:
         return self._client.run(replace(call, read=_unread))
+
+    def stream(self, call: Stream[Any]) -> Iterator[Any]:
+        return self._client.stream(replace(call, read=_unread))
 
 
 def _unread(data: Any) -> Any:

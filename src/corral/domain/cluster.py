@@ -20,6 +20,7 @@ DEFAULTS: dict[str, Any] = {
     "retry.default_policy": None,
     "retry.default_backoff": {},
     "failure_categories": [dict(c) for c in DEFAULT_CATEGORIES],
+    "webhooks.allow_private": False,
 }
 
 
@@ -37,6 +38,8 @@ class ClusterSettings:
     """The named policy of a session whose project and itself name none (Armada's default)."""
     default_backoff: RuleBackoff = field(default_factory=RuleBackoff)
     """The backoff of named policies and rules that give none."""
+    webhooks_allow_private: bool = False
+    """Webhooks may target loopback, link-local and private addresses (the SSRF guard is off)."""
 
 
 MAX_BACKOFF_SECONDS = 24 * 3600.0
@@ -80,6 +83,7 @@ def settings_of(values: Mapping[str, Any]) -> ClusterSettings:
         categories=categories_from(rules),
         default_policy=_typed(values, "retry.default_policy", str),
         default_backoff=_backoff(_typed(values, "retry.default_backoff", dict)),
+        webhooks_allow_private=_typed(values, "webhooks.allow_private", bool),
     )
 
 

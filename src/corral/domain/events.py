@@ -21,7 +21,9 @@ EVENT_TYPES: dict[str, str] = {
     "session.retry_scheduled": "a failed attempt will be retried (payload: attempt, child_id)",
     "session.retry_exhausted": "a failed attempt will not be retried (payload: why)",
     "session.retry_succeeded": "a retried session's attempt succeeded (payload: attempt)",
-    "webhook.disabled": "a webhook was disabled after failing deliveries (payload: reason)",
+    "webhook.disabled": "a webhook was disabled: its receiver answered 410 Gone, or one event failed "
+    "for a day (payload: reason, event_id)",
+    "webhook.test": "`corral webhook test`: sent to that webhook alone, whatever its event types",
 }
 
 ENTITY_KINDS = ("session", "webhook")

@@ -16,7 +16,7 @@ from corral.domain.status import TERMINAL_SESSION, SessionStatus
 from corral.manager import targets
 from corral.manager.handler_run import HandlerRuns
 from corral.manager.handlers.base import LifecycleHandler, SessionPromotionHandler
-from corral.store import preemption, sessions
+from corral.store import leases, preemption, sessions
 from corral.store.db import reading, reads_apart
 from corral.store.unit import Engine
 
@@ -72,13 +72,14 @@ class Coordinator:
         on_change: Callable[[], Awaitable[None]] | None = None,
         on_ended: Callable[[], None] | None = None,
         room_version: Callable[[], int] = lambda: 0,
+        holding: leases.Holding | None = None,
     ) -> None:
         self._engine = engine
         self._rg = resource_group
         self._handlers = list(handlers)
         self._base_limits = self._limits = limits
         self._preemption: dict[str, Any] = {}
-        self._runs = HandlerRuns(engine, resource_group)
+        self._runs = HandlerRuns(engine, resource_group, leases.writes(engine, holding))
         self._clock = clock
         self._on_change = on_change
         self._on_ended = on_ended

@@ -12,8 +12,7 @@ from corral.domain.records import Move, SessionRecord
 from corral.domain.status import SessionStatus
 from corral.manager import apply, promotions, targets
 from corral.manager.handlers.base import HandlerContext, LifecycleHandler, SessionPromotionHandler
-from corral.store import sessions
-from corral.store.db import transaction
+from corral.store import leases, sessions
 from corral.store.unit import Engine
 
 Handler = LifecycleHandler | SessionPromotionHandler
@@ -22,8 +21,9 @@ Handler = LifecycleHandler | SessionPromotionHandler
 class HandlerRuns:
     """Runs handlers for one resource group, counting the termination requests they write."""
 
-    def __init__(self, engine: Engine, resource_group: str) -> None:
+    def __init__(self, engine: Engine, resource_group: str, begin: leases.Begin | None = None) -> None:
         self._engine = engine
+        self._begin = begin or leases.writes(engine, None)
         self._rg = resource_group
         self.requested = 0
         """Termination requests handlers wrote (preemption) since the count was last reset."""
@@ -52,7 +52,7 @@ class HandlerRuns:
         window, page = handler.queue_window, handler.queue_page or handler.queue_window
         if isinstance(handler, SessionPromotionHandler) and handler.decided_by_kernel_statuses:
             return await self._promote_by_status(handler, now)
-        async with transaction(self._engine) as conn:
+        async with self._begin() as conn:
 
             async def read(size: int | None, after: sessions.QueueKey | None = None) -> list[SessionRecord]:
                 return await sessions.for_handler(
@@ -106,7 +106,7 @@ class HandlerRuns:
     ) -> tuple[list[Move], bool, int]:
         """`run` for a promotion its targets' read decides alone: the same moves and history from
         the targets' ids and statuses, so its sessions are read without their columns and kernels."""
-        async with transaction(self._engine) as conn:
+        async with self._begin() as conn:
             found = await targets.target_ids(conn, self._rg, handler)
             if not found:
                 return [], False, 0

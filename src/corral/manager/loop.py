@@ -14,7 +14,7 @@ from corral.manager.handlers import cycle_handlers
 from corral.manager.sweep import sweep
 from corral.settings import SchedulerSettings
 from corral.store import agents, leases
-from corral.store.db import reading, transaction
+from corral.store.db import reading
 from corral.store.unit import Engine
 from corral.wakeup import Wakeup, repeat
 
@@ -34,9 +34,10 @@ class SchedulerLoop:
         self._rg = resource_group
         self._cfg = cfg
         self._wakeup = wakeup
-        self._holder = holder
+        # Held for max(5, 5 cycles), renewed at half that: a dead holder's group waits at most that.
+        ttl = timedelta(seconds=max(5.0, cfg.loop_interval * 5))
+        self.holding = leases.Holding(engine, f"scheduler:{resource_group}", holder, ttl)
         self._last_sweep: datetime | None = None
-        self._renewed: datetime | None = None
         self.coordinator = Coordinator(
             engine,
             resource_group,
@@ -46,18 +47,19 @@ class SchedulerLoop:
             on_change=wakeup.orders_changed,
             on_ended=wakeup.retries,
             room_version=lambda: wakeup.room_version,
+            holding=self.holding,
         )
 
     async def run_once(self) -> int:
-        now = utcnow()
-        ttl = timedelta(seconds=max(5.0, self._cfg.loop_interval * 5))
-        if self._renewed is None or now - self._renewed >= ttl / 2:
-            # Renewed at half its life, not every cycle: the lease is ours until renewal + ttl.
-            async with transaction(self._engine) as conn:
-                if not await leases.acquire(conn, self._rg, self._holder, ttl, now):
-                    self._renewed = None
-                    return 0
-            self._renewed = now
+        if not await self.holding.claim():
+            return 0
+        try:
+            return await self._cycle(utcnow())
+        except leases.LeaseLost:
+            log.warning("scheduling lease lost: this manager stops the group's loop", resource_group=self._rg)
+            return 0
+
+    async def _cycle(self, now: datetime) -> int:
         changed = 0
         timed = (
             self._last_sweep is None or (now - self._last_sweep).total_seconds() >= self._cfg.sweep_interval
@@ -66,7 +68,7 @@ class SchedulerLoop:
             # Liveness, fences, deadlines and status time limits are judged in seconds: a cycle
             # woken by a report (many a second when busy) need not pay for them again.  A later
             # sweep only ever fences later, never earlier.
-            changed = await sweep(self._engine, self._rg, self._cfg, now)
+            changed = await sweep(self._engine, self._rg, self._cfg, now, self.holding)
             self._last_sweep = now
         # A signal placement has not seen is room (the coordinator records what it saw only when
         # placement ran: a failed cycle leaves it unseen).

@@ -15,8 +15,8 @@ from corral.domain.history import HistoryRow
 from corral.domain.scheduling import SchedulingResult
 from corral.domain.status import KernelStatus
 from corral.settings import SchedulerSettings
-from corral.store import agents, journal, kernels, sessions
-from corral.store.db import reading, transaction
+from corral.store import agents, journal, kernels, leases, sessions
+from corral.store.db import reading
 from corral.store.unit import Engine, Tx
 
 log = structlog.get_logger("corral.sweep")
@@ -41,7 +41,13 @@ async def _note(
     await journal.add_history(conn, rows, now)
 
 
-async def sweep(engine: Engine, resource_group: str, cfg: SchedulerSettings, now: datetime) -> int:
+async def sweep(
+    engine: Engine,
+    resource_group: str,
+    cfg: SchedulerSettings,
+    now: datetime,
+    holding: leases.Holding | None = None,
+) -> int:
     """Returns how many things it recorded (so the loop knows to run the handlers)."""
     changed = 0
     lease = timedelta(seconds=cfg.agent_lease)
@@ -53,7 +59,7 @@ async def sweep(engine: Engine, resource_group: str, cfg: SchedulerSettings, now
         # What becomes due after this read is the next sweep's: later, never earlier.
         if not await sessions.sweep_due(conn, resource_group, lease, silent, now):
             return 0
-    async with transaction(engine) as conn:
+    async with leases.writes(engine, holding)() as conn:
         lost = await agents.mark_lost(conn, lease, now)
         if lost:
             # Nothing is killed yet: a LOST agent that comes back before the fence keeps its kernels.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from corral.domain.records import Principal, SessionRecord
+from corral.domain.records import KernelRecord, Principal, SessionRecord
 from corral.domain.status import TERMINAL_SESSION
 from corral.services import sessions as session_service
 from corral.store import agents, logs
@@ -26,14 +26,18 @@ class LogPage:
 
 
 def _output_closed(session: SessionRecord, alive: set[str]) -> bool:
-    """No more output can arrive: the session ended and each kernel's output was shipped to the end,
-    or it never ran nor failed to build its image (whose build output is its log), or its agent is
-    gone (a later incarnation marks what it will never ship)."""
+    """No more output can arrive: the session ended and each kernel's output is closed."""
+    ended = session.status in TERMINAL_SESSION
+    return ended and all(kernel_closed(session, k, alive) for k in session.kernels)
+
+
+def kernel_closed(session: SessionRecord, k: KernelRecord, alive: set[str]) -> bool:
+    """No more of this kernel's output can arrive: the session ended and the kernel's output was
+    shipped to the end, or it never ran nor failed to build its image (whose build output is its
+    log), or its agent is gone (a later incarnation marks what it will never ship)."""
     if session.status not in TERMINAL_SESSION:
         return False
-    return all(
-        k.logs_done or not (k.started or k.image_failed) or (k.agent_id not in alive) for k in session.kernels
-    )
+    return k.logs_done or not (k.started or k.image_failed) or (k.agent_id not in alive)
 
 
 async def read(

@@ -90,3 +90,45 @@ async def chain_rows(engine: Engine, records: Sequence[SessionRecord]) -> dict[s
 def _alone(s: SessionRecord) -> bool:
     """Every later attempt is written with its parent's next_attempt_id, in one transaction."""
     return s.root_session_id == s.id and s.next_attempt_id is None
+
+
+async def get_many(engine: Engine, who: Principal, session_ids: Sequence[str]) -> dict[str, SessionRecord]:
+    """Those of the sessions with these (full) ids the caller may see, by id; one read for many."""
+    async with reading(engine) as conn:
+        found = await sessions.get_many(conn, sorted(set(session_ids)))
+    return {s.id: s for s in found if _visible(who, s)}
+
+
+async def chains_of(
+    engine: Engine, who: Principal, root_ids: Sequence[str]
+) -> dict[str, list[SessionRecord]]:
+    """Every attempt of each of these chains the caller may see, first to last, by root id."""
+    async with reading(engine) as conn:
+        found = await retries.full_chains(conn, sorted(set(root_ids)))
+    return {root: [s for s in chain if _visible(who, s)] for root, chain in found.items()}
+
+
+def chain_rows_of(chain: Sequence[SessionRecord]) -> list[dict[str, Any]]:
+    """The light rows `chain_rows` reads, made from a chain already read whole (`chains_of`)."""
+    return [
+        {
+            "id": s.id,
+            "root_session_id": s.root_session_id,
+            "attempt": s.attempt,
+            "status": str(s.status),
+            "result": str(s.result),
+            "retry_state": s.retry_state,
+        }
+        for s in chain
+    ]
+
+
+async def histories(
+    engine: Engine, who: Principal, records: Sequence[SessionRecord]
+) -> dict[str, list[HistoryRecord]]:
+    """The history of each of these sessions the caller may see, by id (one read for a page)."""
+    ids = sorted({s.id for s in records if _visible(who, s)})
+    if not ids:
+        return {}
+    async with reading(engine) as conn:
+        return await journal.histories_of(conn, ids)

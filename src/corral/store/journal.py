@@ -12,6 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from corral.domain.history import HistoryRow as HistoryRow  # the rows add_history takes
 from corral.domain.records import HistoryRecord
 from corral.store import bulk, convert
+from corral.store.db import chunks
 from corral.store.tables import session_events, session_history
 
 EVENT_COLUMNS = (
@@ -114,3 +115,17 @@ async def history_of(conn: AsyncConnection, session_id: str) -> list[HistoryReco
         .order_by(session_history.c.id)
     )
     return [convert.history(r) for r in rows]
+
+
+async def histories_of(conn: AsyncConnection, session_ids: Sequence[str]) -> dict[str, list[HistoryRecord]]:
+    """The history of each session, oldest first, by session id (one statement for a page)."""
+    out: dict[str, list[HistoryRecord]] = {sid: [] for sid in session_ids}
+    for part in chunks(session_ids):
+        rows = await conn.execute(
+            select(session_history)
+            .where(session_history.c.session_id.in_(part))
+            .order_by(session_history.c.session_id, session_history.c.id)
+        )
+        for r in rows:
+            out[r.session_id].append(convert.history(r))
+    return out

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import case, delete, func, insert, select, update
+from sqlalchemy import and_, case, delete, func, insert, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.domain.text import split_utf8
@@ -161,3 +162,43 @@ async def read(
         .order_by(kernel_logs.c.id)
     )
     return [LogChunk(*r) for r in rows]
+
+
+@dataclass(frozen=True)
+class KernelChunk:
+    """A stored piece of one kernel's output, in its placement (`generation`)."""
+
+    generation: int
+    stream: str
+    offset: int
+    data: bytes
+
+
+async def read_kernel(
+    conn: AsyncConnection, kernel_id: str, generation: int, read: Mapping[str, int], max_bytes: int
+) -> list[KernelChunk]:
+    """The rows of one kernel's output a reader at `read` (bytes of each stream read in placement
+    `generation`) has not read: the rest of those streams, a row holding the cursor whole (the
+    caller cuts it), and every row of a later placement; in row order, which is commit order
+    (ship_logs), at most `max_bytes` (always one row if any)."""
+    c = kernel_logs.c
+    streams = list(read)
+    unread = [and_(c.generation > generation, c.stream.in_(streams))]
+    for stream, at in read.items():
+        # A row holds at most ROW_BYTES, so one reaching past `at` starts after at - ROW_BYTES:
+        # the scan of the (kernel, generation, stream, offset) index stays on the unread rows.
+        ahead = and_(c.offset > at - ROW_BYTES, c.offset + c.size > at)
+        unread.append(and_(c.generation == generation, c.stream == stream, ahead))
+    where = and_(c.kernel_id == kernel_id, or_(*unread))
+    sizes = await conn.execute(select(c.id, c.size).where(where).order_by(c.id).limit(10_000))
+    last, total = None, 0
+    for row_id, size in sizes:
+        if last is not None and total + size > max_bytes:
+            break
+        last, total = row_id, total + size
+    if last is None:
+        return []
+    rows = await conn.execute(
+        select(c.generation, c.stream, c.offset, c.data).where(where, c.id <= last).order_by(c.id)
+    )
+    return [KernelChunk(*r) for r in rows]

@@ -65,6 +65,14 @@ async def read(
     return [EventRecord(**dict(r._mapping)) for r in await conn.execute(query)]
 
 
+async def events(conn: AsyncConnection, ids: Sequence[int]) -> dict[int, EventRecord]:
+    """These events by id (those that exist)."""
+    if not ids:
+        return {}
+    found = await conn.execute(select(e).where(e.c.id.in_(list(ids))))
+    return {int(r.id): EventRecord(**dict(r._mapping)) for r in found}
+
+
 async def newest(conn: AsyncConnection) -> Position:
     """The position of the last committed event (START when there is none): a reader from here
     gets only what commits later."""

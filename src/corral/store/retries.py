@@ -150,6 +150,21 @@ async def chain(conn: AsyncConnection, root_session_id: str) -> list[SessionReco
     return await session_store.select_with_kernels(conn, query)
 
 
+async def full_chains(conn: AsyncConnection, root_ids: Sequence[str]) -> dict[str, list[SessionRecord]]:
+    """Every attempt of each chain with its kernels, first to last, by root id: one statement for
+    the sessions and one for their kernels, however many chains (a page's attempts)."""
+    out: dict[str, list[SessionRecord]] = {r: [] for r in root_ids}
+    for part in chunks(root_ids):
+        query = (
+            select(sessions)
+            .where(sessions.c.root_session_id.in_(part))
+            .order_by(sessions.c.root_session_id, sessions.c.attempt)
+        )
+        for s in await session_store.select_with_kernels(conn, query):
+            out[s.root_session_id].append(s)
+    return out
+
+
 async def chains(conn: AsyncConnection, root_ids: Sequence[str]) -> dict[str, list[dict[str, Any]]]:
     """Light rows (id, attempt, status, result, retry_state) of the chains, by root id."""
     out: dict[str, list[dict[str, Any]]] = {r: [] for r in root_ids}

@@ -24,6 +24,7 @@ PAGES = [
     "arrays.md",
     "images.md",
     "events.md",
+    "graphql.md",
     "client.md",
     "operations.md",
     "troubleshooting.md",

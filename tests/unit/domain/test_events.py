@@ -54,6 +54,8 @@ def test_every_type_the_code_writes_is_registered() -> None:
     for path in SRC.rglob("*.py"):
         if path.name == "events.py" and path.parent.name == "domain":
             continue
-        written |= set(re.findall(r'"((?:session|webhook)\.[a-z_]+)"', path.read_text()))
+        for line in path.read_text().splitlines():
+            if "audit(" not in line:  # an audit row's action (webhook.create) is not an event
+                written |= set(re.findall(r'"((?:session|webhook)\.[a-z_]+)"', line))
     assert written, "no event type found: the pattern is stale"
     assert sorted(written - set(EVENT_TYPES)) == []

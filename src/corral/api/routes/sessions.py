@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import AsyncIterator, Callable
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Request, Response
+from fastapi import APIRouter, Header, Query, Request, Response
+from sse_starlette import EventSourceResponse, ServerSentEvent
 
+from corral.api.routes.events import HEARTBEAT, SEND_TIMEOUT
 from corral.api.schemas import (
     ArrayOut,
     BulkCreate,
@@ -24,8 +28,8 @@ from corral.domain.records import SessionRecord
 from corral.domain.status import SessionStatus
 from corral.protocol.types import INT64_MAX
 from corral.services import arrays as array_service
+from corral.services import log_stream, retry_chain
 from corral.services import logs as log_service
-from corral.services import retry_chain
 from corral.services import sessions as svc
 from corral.services.arrays import BulkItem
 from corral.services.errors import InvalidInput
@@ -169,6 +173,61 @@ async def get_logs(
 ) -> LogsOut:
     page = await log_service.read(state.reader, who, session_id, after, max_bytes)
     return LogsOut.of(page)
+
+
+@router.get(
+    "/{session_id}/logs/stream",
+    response_class=EventSourceResponse,
+    responses={200: {"content": {"text/event-stream": {}}, "description": "server-sent events"}},
+    summary="One kernel's output, live",
+)
+async def stream_logs(
+    session_id: str,
+    who: Caller,
+    state: State,
+    kernel: Annotated[int, Query(ge=0, le=INT64_MAX, description="the kernel's rank")] = 0,
+    after: Annotated[
+        str | None, Query(max_length=80, description="a position: `GENERATION-STDOUT-STDERR-PREPARE`")
+    ] = None,
+    last_event_id: Annotated[
+        str | None, Header(max_length=80, description="resume from this position (as `after`)")
+    ] = None,
+) -> EventSourceResponse:
+    """One kernel's output (the kernel of rank `kernel`) as server-sent events: what is stored,
+    then what it writes, live, until no more can come.  Positions are byte offsets: `id:` is
+    `GENERATION-STDOUT-STDERR-PREPARE`, the kernel's placement (a resumed kernel writes from offset
+    0 again) and the bytes of its stdout, stderr and image build read in it, so a reconnect with
+    `Last-Event-ID` (or `after`; left-out parts are 0, `0-120` is after 120 bytes of stdout), even
+    at an offset inside a piece, goes on from exactly there.  Without either it starts at the
+    beginning.  It opens with an `id:` alone (where it starts); then `event: output`, `data:`
+    `{position, rank, generation, stream, offset, text}` (the bytes from `offset` of `stream` as
+    UTF-8, invalid sequences as U+FFFD), in the order they were stored; and once the session has
+    ended and all of the kernel's output has been sent, `event: end` `{position, status, dropped}`
+    (bytes the log cap dropped), after which the server closes the stream.  A comment every 15 s
+    keeps it open; output arrives within 0.2 s of being stored."""
+    field = "last-event-id" if last_event_id else "after"
+    start = log_stream.Position.parse(last_event_id or after, field)
+    session = await log_stream.kernel_of(state.reader, who, session_id, kernel)
+
+    async def messages() -> AsyncIterator[ServerSentEvent]:
+        yield ServerSentEvent(id=str(start))  # EventSource's last id, no message
+        async for item in log_stream.stream(state.reader, session.id, kernel, start, _stopping(state)):
+            at = str(item.position)
+            if isinstance(item, log_stream.End):
+                end = {"position": at, "status": item.status, "dropped": item.dropped}
+                yield ServerSentEvent(data=json.dumps(end), event="end", id=at)
+                return
+            text = item.data.decode("utf-8", "replace")
+            out = {"position": at, "rank": kernel, "generation": item.generation}
+            out |= {"stream": item.stream, "offset": item.offset, "text": text}
+            yield ServerSentEvent(data=json.dumps(out), event="output", id=at)
+
+    return EventSourceResponse(messages(), ping=HEARTBEAT, send_timeout=SEND_TIMEOUT)
+
+
+def _stopping(state: AppState) -> Callable[[], bool]:
+    """The manager shuts down (its feed stops): a log stream ends there, and its client resumes."""
+    return lambda: state.feed.stopped
 
 
 @router.post("/{session_id}/cancel", status_code=202, response_model=SessionOut)

@@ -43,6 +43,14 @@ class RetryConfigIn(BaseModel):
     )
 
 
+class WebhooksConfigIn(BaseModel):
+    model_config = STRICT
+
+    allow_private: bool | None = Field(
+        None, description="webhooks may target loopback, link-local and private addresses (default false)"
+    )
+
+
 class ClusterConfigIn(BaseModel):
     """A partial change: only the fields given change."""
 
@@ -50,6 +58,7 @@ class ClusterConfigIn(BaseModel):
 
     retry: RetryConfigIn | None = None
     failure_categories: list[CategoryIn] | None = Field(None, max_length=200)
+    webhooks: WebhooksConfigIn | None = None
 
     def changes(self) -> dict[str, Any]:
         """Dotted keys of what was given (null is a value: e.g. no dispatch limit)."""
@@ -64,6 +73,8 @@ class ClusterConfigIn(BaseModel):
                 elif value is None and key not in ("dispatch_rate", "default_policy"):
                     continue
                 out[f"retry.{key}"] = value
+        if self.webhooks is not None and self.webhooks.allow_private is not None:
+            out["webhooks.allow_private"] = self.webhooks.allow_private
         if self.failure_categories is not None:
             out["failure_categories"] = [
                 c.model_dump(mode="json", exclude_none=True) for c in self.failure_categories

@@ -12,6 +12,7 @@ The implementations are imported on first use, not here: PostgreSQL's needs its 
 from __future__ import annotations
 
 from collections.abc import Coroutine, Mapping, Sequence
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from sqlalchemy import ColumnElement, Select, Table
@@ -97,6 +98,15 @@ class Dialect(Protocol):
         """`query` kept to rows whose writing transaction (`txid`, its id) ended before every
         writer still open: what a reader in (txid, id) order may pass for good (domain/events).
         Where writers take turns, every row it can see is such a row: `query` as it is."""
+        ...
+
+    def clock(self) -> ColumnElement[Any]:
+        """The database's clock as SQL, comparable with a UTCDateTime column: leases are timed on
+        it, so managers whose own clocks disagree agree on who holds one."""
+        ...
+
+    async def now(self, conn: AsyncConnection) -> datetime:
+        """The database's clock (`clock`), read."""
         ...
 
 

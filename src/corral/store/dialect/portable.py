@@ -4,13 +4,15 @@ at a time where a backend has no set-wise form of its own."""
 from __future__ import annotations
 
 from collections.abc import Coroutine, Mapping, Sequence
+from datetime import datetime
 from functools import cache, lru_cache
 from typing import Any, cast
 
-from sqlalchemy import ColumnElement, Insert, Select, Table, insert
+from sqlalchemy import ColumnElement, Insert, Select, Table, func, insert, select, type_coerce
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.store.dialect import S
+from corral.store.dialect.types import UTCDateTime
 from corral.store.unit import Engine
 from corral.wakeup import Wakeup
 
@@ -47,6 +49,13 @@ class Portable:
 
     def committed(self, query: S, txid: ColumnElement[int]) -> S:
         return query
+
+    def clock(self) -> ColumnElement[Any]:
+        return func.current_timestamp()
+
+    async def now(self, conn: AsyncConnection) -> datetime:
+        stamp: datetime = (await conn.execute(select(type_coerce(self.clock(), UTCDateTime)))).scalar_one()
+        return stamp
 
 
 @cache

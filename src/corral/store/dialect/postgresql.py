@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Coroutine
 from typing import Any
 
-from sqlalchemy import BigInteger, ColumnElement, literal_column
+from sqlalchemy import BigInteger, ColumnElement, func, literal_column
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.store.db import MIGRATION_LOCK
@@ -40,6 +40,10 @@ class PostgreSQL(Portable):
         back, and every transaction still to write gets a higher id.  The snapshot is the
         statement's own (READ COMMITTED), the one its rows are read in."""
         return query.where(txid < _XMIN)
+
+    def clock(self) -> ColumnElement[Any]:
+        """The time now, not the transaction's start (now()): a lease is judged when it is checked."""
+        return func.clock_timestamp()
 
 
 # The oldest transaction id still running, as a bigint (xid8 prints as its decimal number).

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Coroutine, Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import Select, Table
+from sqlalchemy import ColumnElement, Select, Table, func
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.store.dialect import S, sqlite_rows
@@ -32,6 +32,11 @@ class SQLite(Portable):
 
     async def lock(self, conn: AsyncConnection, query: Select[Any]) -> None:
         """Nothing: the writer's BEGIN IMMEDIATE took the database's lock."""
+
+    def clock(self) -> ColumnElement[Any]:
+        """UTC with milliseconds, as text that sorts with UTCDateTime's ("2026-12-03 17:00:00.123"):
+        CURRENT_TIMESTAMP has whole seconds only."""
+        return func.strftime("%Y-%m-%d %H:%M:%f", "now")
 
     async def insert_rows(
         self,

@@ -1,0 +1,170 @@
+"""Webhooks and their deliveries: the rows, each webhook's cursor over the outbox, and each event's
+attempts.  Writes of a webhook's deliverer run in its lease's transactions (store/leases)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import delete, func, insert, select, tuple_, update
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from corral.domain.events import Position
+from corral.domain.records import EventRecord
+from corral.store.tables import webhook_deliveries, webhooks
+
+w = webhooks
+d = webhook_deliveries
+
+
+@dataclass(frozen=True)
+class WebhookRecord:
+    id: str
+    url: str
+    events: list[str]
+    project: str | None
+    description: str
+    enabled: bool
+    disabled_reason: str | None
+    secret: str
+    previous_secret: str | None
+    previous_until: datetime | None
+    cursor_txid: int
+    cursor_id: int
+    created_by: str
+    created_at: datetime
+    updated_at: datetime
+
+    @property
+    def cursor(self) -> Position:
+        """The last event delivered or passed by: delivery goes on after it."""
+        return Position(self.cursor_txid, self.cursor_id)
+
+    def secrets(self, now: datetime) -> list[str]:
+        """The secrets that sign now: the current one, and a rotated-out one for its grace."""
+        keep = self.previous_secret and self.previous_until and now < self.previous_until
+        return [self.secret, self.previous_secret] if keep else [self.secret]  # type: ignore[list-item]
+
+
+@dataclass(frozen=True)
+class DeliveryRecord:
+    id: int
+    webhook_id: str
+    event_id: int
+    event_txid: int
+    event_type: str
+    status: str
+    """pending (tried, to be tried again), delivered, or failed (given up)"""
+    attempts: int
+    first_attempt_at: datetime | None
+    last_attempt_at: datetime | None
+    next_attempt_at: datetime | None
+    response_code: int | None
+    response_body: str | None
+    error: str | None
+    latency_ms: float | None
+    delivered_at: datetime | None
+
+    @property
+    def position(self) -> Position:
+        return Position(self.event_txid, self.event_id)
+
+
+def _hook(row: Any) -> WebhookRecord:
+    return WebhookRecord(**dict(row._mapping))
+
+
+async def add(conn: AsyncConnection, values: Mapping[str, Any]) -> None:
+    await conn.execute(insert(w).values(**values))
+
+
+async def get(conn: AsyncConnection, webhook_id: str) -> WebhookRecord | None:
+    row = (await conn.execute(select(w).where(w.c.id == webhook_id))).first()
+    return None if row is None else _hook(row)
+
+
+async def listed(conn: AsyncConnection, projects: Sequence[str] | None) -> list[WebhookRecord]:
+    """Every webhook (None), or those of these projects."""
+    query = select(w).order_by(w.c.created_at, w.c.id)
+    if projects is not None:
+        query = query.where(w.c.project.in_(list(projects)))
+    return [_hook(r) for r in await conn.execute(query)]
+
+
+async def enabled_ids(conn: AsyncConnection) -> list[str]:
+    return [str(i) for i in (await conn.execute(select(w.c.id).where(w.c.enabled))).scalars()]
+
+
+async def change(conn: AsyncConnection, webhook_id: str, values: Mapping[str, Any]) -> bool:
+    result = await conn.execute(update(w).where(w.c.id == webhook_id).values(**values))
+    return bool(result.rowcount)
+
+
+async def remove(conn: AsyncConnection, webhook_id: str) -> bool:
+    await conn.execute(delete(d).where(d.c.webhook_id == webhook_id))  # SQLite enforces no cascade
+    return bool((await conn.execute(delete(w).where(w.c.id == webhook_id))).rowcount)
+
+
+async def advance(conn: AsyncConnection, webhook_id: str, position: Position) -> None:
+    """Move the cursor past `position` (never back)."""
+    await conn.execute(
+        update(w)
+        .where(w.c.id == webhook_id, tuple_(w.c.cursor_txid, w.c.cursor_id) < (position.txid, position.id))
+        .values(cursor_txid=position.txid, cursor_id=position.id)
+    )
+
+
+async def delivery(conn: AsyncConnection, webhook_id: str, event_id: int) -> DeliveryRecord | None:
+    query = select(d).where(d.c.webhook_id == webhook_id, d.c.event_id == event_id)
+    row = (await conn.execute(query)).first()
+    return None if row is None else DeliveryRecord(**dict(row._mapping))
+
+
+async def record(
+    conn: AsyncConnection, webhook_id: str, event: EventRecord, values: Mapping[str, Any]
+) -> None:
+    """An attempt's outcome on the event's delivery row (made at its first attempt)."""
+    moved = await conn.execute(
+        update(d).where(d.c.webhook_id == webhook_id, d.c.event_id == event.id).values(**values)
+    )
+    if not moved.rowcount:
+        await conn.execute(
+            insert(d).values(
+                webhook_id=webhook_id,
+                event_id=event.id,
+                event_txid=event.txid,
+                event_type=event.kind,
+                **values,
+            )
+        )
+
+
+async def change_delivery(conn: AsyncConnection, delivery_id: int, values: Mapping[str, Any]) -> None:
+    await conn.execute(update(d).where(d.c.id == delivery_id).values(**values))
+
+
+async def restart_failures(conn: AsyncConnection, webhook_id: str) -> None:
+    """A re-enabled webhook's undelivered events: tried at once, their day of failures afresh."""
+    await conn.execute(
+        update(d)
+        .where(d.c.webhook_id == webhook_id, d.c.status.in_(["pending", "failed"]))
+        .values(status="pending", first_attempt_at=None, next_attempt_at=None)
+    )
+
+
+async def deliveries(
+    conn: AsyncConnection, webhook_id: str, limit: int, status: str | None = None
+) -> list[DeliveryRecord]:
+    """The latest deliveries first."""
+    query = select(d).where(d.c.webhook_id == webhook_id).order_by(d.c.id.desc()).limit(limit)
+    if status is not None:
+        query = query.where(d.c.status == status)
+    return [DeliveryRecord(**dict(r._mapping)) for r in await conn.execute(query)]
+
+
+async def pending_counts(conn: AsyncConnection) -> dict[str, int]:
+    """Per webhook: deliveries tried and not yet delivered (the rest of a backlog has no row yet)."""
+    query = select(d.c.webhook_id, func.count()).where(d.c.status == "pending").group_by(d.c.webhook_id)
+    return {str(h): int(n) for h, n in await conn.execute(query)}
