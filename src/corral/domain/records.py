@@ -317,11 +317,6 @@ class AuditRecord:
     created_at: datetime
 
 
-def json_time(t: datetime) -> str:
-    """A UTC time as pydantic writes it in the API's JSON ("2026-12-03T17:00:00.123456Z")."""
-    return t.isoformat().replace("+00:00", "Z")
-
-
 @dataclass(frozen=True)
 class EventRecord:
     """One row of the outbox."""
@@ -341,22 +336,6 @@ class EventRecord:
     @property
     def position(self) -> Position:
         return Position(self.txid, self.id)
-
-    def as_json(self) -> dict[str, Any]:
-        """The event as `GET /events` returns it (api/schemas/events.EventOut): a webhook's `data`."""
-        return {
-            "id": self.id,
-            "position": str(self.position),
-            "type": self.kind,
-            "entity_kind": self.entity_kind,
-            "entity_id": self.entity_id,
-            "project": self.project,
-            "session_id": self.session_id,
-            "from_status": self.from_status,
-            "to_status": self.to_status,
-            "payload": self.payload,
-            "created_at": json_time(self.created_at),
-        }
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from datetime import datetime
 import httpx
 from standardwebhooks.webhooks import Webhook
 
-from corral.domain.records import EventRecord, json_time
+from corral.domain.records import EventRecord
 from corral.domain.webhooks import message_id_of
 from corral.ssrf import refusal
 
@@ -51,9 +51,31 @@ class Outcome:
         return "refused" if self.code is None and (self.error or "").startswith("refused") else "failed"
 
 
+def json_time(t: datetime) -> str:
+    """A UTC time as pydantic writes it in the API's JSON ("2026-12-03T17:00:00.123456Z")."""
+    return t.isoformat().replace("+00:00", "Z")
+
+
+def event_json(e: EventRecord) -> dict[str, object]:
+    """The event as `GET /events` returns it (api/schemas/events.EventOut): a webhook's `data`."""
+    return {
+        "id": e.id,
+        "position": str(e.position),
+        "type": e.kind,
+        "entity_kind": e.entity_kind,
+        "entity_id": e.entity_id,
+        "project": e.project,
+        "session_id": e.session_id,
+        "from_status": e.from_status,
+        "to_status": e.to_status,
+        "payload": e.payload,
+        "created_at": json_time(e.created_at),
+    }
+
+
 def body(event: EventRecord) -> str:
     return json.dumps(
-        {"type": event.kind, "timestamp": json_time(event.created_at), "data": event.as_json()},
+        {"type": event.kind, "timestamp": json_time(event.created_at), "data": event_json(event)},
         separators=(",", ":"),
     )
 

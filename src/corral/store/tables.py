@@ -26,7 +26,7 @@ from corral.domain.status import TERMINAL_KERNEL
 from corral.store.dialect.types import BigId as BigId
 from corral.store.dialect.types import UTCDateTime as UTCDateTime  # migrations name it here
 
-metadata = MetaData(
+metadata: MetaData = MetaData(
     naming_convention={
         "ix": "ix_%(table_name)s_%(column_0_N_name)s",
         "uq": "uq_%(table_name)s_%(column_0_N_name)s",
@@ -382,50 +382,6 @@ event_cursors = Table(
     Column("updated_at", UTCDateTime, nullable=False),
 )
 
-# Where events are sent: a URL, the event types (globs) and optionally one project; the cursor is
-# the position of the last event delivered (or passed by) in commit order.
-webhooks = Table(
-    "webhooks",
-    metadata,
-    Column("id", String(36), primary_key=True),
-    Column("url", Text, nullable=False),
-    Column("events", JSON, nullable=False),
-    Column("project", String(128), nullable=True),
-    Column("description", String(256), nullable=False, server_default=""),
-    Column("enabled", Boolean, nullable=False),
-    Column("disabled_reason", Text, nullable=True),
-    Column("secret", String(128), nullable=False),
-    Column("previous_secret", String(128), nullable=True),
-    Column("previous_until", UTCDateTime, nullable=True),
-    Column("cursor_txid", BigInteger, nullable=False, server_default="0"),
-    Column("cursor_id", BigInteger, nullable=False, server_default="0"),
-    Column("created_by", String(64), nullable=False),
-    Column("created_at", UTCDateTime, nullable=False),
-    Column("updated_at", UTCDateTime, nullable=False),
-)
-
-# Each event's delivery to one webhook: attempts, the last answer, and when the next try is due.
-webhook_deliveries = Table(
-    "webhook_deliveries",
-    metadata,
-    Column("id", BigId, primary_key=True, autoincrement=True),
-    Column("webhook_id", String(36), ForeignKey("webhooks.id", ondelete="CASCADE"), nullable=False),
-    Column("event_id", BigInteger, nullable=False),
-    Column("event_txid", BigInteger, nullable=False),
-    Column("event_type", String(64), nullable=False),
-    Column("status", String(16), nullable=False),
-    Column("attempts", Integer, nullable=False),
-    Column("first_attempt_at", UTCDateTime, nullable=True),
-    Column("last_attempt_at", UTCDateTime, nullable=True),
-    Column("next_attempt_at", UTCDateTime, nullable=True),
-    Column("response_code", Integer, nullable=True),
-    Column("response_body", Text, nullable=True),
-    Column("error", Text, nullable=True),
-    Column("latency_ms", Float, nullable=True),
-    Column("delivered_at", UTCDateTime, nullable=True),
-    Index("uq_webhook_deliveries_event", "webhook_id", "event_id", unique=True),
-)
-
 audit_log = Table(
     "audit_log",
     metadata,
@@ -436,3 +392,7 @@ audit_log = Table(
     Column("reason", Text, nullable=False),
     Column("created_at", UTCDateTime, nullable=False),
 )
+
+# Defined beside, on this metadata (this file's length): Alembic sees them with the rest.
+from corral.store.webhook_tables import webhook_deliveries as webhook_deliveries  # noqa: E402
+from corral.store.webhook_tables import webhooks as webhooks  # noqa: E402
