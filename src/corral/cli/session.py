@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from corral.cli.connect import connect, fail
-from corral.cli.follow import Printer
+from corral.cli.follow import Printer, follow
 from corral.cli.output import Format, OutputOpt, console, emit, table_of
 
 if TYPE_CHECKING:
@@ -121,23 +121,25 @@ def info(session_id: SessionId, output: Format = OutputOpt) -> None:
 def logs(
     session_id: SessionId,
     follow_: Annotated[
-        bool, typer.Option("--follow", "-f", help="print one kernel's output live, until the session ends")
+        bool, typer.Option("--follow", "-f", help="print output live, until the session ends")
     ] = False,
-    kernel: Annotated[
-        int | None, typer.Option("--kernel", "-k", help="only this rank's output (--follow: default 0)")
-    ] = None,
+    kernel: Annotated[int | None, typer.Option("--kernel", "-k", help="only this rank's output")] = None,
     prefix: Annotated[
         bool | None, typer.Option("--prefix/--no-prefix", help="prefix lines with rank")
     ] = None,
 ) -> None:
     """Print a session's output: stdout to stdout; stderr, and the output of its image's build
-    (stream `prepare`), to stderr.  --follow streams one kernel's (rank 0, or --kernel) as it is
-    written, and returns once the session has ended and all of it is printed (Ctrl-C stops)."""
+    (stream `prepare`), to stderr.  --follow prints it as it is written and returns once the
+    session has ended and all of it is printed (Ctrl-C stops); with --kernel it streams that
+    rank's output over one connection."""
     api = connect()
-    if follow_:
+    if follow_ and kernel is None:
+        follow(api, session_id, prefix, quiet=True)
+        return
+    if follow_ and kernel is not None:
         printer = Printer(bool(prefix))
         try:
-            for piece in api.sessions.stream_logs(session_id, kernel=kernel or 0):
+            for piece in api.sessions.stream_logs(session_id, kernel=kernel):
                 printer.write(piece.rank, piece.stream, piece.text)
         except KeyboardInterrupt:
             raise typer.Exit(0) from None
