@@ -74,6 +74,7 @@ def list_webhooks(output: Format = OutputOpt) -> None:
 
 @app.command("get")
 def get(webhook_id: str, output: Format = OutputOpt) -> None:
+    """One webhook: its URL, event types, project, and whether (and why not) it is enabled."""
     emit(connect().raw.webhooks.get(webhook_id), output, COLUMNS)
 
 
@@ -100,6 +101,7 @@ def update(
 
 @app.command("delete")
 def delete(webhook_id: str) -> None:
+    """Delete it and its delivery records; nothing more is sent to it."""
     connect().raw.webhooks.delete(webhook_id)
     typer.echo(f"webhook {webhook_id} deleted")
 

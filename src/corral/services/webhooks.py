@@ -18,7 +18,7 @@ from corral.domain.webhooks import BadTarget, target
 from corral.services.errors import Forbidden, InvalidInput, NotFound
 from corral.services.events import kinds
 from corral.ssrf import refusal
-from corral.store import config, journal, outbox, webhooks
+from corral.store import auth, config, journal, outbox, webhooks
 from corral.store.db import reading, transaction
 from corral.store.unit import Engine
 from corral.store.webhooks import DeliveryRecord, WebhookRecord
@@ -60,11 +60,15 @@ async def _checked_url(engine: Engine, url: str) -> str:
     return url
 
 
-def _may_own(who: Principal, project: str | None) -> None:
+async def _may_own(engine: Engine, who: Principal, project: str | None) -> None:
     if project is None and not who.is_admin:
         raise InvalidInput("project", "project: a member's webhook names one of their projects")
     if project is not None and not who.is_admin and project not in who.projects:
         raise Forbidden(f"not a member of project {project[:80]}", {"field": "project"})
+    if project is not None:
+        async with reading(engine) as conn:
+            if not await auth.project_exists(conn, project):
+                raise InvalidInput("project", f"project: no project {project[:80]!r}")
 
 
 async def create(
@@ -76,7 +80,7 @@ async def create(
     description: str,
     enabled: bool,
 ) -> Made:
-    _may_own(who, project)
+    await _may_own(engine, who, project)
     patterns = _patterns(events)
     await _checked_url(engine, url)
     now = utcnow()
@@ -137,7 +141,7 @@ async def update(
     if "events" in values:
         values["events"] = _patterns(values["events"])
     if "project" in values:
-        _may_own(who, values["project"])
+        await _may_own(engine, who, values["project"])
     now = utcnow()
     values["updated_at"] = now
     if values.get("enabled") and not hook.enabled:
