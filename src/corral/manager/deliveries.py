@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import random
 import uuid
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
@@ -34,6 +35,9 @@ log = structlog.get_logger("corral.webhooks")
 
 BATCH = 100
 REDELIVERIES = 10
+RECORD_BATCH = 50
+"""Deliveries answered 2xx are recorded (and the cursor moved past them) this many at a time, or
+sooner when a round ends or an event fails: at most this many are sent again after a kill -9."""
 
 
 class Deliverer:
@@ -148,6 +152,7 @@ class Worker:
             )
             again = await webhooks.deliveries(conn, self.id, REDELIVERIES, status="requeued")
             resent = await outbox.events(conn, [r.event_id for r in again])
+            rows = await webhooks.deliveries_of(conn, self.id, [e.id for e in found])
         WEBHOOK_BACKLOG.labels(self.id).set(len(found))
         for redo in again:
             if redo.event_id in resent and (redo.next_attempt_at is None or redo.next_attempt_at <= utcnow()):
@@ -155,39 +160,70 @@ class Worker:
                     hook, resent[redo.event_id], allow, redo.attempts, redo.first_attempt_at, "requeued"
                 ):
                     return None
-        passed: Position | None = None
+        batch = Batch()
         for event in found:
-            if event.kind == "webhook.test" and event.entity_id != hook.id:
-                passed = event.position  # another webhook's test: not this one's to send
-                continue
-            async with reading(self._reader) as conn:
-                row = await webhooks.delivery(conn, self.id, event.id)
-            if row is not None and row.status == "delivered":
-                passed = event.position  # delivered by a manager that died before the cursor moved
+            row = rows.get(event.id)
+            if (event.kind == "webhook.test" and event.entity_id != hook.id) or (
+                row is not None and row.status == "delivered"  # by a manager that died before the cursor
+            ):
+                batch.passed = event.position  # not this webhook's to send (again)
                 continue
             now = utcnow()
             if row is not None and row.next_attempt_at is not None and row.next_attempt_at > now:
-                await self._pass(passed)
+                await self._write(batch)
                 return min((row.next_attempt_at - now).total_seconds(), 60.0)
-            await self._pass(passed)
-            passed = None
-            kept = await self._attempt(
-                hook, event, allow, row.attempts if row else 0, row.first_attempt_at if row else None
-            )
-            if not kept:
+            if row is None:
+                outcome, values = await self._try(hook, event, allow, 0, None)
+                if outcome.delivered:  # the common case: recorded with the rest of its batch
+                    batch.add(event, values)
+                    if len(batch.delivered) >= RECORD_BATCH:
+                        await self._write(batch)
+                    continue
+            else:
+                outcome, values = await self._try(hook, event, allow, row.attempts, row.first_attempt_at)
+            await self._write(batch)
+            if not await self._record(hook, event, outcome, values, "pending"):
                 return None
-            async with reading(self._reader) as conn:
-                row = await webhooks.delivery(conn, self.id, event.id)
-            if row is None or row.status != "delivered":
+            if not outcome.delivered:
                 return self._settings.webhook_poll  # held: retried when due
-        await self._pass(passed)
+        await self._write(batch)
         return 0.0 if len(found) == BATCH else self._settings.webhook_poll
 
-    async def _pass(self, position: Position | None) -> None:
-        """Move the cursor past events this webhook does not send."""
-        if position is not None:
+    async def _write(self, batch: Batch) -> None:
+        """Record the batch's deliveries and move the cursor past them, in one fenced transaction."""
+        if batch.delivered or batch.passed is not None:
             async with self.holding.transaction() as conn:
-                await webhooks.advance(conn, self.id, position)
+                if batch.delivered:
+                    await webhooks.record_new(conn, self.id, batch.delivered)
+                if batch.passed is not None:
+                    await webhooks.advance(conn, self.id, batch.passed)
+        batch.delivered.clear()
+        batch.passed = None
+
+    async def _try(
+        self, hook: WebhookRecord, event: EventRecord, allow: bool, attempts: int, first: Any
+    ) -> tuple[Outcome, dict[str, Any]]:
+        """One attempt and the delivery row's values after it (not yet written)."""
+        now = utcnow()
+        outcome = await self._sender.send(hook.url, event, hook.secrets(now), now, allow)
+        WEBHOOK_DELIVERIES.labels(outcome.result).inc()
+        if outcome.code is not None:
+            WEBHOOK_SECONDS.observe(outcome.seconds)
+        if outcome.delivered and self.hold_after_delivery:
+            await asyncio.sleep(3600)
+        done = utcnow()
+        values: dict[str, Any] = {
+            "attempts": attempts + 1,
+            "first_attempt_at": first or now,
+            "last_attempt_at": now,
+            "response_code": outcome.code,
+            "response_body": outcome.body,
+            "error": outcome.error,
+            "latency_ms": outcome.seconds * 1000.0,
+        }
+        if outcome.delivered:
+            values |= {"status": "delivered", "delivered_at": done, "next_attempt_at": None}
+        return outcome, values
 
     async def _attempt(
         self,
@@ -199,37 +235,27 @@ class Worker:
         retrying: str = "pending",
     ) -> bool:
         """One attempt, recorded; False when it disabled the webhook."""
-        now = utcnow()
-        outcome = await self._sender.send(hook.url, event, hook.secrets(now), now, allow)
-        WEBHOOK_DELIVERIES.labels(outcome.result).inc()
-        if outcome.code is not None:
-            WEBHOOK_SECONDS.observe(outcome.seconds)
-        if outcome.delivered and self.hold_after_delivery:
-            await asyncio.sleep(3600)
-        done = utcnow()
-        attempts += 1
-        first = first or now
-        values: dict[str, Any] = {
-            "attempts": attempts,
-            "first_attempt_at": first,
-            "last_attempt_at": now,
-            "response_code": outcome.code,
-            "response_body": outcome.body,
-            "error": outcome.error,
-            "latency_ms": outcome.seconds * 1000.0,
-        }
+        outcome, values = await self._try(hook, event, allow, attempts, first)
+        return await self._record(hook, event, outcome, values, retrying)
+
+    async def _record(
+        self, hook: WebhookRecord, event: EventRecord, outcome: Outcome, values: dict[str, Any], retrying: str
+    ) -> bool:
+        """Write an attempt's outcome (a failure: when to try again, or that the webhook is done
+        for); False when it disabled the webhook."""
+        done, limit = values["last_attempt_at"], timedelta(seconds=self._settings.webhook_give_up)
         disable: str | None = None
         if outcome.delivered:
-            values |= {"status": "delivered", "delivered_at": done, "next_attempt_at": None}
+            pass
         elif outcome.gone:
             values |= {"status": "failed", "next_attempt_at": None}
             disable = "the receiver answered 410 Gone"
-        elif given_up(first, done, timedelta(seconds=self._settings.webhook_give_up)):
+        elif given_up(values["first_attempt_at"], utcnow(), limit):
             values |= {"status": "failed", "next_attempt_at": None}
             if retrying == "pending":
                 disable = f"event {event.position} still failing after {self._settings.webhook_give_up:g} s"
         else:
-            wait = delay(attempts, self._settings.webhook_backoff, random.uniform(-1.0, 1.0))
+            wait = delay(values["attempts"], self._settings.webhook_backoff, random.uniform(-1.0, 1.0))
             values |= {"status": retrying, "next_attempt_at": done + timedelta(seconds=wait)}
         async with self.holding.transaction() as conn:
             await webhooks.record(conn, self.id, event, values)
@@ -240,6 +266,19 @@ class Worker:
         if disable is not None:
             log.warning("webhook disabled", webhook=self.id, reason=disable)
         return disable is None
+
+
+@dataclass
+class Batch:
+    """Deliveries answered 2xx at their first attempt, not yet recorded, and how far the cursor
+    may move once they are (past them, and past events not this webhook's to send)."""
+
+    delivered: list[tuple[EventRecord, dict[str, Any]]] = field(default_factory=list)
+    passed: Position | None = None
+
+    def add(self, event: EventRecord, values: dict[str, Any]) -> None:
+        self.delivered.append((event, values))
+        self.passed = event.position
 
 
 async def _disable(conn: Tx, hook: WebhookRecord, event: EventRecord, outcome: Outcome, reason: str) -> None:

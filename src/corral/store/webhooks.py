@@ -13,7 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.domain.events import Position
 from corral.domain.records import EventRecord
-from corral.store.tables import webhook_deliveries, webhooks
+from corral.store.webhook_tables import webhook_deliveries, webhooks
 
 w = webhooks
 d = webhook_deliveries
@@ -120,6 +120,29 @@ async def delivery(conn: AsyncConnection, webhook_id: str, event_id: int) -> Del
     query = select(d).where(d.c.webhook_id == webhook_id, d.c.event_id == event_id)
     row = (await conn.execute(query)).first()
     return None if row is None else DeliveryRecord(**dict(row._mapping))
+
+
+async def deliveries_of(
+    conn: AsyncConnection, webhook_id: str, event_ids: Sequence[int]
+) -> dict[int, DeliveryRecord]:
+    """The delivery rows of these events (those tried before), by event id, in one query."""
+    if not event_ids:
+        return {}
+    query = select(d).where(d.c.webhook_id == webhook_id, d.c.event_id.in_(sorted(set(event_ids))))
+    return {r.event_id: DeliveryRecord(**dict(r._mapping)) for r in await conn.execute(query)}
+
+
+async def record_new(
+    conn: AsyncConnection, webhook_id: str, done: Sequence[tuple[EventRecord, Mapping[str, Any]]]
+) -> None:
+    """Rows for events delivered at their first attempt, in one statement."""
+    await conn.execute(
+        insert(d),
+        [
+            {"webhook_id": webhook_id, "event_id": e.id, "event_txid": e.txid, "event_type": e.kind, **values}
+            for e, values in done
+        ],
+    )
 
 
 async def record(
