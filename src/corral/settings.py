@@ -62,6 +62,8 @@ class ManagerSettings(BaseSettings):
     webhook_lease: Annotated[float, Field(ge=1)] = 30.0
     # How often a webhook's deliverer looks for new events.
     webhook_poll: Annotated[float, Field(gt=0, le=60)] = 0.1
+    # A web UI sign-in lasts this long (seconds); signing out or revoking its API key ends it sooner.
+    web_session_lifetime: Annotated[float, Field(ge=60, le=30 * 86_400)] = 12 * 3600.0
 
     def resolved_database_url(self) -> str:
         if self.database_url:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import structlog
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from corral.domain.errors import Unavailable
@@ -37,9 +38,13 @@ def _field(loc: tuple[Any, ...]) -> str:
     return ".".join(parts) or "body"
 
 
-def install(app: FastAPI) -> None:
+def install(app: FastAPI, pages: Callable[[Request, CorralError], Response] | None = None) -> None:
+    """`pages`: how a service's refusal is shown under /ui/ (a page, not JSON)."""
+
     @app.exception_handler(CorralError)
-    async def _corral(request: Request, exc: CorralError) -> JSONResponse:
+    async def _corral(request: Request, exc: CorralError) -> Response:
+        if pages is not None and request.url.path.startswith("/ui/"):
+            return pages(request, exc)
         return JSONResponse(error_body(exc.code, exc.message, exc.details), status_code=exc.status)
 
     @app.exception_handler(RequestValidationError)

@@ -8,8 +8,9 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
+from corral.clock import utcnow
 from corral.domain.records import Principal
-from corral.services import Engine, users
+from corral.services import Engine, users, web_sessions
 from corral.services.agent_protocol import AgentProtocol
 from corral.services.errors import Forbidden, Unauthorized
 from corral.services.feed import Feed
@@ -58,7 +59,14 @@ def bearer(request: Request) -> str:
 async def principal(request: Request, state: State) -> Principal:
     """The one way in for people: every route a user calls takes its caller from here, looked up
     on every request (a revoked key is refused from its next request).  Dependencies are solved
-    before a body is judged, so a caller nobody knows learns nothing of its body."""
+    before a body is judged, so a caller nobody knows learns nothing of its body.  A GET may come
+    from a signed-in browser instead (its cookie: an EventSource sends no header); a write never
+    does, so no other site can make a browser write through the API."""
+    if request.method == "GET" and "authorization" not in request.headers:
+        cookie = request.cookies.get(web_sessions.COOKIE)
+        viewer = await web_sessions.identify(state.reader, cookie, utcnow()) if cookie else None
+        if viewer is not None:
+            return viewer.who
     return await users.identify(state.reader, bearer(request))
 
 

@@ -32,6 +32,7 @@ from corral.store.dialect.engine import backend, make_engine, make_reader
 from corral.store.unit import Engine
 from corral.waits import STOP_WAIT, stop_tasks
 from corral.wakeup import Wakeup
+from corral.web import app as web
 
 log = structlog.get_logger("corral.manager")
 
@@ -126,7 +127,8 @@ def create_app(
 
     # docs.install serves /docs and /redoc in place of FastAPI's, which load from a CDN.
     app = FastAPI(title="Corral", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None)
-    errors.install(app)
+    errors.install(app, web.error_page)
+    web.install(app)
     docs.install(app)
     app.add_middleware(
         BodyLimit, user_limit=settings.max_request_bytes, agent_limit=settings.max_agent_request_bytes

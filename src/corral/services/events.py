@@ -89,3 +89,10 @@ async def read(
         if found or time.monotonic() >= deadline:
             return found
         await asyncio.sleep(_POLL)
+
+
+async def newest(engine: Engine) -> Position:
+    """Where a stream opened now should start so that it misses nothing committed after this call
+    (a page reads this before what it shows, then follows from here)."""
+    async with reading(engine) as conn:
+        return await outbox.newest(conn)

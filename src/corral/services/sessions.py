@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 from corral.clock import utcnow
 from corral.domain.records import HistoryRecord, Principal, SessionRecord
 from corral.domain.status import SessionStatus
-from corral.services.errors import NotFound
+from corral.services.errors import InvalidInput, NotFound
 from corral.services.short_ids import full_id
 from corral.store import journal, retries, sessions
 from corral.store.db import reading
+from corral.store.sessions import listing
+from corral.store.sessions.listing import Listing
 from corral.store.unit import Engine
 
 
@@ -132,3 +135,33 @@ async def histories(
         return {}
     async with reading(engine) as conn:
         return await journal.histories_of(conn, ids)
+
+
+def _cursor(text: str | None) -> tuple[datetime, str] | None:
+    """A page's `before`: `CREATED_AT~ID` of the last row of the page before."""
+    if not text:
+        return None
+    at, sep, last_id = text.partition("~")
+    try:
+        when = datetime.fromisoformat(at)
+    except ValueError:
+        when = None
+    if not sep or when is None or when.tzinfo is None or not last_id or len(last_id) > 36:
+        raise InvalidInput("before", "before: not a page cursor (follow the page's own 'older' link)")
+    return when, last_id
+
+
+def cursor_of(s: SessionRecord) -> str:
+    return f"{s.created_at.isoformat()}~{s.id}"
+
+
+async def page(
+    engine: Engine, who: Principal, where: Listing, before: str | None, limit: int
+) -> list[SessionRecord]:
+    """A page of the sessions the caller may see, newest first (keyset: `before` a cursor_of)."""
+    for status in where.statuses:
+        if status not in set(SessionStatus):
+            raise InvalidInput("status", f"unknown status {status[:40]!r}: one of {', '.join(SessionStatus)}")
+    below = _cursor(before)
+    async with reading(engine) as conn:
+        return await listing.page(conn, None if who.is_admin else who.projects, where, below, limit)

@@ -97,6 +97,15 @@ async def principals_for(conn: AsyncConnection, keys: Iterable[str]) -> dict[str
     }
 
 
+async def principal_by_hash(conn: AsyncConnection, key_hash: str) -> Principal | None:
+    """The caller of the key with this hash (a web sign-in keeps the hash, never the key)."""
+    rows = list(await conn.execute(_ONE_KEY, {"key_hash": key_hash}))
+    if not rows:
+        return None
+    names = frozenset(r.project for r in rows if r.project is not None)
+    return Principal(str(rows[0].id), rows[0].name, rows[0].role, names)
+
+
 async def held_keys(conn: AsyncConnection, keys: Iterable[str]) -> set[str]:
     """Those of `keys` that still exist (not revoked), in one query."""
     by_hash = {hash_key(k): k for k in keys}

@@ -210,6 +210,9 @@ Index(
     sqlite_where=text(UNDECIDED),
     postgresql_where=text(UNDECIDED),
 )
+# Lists, newest first, page by page (keyset: no OFFSET scan): a member's by project, an admin's all.
+Index("ix_sessions_listed", sessions.c.created_at.desc(), sessions.c.id)
+Index("ix_sessions_project_listed", sessions.c.project, sessions.c.created_at.desc(), sessions.c.id)
 # The few sessions holding agents for their victims, found without reading the queue.
 Index(
     "ix_sessions_held",
@@ -394,5 +397,4 @@ audit_log = Table(
 )
 
 # Defined beside, on this metadata (this file's length): Alembic sees them with the rest.
-from corral.store.webhook_tables import webhook_deliveries as webhook_deliveries  # noqa: E402
-from corral.store.webhook_tables import webhooks as webhooks  # noqa: E402
+from corral.store import web_tables, webhook_tables  # noqa: E402, F401

@@ -52,8 +52,8 @@ def test_every_type_the_code_writes_is_registered() -> None:
     filters and webhooks can name it."""
     written = set()
     for path in SRC.rglob("*.py"):
-        if path.name == "events.py" and path.parent.name == "domain":
-            continue
+        if (path.name == "events.py" and path.parent.name == "domain") or "web" in path.parts:
+            continue  # the registry itself; the web UI's pages name templates (session.html)
         for line in path.read_text().splitlines():
             if "audit(" not in line:  # an audit row's action (webhook.create) is not an event
                 written |= set(re.findall(r'"((?:session|webhook)\.[a-z_]+)"', line))

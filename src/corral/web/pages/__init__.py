@@ -1,0 +1,1 @@
+"""One module per page (or page family): each an APIRouter of its own."""

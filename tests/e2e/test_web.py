@@ -1,0 +1,129 @@
+"""The web UI in a real Chromium against a real `corral up`: a person signs in, watches a flaky
+session's chain grow to success without reloading, reads a gang's root cause, and cancels; every
+page visited has no critical or serious axe-core violation.  Screenshots go to the test's temp dir."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.support.browser import browser as browser  # the fixture
+from tests.support.browser import serious_violations
+from tests.support.embedded import Up
+
+pytestmark = pytest.mark.browser
+GANG = """import os, time
+rank = int(os.environ["CORRAL_CLUSTER_RANK"])
+if rank == 1:
+    raise ValueError("bad batch at step 2")
+time.sleep(30)
+"""
+
+
+@pytest.fixture(scope="module")
+def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
+    u = Up(tmp_path_factory.mktemp("web-up"))
+    try:
+        yield u
+    finally:
+        u.close()
+
+
+@pytest.fixture
+def page(browser: Any, up: Up, tmp_path: Path) -> Iterator[Any]:
+    context = browser.new_context(base_url=up.url)
+    p = context.new_page()
+    p.set_default_timeout(30_000)
+    p.goto("/ui/sessions")
+    p.get_by_label("API key").fill(up.key)
+    p.get_by_role("button", name="Sign in").click()
+    p.wait_for_url("**/ui/sessions")
+    try:
+        yield p
+    finally:
+        p.screenshot(path=str(tmp_path / "last.png"), full_page=True)
+        context.close()
+
+
+def submit(up: Up, **body: Any) -> dict[str, Any]:
+    made = httpx.post(
+        f"{up.url}/api/v1/sessions", json=body, headers={"Authorization": f"Bearer {up.key}"}, timeout=30
+    )
+    assert made.status_code == 201, made.text
+    return dict(made.json())
+
+
+def no_violations(page: Any) -> None:
+    found = serious_violations(page)
+    assert not found, found
+
+
+def test_signing_in_shows_the_sessions_and_the_pages_pass_axe(page: Any, up: Up, tmp_path: Path) -> None:
+    from playwright.sync_api import expect
+
+    made = submit(up, command=["true"], name="hello-web")
+    page.reload()
+    expect(page.get_by_role("link", name="hello-web")).to_be_visible()
+    no_violations(page)
+    page.screenshot(path=str(tmp_path / "sessions.png"), full_page=True)
+    page.get_by_role("link", name="hello-web").click()
+    expect(page.locator("#status")).to_have_text("TERMINATED")
+    no_violations(page)
+    page.goto("/ui/agents")
+    expect(page.locator("#agents tbody tr")).to_have_count(2)
+    no_violations(page)
+    page.goto("/ui/login?next=/ui/agents")  # signed in already: straight on
+    expect(page).to_have_url(f"{up.url}/ui/agents")
+    assert made["id"]
+
+
+def test_a_flaky_sessions_chain_grows_to_success_without_reloading(page: Any, up: Up, tmp_path: Path) -> None:
+    from playwright.sync_api import expect
+
+    flaky = submit(
+        up,
+        name="flaky",
+        command=["sh", "-c", '[ "$CORRAL_ATTEMPT" -ge 3 ] || exit 3'],
+        retry_policy={"max_retries": 3, "retry_delay": 1},
+    )
+    page.goto(f"/ui/sessions/{flaky['id']}")
+    page.evaluate("window.__same_page = true")  # a reload would lose it
+    chain = page.locator("#chain li")
+    expect(chain).to_have_count(3, timeout=60_000)
+    expect(chain.nth(2)).to_contain_text("TERMINATED", timeout=60_000)
+    expect(chain.nth(0)).to_contain_text("exit 3")
+    expect(chain.nth(1)).to_contain_text("a retry after")
+    assert page.evaluate("window.__same_page") is True
+    page.screenshot(path=str(tmp_path / "chain.png"), full_page=True)
+    no_violations(page)
+
+
+def test_a_gangs_root_cause_panel_names_the_rank_that_raised(page: Any, up: Up, tmp_path: Path) -> None:
+    from playwright.sync_api import expect
+
+    gang = submit(up, name="gang", command=["python3", "-c", GANG], cluster_size=3)
+    page.goto(f"/ui/sessions/{gang['id']}")
+    panel = page.locator("#root-cause")
+    expect(panel).to_contain_text("rank 1", timeout=60_000)
+    expect(panel).to_contain_text("ValueError")
+    expect(panel).to_contain_text("bad batch at step 2")
+    expect(panel.locator(".others")).to_contain_text("side effect")
+    page.screenshot(path=str(tmp_path / "root-cause.png"), full_page=True)
+    no_violations(page)
+
+
+def test_cancel_from_the_page(page: Any, up: Up) -> None:
+    from playwright.sync_api import expect
+
+    long = submit(up, name="long", command=["sleep", "300"])
+    page.goto(f"/ui/sessions/{long['id']}")
+    expect(page.locator("#status")).to_have_text("RUNNING", timeout=60_000)
+    page.get_by_role("button", name="Cancel").click()
+    expect(page.get_by_role("status")).to_contain_text("Cancel requested")
+    expect(page.locator("#status")).to_have_text("TERMINATED", timeout=60_000)  # live, no reload
+    expect(page.locator(".facts")).to_contain_text("user_cancelled")
+    expect(page.get_by_role("button", name="Cancel")).to_have_count(0)  # nothing left to stop
