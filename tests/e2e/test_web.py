@@ -127,3 +127,29 @@ def test_cancel_from_the_page(page: Any, up: Up) -> None:
     expect(page.locator("#status")).to_have_text("TERMINATED", timeout=60_000)  # live, no reload
     expect(page.locator(".facts")).to_contain_text("user_cancelled")
     expect(page.get_by_role("button", name="Cancel")).to_have_count(0)  # nothing left to stop
+
+
+def test_a_waiting_session_shows_its_place_and_an_infeasible_one_says_so(page: Any, up: Up) -> None:
+    from playwright.sync_api import expect
+
+    agents = up.get("/api/v1/agents")
+    cores, largest = sum(a["capacity"]["cpu"] for a in agents), max(a["capacity"]["cpu"] for a in agents)
+    size = int(cores // largest) + 1  # each kernel fits an agent; the gang, all of them together, not
+    huge = submit(up, name="huge", command=["true"], resources={"cpu": largest}, cluster_size=size)
+    page.goto(f"/ui/sessions/{huge['id']}")
+    expect(page.locator("#waiting")).to_contain_text("Infeasible")
+    expect(page.locator("#waiting")).to_contain_text(f"the {size} kernels need more than all")
+    fillers = [
+        submit(up, name="filler", command=["sleep", "300"], resources={"cpu": 1}) for _ in range(int(cores))
+    ]
+    late = submit(up, name="late", command=["true"], resources={"cpu": 1})
+    try:
+        page.goto(f"/ui/sessions/{late['id']}")
+        expect(page.locator("#waiting")).to_contain_text("Queue position")
+        expect(page.locator("#waiting")).not_to_contain_text("Infeasible")
+        no_violations(page)
+    finally:
+        for s in [huge, late, *fillers]:
+            httpx.post(
+                f"{up.url}/api/v1/sessions/{s['id']}/cancel", headers={"Authorization": f"Bearer {up.key}"}
+            )

@@ -105,6 +105,9 @@ def info(session_id: SessionId, output: Format = OutputOpt) -> None:
             ("KERNEL", "id"),
         ],
     )
+    if w := s.waiting:
+        free = ", ".join(f"{k} {v}" for k, v in (w.largest_free or {}).items()) or "no live agent"
+        typer.echo(f"queue: position {w.position}; {w.reason}; the largest free on one agent: {free}")
     if s.waiting_reason:
         typer.echo(f"waiting: {s.waiting_reason}")
     if rc := s.root_cause:

@@ -70,6 +70,17 @@ class RootCause(Model):
         return f"worker {self.worker} on agent {self.agent or '-'}: {first[:500]}"
 
 
+class Waiting(Model):
+    """Why a PENDING session waits: `position` in its group's queue, `infeasible` when it can
+    never start as asked, what one kernel `needs` beside the `largest_free` slot on one agent."""
+
+    position: int
+    reason: str
+    infeasible: bool
+    needs: dict[str, float | int]
+    largest_free: dict[str, float | int] | None
+
+
 class Session(Model):
     id: str
     name: str
@@ -109,6 +120,7 @@ class Session(Model):
     creation_id: str | None
     termination_reason: str | None
     waiting_reason: str | None = None
+    waiting: Waiting | None = None
     error_strategy: str
     root_cause: RootCause | None
     kernels: list[Kernel]

@@ -9,9 +9,10 @@ from typing import Any
 from corral.clock import utcnow
 from corral.domain.records import HistoryRecord, Principal, SessionRecord
 from corral.domain.status import SessionStatus
+from corral.domain.waiting import Waiting, explain
 from corral.services.errors import InvalidInput, NotFound
 from corral.services.short_ids import full_id
-from corral.store import journal, retries, sessions
+from corral.store import agents, journal, retries, sessions
 from corral.store.db import reading
 from corral.store.sessions import listing
 from corral.store.sessions.listing import Listing
@@ -165,3 +166,15 @@ async def page(
     below = _cursor(before)
     async with reading(engine) as conn:
         return await listing.page(conn, None if who.is_admin else who.projects, where, below, limit)
+
+
+async def waiting(engine: Engine, session: SessionRecord) -> Waiting | None:
+    """Why a PENDING session waits (domain/waiting): its queue position, needs, the largest free
+    slot of its group, infeasible or not; None for a session that is not pending."""
+    if session.status is not SessionStatus.PENDING:
+        return None
+    async with reading(engine) as conn:
+        position = await listing.queue_position(conn, session)
+        group = await agents.list_agents(conn, session.spec.resource_group)
+    hold = "preempting: it holds agents while its victims stop" if session.reservation else None
+    return explain(session, position, group, utcnow(), hold)

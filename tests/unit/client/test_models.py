@@ -14,6 +14,7 @@ from tests.unit.client.conftest import app_at
 SCHEMAS: dict[type[BaseModel], str] = {
     m.Session: "SessionOut",
     m.Kernel: "KernelOut",
+    m.Waiting: "WaitingOut",
     m.ErrorRecord: "ErrorRecordOut",
     m.HistoryEntry: "HistoryOut",
     m.LogChunk: "LogChunkOut",

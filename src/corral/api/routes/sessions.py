@@ -125,6 +125,7 @@ async def get_session(session_id: str, who: Caller, state: State) -> SessionOut:
         record,
         waiting_reason=await svc.waiting_reason(state.reader, record),
         chain=chains.get(record.root_session_id),
+        waiting=await svc.waiting(state.reader, record),
     )
 
 

@@ -14,6 +14,7 @@ from corral.domain.final import failure_records
 from corral.domain.records import HistoryRecord, KernelRecord, SessionRecord
 from corral.domain.retry import AttemptBrief, shown_retry_state
 from corral.domain.root_cause import is_side_effect, ordered
+from corral.domain.waiting import Waiting
 
 
 class KernelOut(BaseModel):
@@ -146,6 +147,29 @@ def errors_of(s: SessionRecord) -> list[ErrorRecordOut]:
     ]
 
 
+class WaitingOut(BaseModel):
+    position: int = Field(description="its place in its resource group's queue (1: the head)")
+    reason: str
+    infeasible: bool = Field(
+        description="it can never start as asked: no agent (or all together) is big enough"
+    )
+    needs: dict[str, float | int] = Field(description="what one kernel asks for")
+    largest_free: dict[str, float | int] | None = Field(
+        description="the most free on one live agent of its group"
+    )
+
+    @classmethod
+    def of(cls, w: Waiting) -> WaitingOut:
+        largest = w.largest_free.to_public() if w.largest_free is not None else None
+        return cls(
+            position=w.position,
+            reason=w.reason,
+            infeasible=w.infeasible,
+            needs=w.needs.to_public(),
+            largest_free=largest,
+        )
+
+
 class SessionOut(BaseModel):
     id: str
     name: str
@@ -185,6 +209,9 @@ class SessionOut(BaseModel):
     creation_id: str | None
     termination_reason: str | None
     waiting_reason: str | None = Field(None, description="why a PENDING session waits (single GET only)")
+    waiting: WaitingOut | None = Field(
+        None, description="a PENDING session's queue position, needs and feasibility (single GET only)"
+    )
     error_strategy: str = Field(description="how the root cause is chosen")
     root_cause: dict[str, Any] | None = Field(
         description="the worker that failed first: worker, rank, kernel_id, agent, type, message, "
@@ -198,6 +225,7 @@ class SessionOut(BaseModel):
         s: SessionRecord,
         waiting_reason: str | None = None,
         chain: Sequence[Mapping[str, Any]] | None = None,
+        waiting: Waiting | None = None,
     ) -> SessionOut:
         briefs = [
             AttemptBrief(c["attempt"], c["status"], c["result"], c["retry_state"]) for c in (chain or [])
@@ -244,6 +272,7 @@ class SessionOut(BaseModel):
             error_strategy=str(spec.error_strategy),
             termination_reason=s.termination_reason,
             waiting_reason=waiting_reason,
+            waiting=WaitingOut.of(waiting) if waiting is not None else None,
             root_cause=root_cause_of(s),
             kernels=[KernelOut.of(k) for k in s.kernels],
         )

@@ -8,14 +8,14 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import and_, or_, select
+from sqlalchemy import and_, func, or_, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.domain.records import SessionRecord
 from corral.store.sessions.read import select_with_kernels
 from corral.store.tables import sessions
 
-s = sessions.c
+col = sessions.c
 
 
 @dataclass(frozen=True)
@@ -39,23 +39,45 @@ async def page(
     limit: int,
 ) -> list[SessionRecord]:
     """Up to `limit` sessions visible in `projects` (None: all), newest first, after `below`."""
-    query = select(sessions).order_by(s.created_at.desc(), s.id).limit(limit)
+    query = select(sessions).order_by(col.created_at.desc(), col.id).limit(limit)
     if projects is not None:
-        query = query.where(s.project.in_(sorted(projects)))
+        query = query.where(col.project.in_(sorted(projects)))
     if where.statuses:
-        query = query.where(s.status.in_(where.statuses))
+        query = query.where(col.status.in_(where.statuses))
     if where.project is not None:
-        query = query.where(s.project == where.project)
+        query = query.where(col.project == where.project)
     if where.owner is not None:
-        query = query.where(s.owner == where.owner)
+        query = query.where(col.owner == where.owner)
     if where.array_id is not None:
-        query = query.where(s.array_id == where.array_id)
+        query = query.where(col.array_id == where.array_id)
     if where.cause is not None:
-        query = query.where(s.cause == where.cause)
+        query = query.where(col.cause == where.cause)
     if where.text:
         like = where.text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
-        query = query.where(or_(s.name.like(like, escape="\\"), s.id.like(like, escape="\\")))
+        query = query.where(or_(col.name.like(like, escape="\\"), col.id.like(like, escape="\\")))
     if below is not None:
         at, last_id = below
-        query = query.where(or_(s.created_at < at, and_(s.created_at == at, s.id > last_id)))
+        query = query.where(or_(col.created_at < at, and_(col.created_at == at, col.id > last_id)))
     return await select_with_kernels(conn, query)
+
+
+async def queue_position(conn: AsyncConnection, s: SessionRecord) -> int:
+    """Its place (1: the head) among its group's PENDING sessions, in the scheduler's order:
+    priority, then the chain's submission, then id (the ix_sessions_queue index)."""
+    p, at = s.spec.priority, s.chain_submitted_at
+    ahead = (
+        select(func.count())
+        .select_from(sessions)
+        .where(
+            col.resource_group == s.spec.resource_group,
+            col.status == "PENDING",
+            or_(
+                col.priority > p,
+                and_(
+                    col.priority == p,
+                    or_(col.chain_submitted_at < at, and_(col.chain_submitted_at == at, col.id < s.id)),
+                ),
+            ),
+        )
+    )
+    return int((await conn.execute(ahead)).scalar_one()) + 1
