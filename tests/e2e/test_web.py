@@ -4,6 +4,7 @@ page visited has no critical or serious axe-core violation.  Screenshots go to t
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -81,16 +82,19 @@ def test_signing_in_shows_the_sessions_and_the_pages_pass_axe(page: Any, up: Up,
     assert made["id"]
 
 
-def test_a_flaky_sessions_chain_grows_to_success_without_reloading(page: Any, up: Up, tmp_path: Path) -> None:
+def test_a_flaky_session_from_the_form_grows_its_chain_to_success_without_reloading(
+    page: Any, up: Up, tmp_path: Path
+) -> None:
     from playwright.sync_api import expect
 
-    flaky = submit(
-        up,
-        name="flaky",
-        command=["sh", "-c", '[ "$CORRAL_ATTEMPT" -ge 3 ] || exit 3'],
-        retry_policy={"max_retries": 3, "retry_delay": 1},
-    )
-    page.goto(f"/ui/sessions/{flaky['id']}")
+    page.goto("/ui/submit")
+    no_violations(page)
+    page.get_by_label("Command").fill("""sh -c '[ "$CORRAL_ATTEMPT" -ge 3 ] || exit 3'""")
+    page.get_by_label("Name").fill("flaky")
+    page.get_by_label("Retries after a failure").fill("3")
+    page.get_by_label("Delay before a retry").fill("1s")
+    page.get_by_role("button", name="Submit").click()
+    expect(page.get_by_role("status")).to_contain_text("Submitted")
     page.evaluate("window.__same_page = true")  # a reload would lose it
     chain = page.locator("#chain li")
     expect(chain).to_have_count(3, timeout=60_000)
@@ -100,6 +104,31 @@ def test_a_flaky_sessions_chain_grows_to_success_without_reloading(page: Any, up
     assert page.evaluate("window.__same_page") is True
     page.screenshot(path=str(tmp_path / "chain.png"), full_page=True)
     no_violations(page)
+
+
+def test_a_user_whose_rules_fix_the_priority_finds_the_field_locked(browser: Any, up: Up) -> None:
+    from playwright.sync_api import expect
+
+    assert up.corral("project", "create", "locked").returncode == 0
+    rules = up.corral(
+        "project", "update", "locked", "--priority-rules", '{"default": 15, "may_change": false}'
+    )
+    assert rules.returncode == 0, rules.stderr
+    made = up.corral("user", "create", "lee", "--project", "locked", "-o", "json")
+    assert made.returncode == 0, made.stderr
+    key = json.loads(made.stdout)["key"]["key"]
+    context = browser.new_context(base_url=up.url)
+    try:
+        p = context.new_page()
+        p.goto("/ui/submit")
+        p.get_by_label("API key").fill(key)
+        p.get_by_role("button", name="Sign in").click()
+        field = p.locator("#priority")
+        expect(field).to_be_disabled()
+        expect(field).to_have_value("15")
+        no_violations(p)
+    finally:
+        context.close()
 
 
 def test_a_gangs_root_cause_panel_names_the_rank_that_raised(page: Any, up: Up, tmp_path: Path) -> None:
