@@ -77,6 +77,15 @@ def test_signing_in_shows_the_sessions_and_the_pages_pass_axe(page: Any, up: Up,
     page.goto("/ui/agents")
     expect(page.locator("#agents tbody tr")).to_have_count(2)
     no_violations(page)
+    arr = submit(up, command=["true"], array="0-5")
+    for path in (f"/ui/arrays/{arr['array_id']}", "/ui/queue/default", "/ui/submit", "/ui/admin/policies",
+                 "/ui/admin/groups", "/ui/admin/users", "/ui/admin/audit"):  # fmt: skip
+        page.goto(path)
+        expect(page.locator("h1")).to_be_visible()
+        no_violations(page)
+        page.screenshot(path=str(tmp_path / (path.strip("/").replace("/", "-")[:40] + ".png")), full_page=True)
+    page.goto(f"/ui/arrays/{arr['array_id']}")
+    expect(page.locator("#progress")).to_contain_text("6 of 6 succeeded", timeout=60_000)
     page.goto("/ui/login?next=/ui/agents")  # signed in already: straight on
     expect(page).to_have_url(f"{up.url}/ui/agents")
     assert made["id"]

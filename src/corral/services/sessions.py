@@ -178,3 +178,13 @@ async def waiting(engine: Engine, session: SessionRecord) -> Waiting | None:
         group = await agents.list_agents(conn, session.spec.resource_group)
     hold = "preempting: it holds agents while its victims stop" if session.reservation else None
     return explain(session, position, group, utcnow(), hold)
+
+
+async def queue(
+    engine: Engine, who: Principal, resource_group: str, limit: int
+) -> list[SessionRecord | None]:
+    """A group's pending sessions in the scheduler's order; another project's is None (its place
+    is shown, never what it is)."""
+    async with reading(engine) as conn:
+        found = await listing.queue(conn, resource_group, limit)
+    return [s if _visible(who, s) else None for s in found]

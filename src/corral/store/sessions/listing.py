@@ -81,3 +81,14 @@ async def queue_position(conn: AsyncConnection, s: SessionRecord) -> int:
         )
     )
     return int((await conn.execute(ahead)).scalar_one()) + 1
+
+
+async def queue(conn: AsyncConnection, resource_group: str, limit: int) -> list[SessionRecord]:
+    """The group's PENDING sessions in the scheduler's order (the head first)."""
+    query = (
+        select(sessions)
+        .where(col.resource_group == resource_group, col.status == "PENDING")
+        .order_by(col.priority.desc(), col.chain_submitted_at, col.id)
+        .limit(limit)
+    )
+    return await select_with_kernels(conn, query)

@@ -27,7 +27,7 @@ router = APIRouter(include_in_schema=False)
 
 async def _choices(state: State, viewer: Seen) -> dict[str, Any]:
     me = await users.me(state.reader, viewer.who)
-    named = [p["name"] for p in await policies.list_all(state.reader)]
+    named = [p["metadata"]["name"] for p in await policies.list_all(state.reader)]
     return {"projects": me["projects"], "rules": me["priority"], "policies": named, "backoffs": list(Backoff)}
 
 
