@@ -83,7 +83,8 @@ def test_signing_in_shows_the_sessions_and_the_pages_pass_axe(page: Any, up: Up,
         page.goto(path)
         expect(page.locator("h1")).to_be_visible()
         no_violations(page)
-        page.screenshot(path=str(tmp_path / (path.strip("/").replace("/", "-")[:40] + ".png")), full_page=True)
+        shot = path.strip("/").replace("/", "-")[:40] + ".png"
+        page.screenshot(path=str(tmp_path / shot), full_page=True)
     page.goto(f"/ui/arrays/{arr['array_id']}")
     expect(page.locator("#progress")).to_contain_text("6 of 6 succeeded", timeout=60_000)
     page.goto("/ui/login?next=/ui/agents")  # signed in already: straight on
