@@ -192,3 +192,31 @@ def test_a_waiting_session_shows_its_place_and_an_infeasible_one_says_so(page: A
             httpx.post(
                 f"{up.url}/api/v1/sessions/{s['id']}/cancel", headers={"Authorization": f"Bearer {up.key}"}
             )
+
+
+def test_a_preemption_is_seen_from_both_sides(page: Any, up: Up) -> None:
+    from playwright.sync_api import expect
+
+    assert up.corral("rg", "set", "default", "grace_period=0", "min_runtime=0").returncode == 0
+    agents = up.get("/api/v1/agents")
+    cores = sum(int(a["capacity"]["cpu"]) for a in agents)
+    per_agent = min(int(a["capacity"]["cpu"]) for a in agents)
+    low = [submit(up, name=f"low-{i}", command=["sleep", "300"], priority=1) for i in range(cores)]
+    for s in low:
+        page.goto(f"/ui/sessions/{s['id']}")
+        expect(page.locator("#status")).to_have_text("RUNNING", timeout=60_000)
+    urgent = submit(up, name="urgent", command=["sleep", "300"], priority=50, resources={"cpu": per_agent})
+    try:
+        page.goto(f"/ui/sessions/{urgent['id']}")
+        expect(page.locator("#victims li")).to_have_count(per_agent, timeout=60_000)
+        victim = page.locator("#victims li a").first
+        victim.click()
+        expect(page.locator("#preemption")).to_contain_text("Preempted by", timeout=30_000)
+        expect(page.locator("#preemption")).to_contain_text(urgent["id"][:8])
+        expect(page.locator("#preemption")).to_contain_text("terminate")
+        no_violations(page)
+    finally:
+        for s in [urgent, *low]:
+            httpx.post(
+                f"{up.url}/api/v1/sessions/{s['id']}/cancel", headers={"Authorization": f"Bearer {up.key}"}
+            )

@@ -121,6 +121,8 @@ class Session(Model):
     termination_reason: str | None
     waiting_reason: str | None = None
     waiting: Waiting | None = None
+    preempted_by: str | None = None
+    victims: list[str] = []
     error_strategy: str
     root_cause: RootCause | None
     kernels: list[Kernel]

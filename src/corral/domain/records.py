@@ -137,6 +137,8 @@ class SessionRecord:
     started_at: datetime | None
     terminated_at: datetime | None
     kernels: tuple[KernelRecord, ...] = ()
+    preempted_by: str | None = None
+    """The session whose preemption asked this one to stop (its victims name it here)."""
 
     @property
     def priority(self) -> int:

@@ -188,3 +188,11 @@ async def queue(
     async with reading(engine) as conn:
         found = await listing.queue(conn, resource_group, limit)
     return [s if _visible(who, s) else None for s in found]
+
+
+async def victims(engine: Engine, who: Principal, session: SessionRecord) -> list[SessionRecord]:
+    """Those its preemptions stopped that the caller may see (another project's: only counted in
+    the preemptor's history, never shown)."""
+    async with reading(engine) as conn:
+        found = await listing.victims(conn, session.id)
+    return [v for v in found if _visible(who, v)]

@@ -130,8 +130,7 @@ sessions = Table(
     Column("retry_policies", JSON, nullable=False),
     Column("creation_id", String(255), nullable=True),
     Column("spec_hash", String(64), nullable=True),
-    # A job array's elements share its id (ix_sessions_array_id below); each keeps its index
-    # through retries.
+    # A job array's elements share its id (ix_sessions_array_id below); each keeps its index on retry.
     Column("array_id", ID, nullable=True),
     Column("array_index", Integer, nullable=True),
     Column("workdir", Text, nullable=True),  # where kernels start (None: their own directories)
@@ -168,6 +167,7 @@ sessions = Table(
     Column("termination_reason", String(32), nullable=True),
     Column("termination_message", Text, nullable=True),
     Column("termination_requested_at", UTCDateTime, nullable=True),
+    Column("preempted_by", ID, nullable=True),  # the session whose preemption asked it to stop
     Column("created_at", UTCDateTime, nullable=False),
     Column("started_at", UTCDateTime, nullable=True),
     Column("terminated_at", UTCDateTime, nullable=True),
@@ -184,7 +184,7 @@ sessions = Table(
             sqlite_where=text(f"{column} IS NOT NULL"),
             postgresql_where=text(f"{column} IS NOT NULL"),
         )
-        for column, unique in (("parent_session_id", True), ("array_id", False))
+        for column, unique in (("parent_session_id", True), ("array_id", False), ("preempted_by", False))
     ),
     postgresql_with={"fillfactor": FILLFACTOR},
 )

@@ -126,6 +126,7 @@ async def get_session(session_id: str, who: Caller, state: State) -> SessionOut:
         waiting_reason=await svc.waiting_reason(state.reader, record),
         chain=chains.get(record.root_session_id),
         waiting=await svc.waiting(state.reader, record),
+        victims=[v.id for v in await svc.victims(state.reader, who, record)],
     )
 
 

@@ -209,6 +209,12 @@ class SessionOut(BaseModel):
     creation_id: str | None
     termination_reason: str | None
     waiting_reason: str | None = Field(None, description="why a PENDING session waits (single GET only)")
+    preempted_by: str | None = Field(
+        None, description="the session whose preemption stopped (or suspended) this one"
+    )
+    victims: list[str] = Field(
+        default_factory=list, description="sessions this one preempted that you may see (single GET only)"
+    )
     waiting: WaitingOut | None = Field(
         None, description="a PENDING session's queue position, needs and feasibility (single GET only)"
     )
@@ -226,6 +232,7 @@ class SessionOut(BaseModel):
         waiting_reason: str | None = None,
         chain: Sequence[Mapping[str, Any]] | None = None,
         waiting: Waiting | None = None,
+        victims: Sequence[str] = (),
     ) -> SessionOut:
         briefs = [
             AttemptBrief(c["attempt"], c["status"], c["result"], c["retry_state"]) for c in (chain or [])
@@ -273,6 +280,8 @@ class SessionOut(BaseModel):
             termination_reason=s.termination_reason,
             waiting_reason=waiting_reason,
             waiting=WaitingOut.of(waiting) if waiting is not None else None,
+            preempted_by=s.preempted_by,
+            victims=list(victims),
             root_cause=root_cause_of(s),
             kernels=[KernelOut.of(k) for k in s.kernels],
         )

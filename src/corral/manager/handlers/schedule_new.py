@@ -287,7 +287,9 @@ async def _preempt(
             reason = TerminationReason.SUSPENDED
             why += " (suspended: it resumes at its place in the queue)"
         for v in victims:
-            await sessions.request_termination(ctx.conn, v.session_id, reason, why, ctx.now)
+            await sessions.request_termination(
+                ctx.conn, v.session_id, reason, why, ctx.now, preempted_by=s.id
+            )
         result.requested += len(victims)
         await journal.add_history(
             ctx.conn,

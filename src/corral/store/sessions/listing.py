@@ -92,3 +92,9 @@ async def queue(conn: AsyncConnection, resource_group: str, limit: int) -> list[
         .limit(limit)
     )
     return await select_with_kernels(conn, query)
+
+
+async def victims(conn: AsyncConnection, preemptor_id: str) -> list[SessionRecord]:
+    """The sessions this one's preemptions asked to stop (ix_sessions_preempted_by)."""
+    query = select(sessions).where(col.preempted_by == preemptor_id).order_by(col.created_at, col.id)
+    return await select_with_kernels(conn, query)

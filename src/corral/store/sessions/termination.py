@@ -33,15 +33,26 @@ from corral.store.tables import (
 
 
 async def request_termination(
-    conn: AsyncConnection, session_id: str, reason: str, message: str, now: datetime
+    conn: AsyncConnection,
+    session_id: str,
+    reason: str,
+    message: str,
+    now: datetime,
+    preempted_by: str | None = None,
 ) -> bool:
     """Record why a session must stop; False when it has already ended.  The first reason wins,
-    except that a stop for good (a cancel, a deadline) replaces a suspension in progress."""
-    return bool(await request_terminations(conn, [session_id], reason, message, now))
+    except that a stop for good (a cancel, a deadline) replaces a suspension in progress.
+    `preempted_by`: the preemptor, for a preemption's stop."""
+    return bool(await request_terminations(conn, [session_id], reason, message, now, preempted_by))
 
 
 async def request_terminations(
-    conn: AsyncConnection, session_ids: Sequence[str], reason: str, message: str, now: datetime
+    conn: AsyncConnection,
+    session_ids: Sequence[str],
+    reason: str,
+    message: str,
+    now: datetime,
+    preempted_by: str | None = None,
 ) -> list[str]:
     """`request_termination` for many sessions in one statement; returns those not yet ended."""
     suspending = and_(
@@ -66,6 +77,17 @@ async def request_terminations(
                     (suspending, message), else_=func.coalesce(sessions.c.termination_message, message)
                 ),
                 termination_requested_at=func.coalesce(sessions.c.termination_requested_at, now),
+                # A new request names its preemptor; one in progress keeps its own.
+                **(
+                    {}
+                    if preempted_by is None
+                    else {
+                        "preempted_by": case(
+                            (sessions.c.termination_requested_at.is_(None), literal(preempted_by)),
+                            else_=sessions.c.preempted_by,
+                        )
+                    }
+                ),
             )
             .returning(sessions.c.id, sessions.c.project)
         )

@@ -62,6 +62,7 @@ async def session_page(
         history = await svc.history(state.reader, viewer.who, record.id)
         waiting = await svc.waiting_reason(state.reader, record)
         why = await svc.waiting(state.reader, record)
+        stopped = await svc.victims(state.reader, viewer.who, record)
         output, cut = await _output(state, viewer, record.id, rank)
     except CorralError as exc:
         return page(request, "error.html", viewer, exc.status, error=exc)
@@ -75,7 +76,9 @@ async def session_page(
         viewer,
         STOP_POLLING if block == "logs" and ended else 200,
         block=block,
-        s=SessionOut.of(record, waiting, rows.get(record.root_session_id), why),
+        s=SessionOut.of(record, waiting, rows.get(record.root_session_id), why, [v.id for v in stopped]),
+        rec=record,
+        victims=stopped,
         attempts=[(a, decision(a, r)) for a, r in zip(attempts, chain, strict=True)],
         errors=errors_of(record),
         history=[HistoryOut.of(h) for h in history],

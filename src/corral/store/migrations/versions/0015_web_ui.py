@@ -1,4 +1,5 @@
-"""the web UI's sign-ins and cookie signing key; session lists by creation time (keyset pages)
+"""the web UI's sign-ins and cookie signing key; session lists by creation time (keyset pages);
+the preemptor of each preempted session
 
 Revision ID: 0015
 Revises: 0014
@@ -37,6 +38,12 @@ def upgrade() -> None:
         sa.Column("created_at", UTCDateTime(), nullable=False),
         sa.PrimaryKeyConstraint("name", name=op.f("pk_web_keys")),
     )
+    with op.batch_alter_table("sessions", schema=None) as batch_op:
+        batch_op.add_column(sa.Column("preempted_by", sa.String(length=36), nullable=True))
+    held = sa.text("preempted_by IS NOT NULL")
+    op.create_index(
+        "ix_sessions_preempted_by", "sessions", ["preempted_by"], sqlite_where=held, postgresql_where=held
+    )
     op.create_index("ix_sessions_listed", "sessions", [sa.text("created_at DESC"), "id"])
     op.create_index("ix_sessions_project_listed", "sessions", ["project", sa.text("created_at DESC"), "id"])
 
@@ -44,5 +51,8 @@ def upgrade() -> None:
 def downgrade() -> None:
     op.drop_index("ix_sessions_project_listed", table_name="sessions")
     op.drop_index("ix_sessions_listed", table_name="sessions")
+    op.drop_index("ix_sessions_preempted_by", table_name="sessions")
+    with op.batch_alter_table("sessions", schema=None) as batch_op:
+        batch_op.drop_column("preempted_by")
     op.drop_table("web_keys")
     op.drop_table("web_sessions")
