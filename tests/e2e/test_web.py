@@ -220,3 +220,21 @@ def test_a_preemption_is_seen_from_both_sides(page: Any, up: Up) -> None:
             httpx.post(
                 f"{up.url}/api/v1/sessions/{s['id']}/cancel", headers={"Authorization": f"Bearer {up.key}"}
             )
+
+
+def test_logs_follow_a_running_kernel_and_stay_after_it_ends(page: Any, up: Up, tmp_path: Path) -> None:
+    from playwright.sync_api import expect
+
+    gate = tmp_path / "go"
+    tmp_path.chmod(0o777)
+    script = f"echo first line; while [ ! -e {gate} ]; do sleep 0.1; done; echo second line"
+    s = submit(up, name="talker", command=["sh", "-c", script])
+    page.goto(f"/ui/sessions/{s['id']}")
+    log = page.get_by_role("log")
+    expect(log).to_contain_text("first line", timeout=60_000)
+    expect(log).not_to_contain_text("second line")
+    gate.touch()
+    expect(log).to_contain_text("second line", timeout=30_000)  # no reload
+    expect(page.locator("#status")).to_have_text("TERMINATED", timeout=30_000)
+    page.reload()
+    expect(page.get_by_role("log")).to_contain_text("first line\nsecond line")

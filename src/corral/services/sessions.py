@@ -196,3 +196,9 @@ async def victims(engine: Engine, who: Principal, session: SessionRecord) -> lis
     async with reading(engine) as conn:
         found = await listing.victims(conn, session.id)
     return [v for v in found if _visible(who, v)]
+
+
+async def queue_positions(engine: Engine, pending: Sequence[SessionRecord]) -> dict[str, int]:
+    """Each pending session's place in its group's queue (1: the head)."""
+    async with reading(engine) as conn:
+        return {s.id: await listing.queue_position(conn, s) for s in pending}

@@ -25,6 +25,7 @@ PAGES = [
     "images.md",
     "events.md",
     "graphql.md",
+    "web.md",
     "client.md",
     "operations.md",
     "troubleshooting.md",

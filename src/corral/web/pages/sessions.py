@@ -54,6 +54,7 @@ async def sessions_page(
         return page(request, "error.html", viewer, exc.status, error=exc)
     chains = await svc.chain_rows(state.reader, found[:PAGE])
     rows = [SessionOut.of(s, chain=chains.get(s.root_session_id)) for s in found[:PAGE]]
+    places = await svc.queue_positions(state.reader, [s for s in found[:PAGE] if s.status == "PENDING"])
     older = svc.cursor_of(found[PAGE - 1]) if len(found) > PAGE else None
     query = [(k, v) for k, v in request.query_params.multi_items() if k not in ("before", "block")]
     return page(
@@ -62,6 +63,7 @@ async def sessions_page(
         viewer,
         block=block,
         rows=rows,
+        places=places,
         where=where,
         statuses=list(SessionStatus),
         older=older,
