@@ -198,7 +198,17 @@ async def victims(engine: Engine, who: Principal, session: SessionRecord) -> lis
     return [v for v in found if _visible(who, v)]
 
 
+LISTED_PLACES = 1000
+"""A list counts at most this many ahead of each waiting session (a page of them stays cheap
+however long the queue); its own page counts them all."""
+
+
 async def queue_positions(engine: Engine, pending: Sequence[SessionRecord]) -> dict[str, int]:
-    """Each pending session's place in its group's queue (1: the head)."""
+    """Each pending session's place in its group's queue (1: the head), or LISTED_PLACES + 1 for
+    one further back (shown as "1001+"): one read of each group's queue head."""
+    places: dict[str, int] = {}
     async with reading(engine) as conn:
-        return {s.id: await listing.queue_position(conn, s) for s in pending}
+        for group in sorted({s.spec.resource_group for s in pending}):
+            head = await listing.queue_head(conn, group, LISTED_PLACES)
+            places |= {sid: n for n, sid in enumerate(head, 1)}
+    return {s.id: places.get(s.id, LISTED_PLACES + 1) for s in pending}

@@ -66,8 +66,7 @@ async def queue_position(conn: AsyncConnection, s: SessionRecord) -> int:
     priority, then the chain's submission, then id (the ix_sessions_queue index)."""
     p, at = s.spec.priority, s.chain_submitted_at
     ahead = (
-        select(func.count())
-        .select_from(sessions)
+        select(col.id)
         .where(
             col.resource_group == s.spec.resource_group,
             col.status == "PENDING",
@@ -79,8 +78,21 @@ async def queue_position(conn: AsyncConnection, s: SessionRecord) -> int:
                 ),
             ),
         )
+        .subquery()
     )
-    return int((await conn.execute(ahead)).scalar_one()) + 1
+    return int((await conn.execute(select(func.count()).select_from(ahead))).scalar_one()) + 1
+
+
+async def queue_head(conn: AsyncConnection, resource_group: str, limit: int) -> list[str]:
+    """The ids of the group's first `limit` PENDING sessions, in the scheduler's order: one scan
+    of the queue index, however many of a page's sessions are placed by it."""
+    query = (
+        select(col.id)
+        .where(col.resource_group == resource_group, col.status == "PENDING")
+        .order_by(col.priority.desc(), col.chain_submitted_at, col.id)
+        .limit(limit)
+    )
+    return list((await conn.execute(query)).scalars())
 
 
 async def queue(conn: AsyncConnection, resource_group: str, limit: int) -> list[SessionRecord]:

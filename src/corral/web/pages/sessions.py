@@ -64,6 +64,7 @@ async def sessions_page(
         block=block,
         rows=rows,
         places=places,
+        cap=svc.LISTED_PLACES,
         where=where,
         statuses=list(SessionStatus),
         older=older,
