@@ -40,6 +40,7 @@ def page(browser: Any, up: Up, tmp_path: Path) -> Iterator[Any]:
     p = context.new_page()
     p.set_default_timeout(30_000)
     p.goto("/ui/sessions")
+    no_violations(p)  # the sign-in page
     p.get_by_label("API key").fill(up.key)
     p.get_by_role("button", name="Sign in").click()
     p.wait_for_url("**/ui/sessions")
@@ -87,6 +88,9 @@ def test_signing_in_shows_the_sessions_and_the_pages_pass_axe(page: Any, up: Up,
         page.screenshot(path=str(tmp_path / shot), full_page=True)
     page.goto(f"/ui/arrays/{arr['array_id']}")
     expect(page.locator("#progress")).to_contain_text("6 of 6 succeeded", timeout=60_000)
+    page.goto("/ui/sessions/no-such-session")
+    expect(page.locator("h1")).to_contain_text("no session")
+    no_violations(page)
     page.goto("/ui/login?next=/ui/agents")  # signed in already: straight on
     expect(page).to_have_url(f"{up.url}/ui/agents")
     assert made["id"]
@@ -238,3 +242,16 @@ def test_logs_follow_a_running_kernel_and_stay_after_it_ends(page: Any, up: Up, 
     expect(page.locator("#status")).to_have_text("TERMINATED", timeout=30_000)
     page.reload()
     expect(page.get_by_role("log")).to_contain_text("first line\nsecond line")
+
+
+def test_a_failed_session_is_retried_by_hand_from_its_page(page: Any, up: Up) -> None:
+    from playwright.sync_api import expect
+
+    failed = submit(up, name="once", command=["sh", "-c", '[ "$CORRAL_ATTEMPT" -ge 2 ] || exit 4'])
+    page.goto(f"/ui/sessions/{failed['id']}")
+    expect(page.locator("#status")).to_have_text("ERROR", timeout=60_000)
+    page.get_by_role("button", name="Retry").click()
+    expect(page.get_by_role("status")).to_contain_text("Retry made: attempt 2")
+    expect(page.locator("#chain li")).to_have_count(2)
+    expect(page.locator("#chain li").nth(1)).to_contain_text("a manual retry")
+    expect(page.locator("#status")).to_have_text("TERMINATED", timeout=60_000)

@@ -110,6 +110,10 @@ def info(session_id: SessionId, output: Format = OutputOpt) -> None:
         typer.echo(f"queue: position {w.position}; {w.reason}; the largest free on one agent: {free}")
     if s.waiting_reason:
         typer.echo(f"waiting: {s.waiting_reason}")
+    if s.preempted_by:
+        typer.echo(f"preempted by: {s.preempted_by}")
+    if s.victims:
+        typer.echo(f"preempted to make room: {', '.join(s.victims)}")
     if rc := s.root_cause:
         typer.echo(f"root cause: {rc.line()}")
         recoverable = {True: "yes", False: "no", None: "not said"}[rc.recoverable]

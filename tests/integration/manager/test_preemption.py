@@ -75,6 +75,8 @@ def test_an_urgent_session_preempts_the_minimal_oldest_victims(full: Cluster) ->
         assert any(f"preempted by session {urgent['id']} (priority 50)" in m for m in history), history
         assert c.session(sid)["preempted_by"] == urgent["id"]  # who stopped it, as a field
     assert set(c.session(urgent["id"])["victims"]) == oldest_two
+    shown = c.corral("session", "info", urgent["id"])
+    assert shown.returncode == 0 and all(v in shown.stdout for v in oldest_two), shown.stdout
     mine = [h["message"] for h in c.history(urgent["id"])]
     assert any("preempting 2 session(s)" in m and all(v in m for v in oldest_two) for m in mine), mine
 

@@ -26,6 +26,30 @@ def test_a_submitted_form_makes_the_session_the_api_would(site: Site) -> None:
     assert s["retry_policy"]["max_retries"] == 2 and s["retry_policy"]["retry_delay"] == 5.0
 
 
+def test_every_inline_retry_field_reaches_the_policy(site: Site) -> None:
+    browser = signed_in(site.transport, KEY)
+    form = browser.get("/ui/submit").text
+    assert 'name="eligible_causes"' in form and "user_cancelled" not in form  # never retriable
+    done = browser.post(
+        "/ui/submit",
+        data={"csrf_token": csrf_of(form), "command": "true", "max_retries": "3", "backoff": "exponential",
+              "backoff_multiplier": "3", "max_retry_delay": "2m", "jitter": "random", "jitter_ratio": "0.5",
+              "anti_affinity": "node", "max_retry_duration": "1h",
+              "eligible_causes": ["kernel_nonzero_exit", "oom_killed"]},
+    )  # fmt: skip
+    assert done.status_code == 303, done.text[:400]
+    [s] = site.api.get("/api/v1/sessions").json()
+    p = s["retry_policy"]
+    assert (p["backoff"], p["backoff_multiplier"], p["max_retry_delay"]) == ("exponential", 3.0, 120.0)
+    assert (p["jitter"], p["jitter_ratio"], p["anti_affinity"], p["max_retry_duration"]) == (
+        "random",
+        0.5,
+        "node",
+        3600.0,
+    )
+    assert sorted(p["eligible_causes"]) == ["kernel_nonzero_exit", "oom_killed"]
+
+
 def test_a_refused_form_names_the_field_and_keeps_what_was_typed(site: Site) -> None:
     browser = signed_in(site.transport, KEY)
     form = browser.get("/ui/submit").text

@@ -16,7 +16,8 @@ from starlette.datastructures import FormData
 
 from corral.api.schemas import SessionCreate
 from corral.api.state import State
-from corral.domain.spec import Backoff
+from corral.domain.cause import NEVER_RETRIABLE, Cause
+from corral.domain.spec import AntiAffinity, Backoff, Jitter
 from corral.services import admission, policies, users
 from corral.services.errors import CorralError
 from corral.web.auth import Seen, form_of, text
@@ -28,7 +29,15 @@ router = APIRouter(include_in_schema=False)
 async def _choices(state: State, viewer: Seen) -> dict[str, Any]:
     me = await users.me(state.reader, viewer.who)
     named = [p["metadata"]["name"] for p in await policies.list_all(state.reader)]
-    return {"projects": me["projects"], "rules": me["priority"], "policies": named, "backoffs": list(Backoff)}
+    return {
+        "projects": me["projects"],
+        "rules": me["priority"],
+        "policies": named,
+        "backoffs": list(Backoff),
+        "jitters": list(Jitter),
+        "affinities": list(AntiAffinity),
+        "causes": sorted(str(c) for c in Cause if c not in NEVER_RETRIABLE),
+    }
 
 
 def _body(form: FormData, rules: dict[str, dict[str, Any]]) -> dict[str, Any]:
@@ -47,22 +56,42 @@ def _body(form: FormData, rules: dict[str, dict[str, Any]]) -> dict[str, Any]:
     if "priority" in body and project in rules and not rules[project]["may_change"]:
         del body["priority"]  # a locked field the browser sent anyway: the rules' default applies
     retry: dict[str, Any] = {}
-    if text(form, "max_retries"):
-        retry["max_retries"] = (
-            int(text(form, "max_retries"))
-            if text(form, "max_retries").isdigit()
-            else text(form, "max_retries")
-        )
-    if text(form, "retry_delay"):
-        retry["retry_delay"] = text(form, "retry_delay")
-    if text(form, "backoff"):
-        retry["backoff"] = text(form, "backoff")
+    for name, kind in RETRY_FIELDS.items():
+        given = text(form, name)
+        if given:
+            retry[name] = _typed(given, kind)
+    causes = [v for v in form.getlist("eligible_causes") if isinstance(v, str) and v]
+    if causes:
+        retry["eligible_causes"] = causes
     if retry:
         body["retry_policy"] = retry
     named = [v for v in form.getlist("retry_policies") if isinstance(v, str) and v]
     if named:
         body["retry_policies"] = named
     return body
+
+
+RETRY_FIELDS = {
+    "max_retries": int,
+    "retry_delay": str,
+    "backoff": str,
+    "backoff_multiplier": float,
+    "max_retry_delay": str,
+    "jitter": str,
+    "jitter_ratio": float,
+    "anti_affinity": str,
+    "max_retry_duration": str,
+}
+"""The inline retry policy's fields the form has, and how each is typed on the wire."""
+
+
+def _typed(given: str, kind: type) -> Any:
+    """A form's text as the API's JSON would carry it; left as text when it is not one (the
+    schema then refuses it, naming the field)."""
+    try:
+        return kind(given)
+    except ValueError:
+        return given
 
 
 def _number(v: str) -> bool:
