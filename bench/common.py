@@ -8,12 +8,15 @@ import os
 import shutil
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from datetime import datetime
 from itertools import pairwise
 from pathlib import Path
+from typing import Any
 
+import httpx
 import psutil
 from sqlalchemy.engine import make_url
 
@@ -116,3 +119,38 @@ def machine(url: str) -> str:
     """The line every bench prints first: core count and backend."""
     backend = "postgresql" if url.startswith("postgresql") else "sqlite"
     return f"cores: {os.cpu_count()}  backend: {backend}  work dirs: {tempfile.gettempdir()}"
+
+
+ENDED = ("TERMINATED", "ERROR", "CANCELLED")
+
+
+def get_json(c: Any, path: str, timeout: float = 120, **params: Any) -> Any:
+    """GET through a manager that may be down a moment (a kill, a restart): retried until it
+    answers 200, for at most `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            resp = c.http.get(path, params=params)
+            if resp.status_code == 200:
+                return resp.json()
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"GET {path} did not answer for {timeout:g} s")
+        time.sleep(0.2)
+
+
+def ended(c: Any) -> int:
+    """How many sessions have ended."""
+    counts = get_json(c, "/api/v1/sessions/counts")
+    return sum(counts.get(k, 0) for k in ENDED)
+
+
+def submit_true(c: Any, n: int) -> int:
+    """`n` 1-CPU `true` sessions, 100 a request; returns how many had ended before them."""
+    before = ended(c)
+    for start in range(0, n, 100):
+        body = {"sessions": [{"command": ["true"], "resources": {"cpu": 1}}] * min(100, n - start)}
+        resp = c.http.post("/api/v1/sessions/bulk", json=body, timeout=120)
+        assert resp.status_code == 201, resp.text
+    return before

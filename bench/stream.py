@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import httpx
 import psutil
 
-from bench.common import add_database_options, database, machine, pct, scratch
+from bench.common import add_database_options, database, ended, machine, pct, scratch, submit_true
 from tests.support.cluster import Cluster, poll
 
 MEASURED = 10
@@ -92,19 +92,10 @@ async def subscribe(url: str, key: str, n: int) -> None:
             t.cancel()
 
 
-def _ended(c: Cluster) -> int:
-    counts = c.http.get("/api/v1/sessions/counts").json()
-    return sum(counts.get(k, 0) for k in ("TERMINATED", "ERROR", "CANCELLED"))
-
-
 def run_sessions(c: Cluster, n: int) -> None:
     """`n` sessions submitted 100 at a time, returning once all have ended."""
-    before = _ended(c)
-    for start in range(0, n, 100):
-        body = {"sessions": [{"command": ["true"], "resources": {"cpu": 1}}] * min(100, n - start)}
-        resp = c.http.post("/api/v1/sessions/bulk", json=body, timeout=120)
-        assert resp.status_code == 201, resp.text
-    poll(lambda: _ended(c) >= before + n, 600, f"{n} sessions to end")
+    before = submit_true(c, n)
+    poll(lambda: ended(c) >= before + n, 600, f"{n} sessions to end")
 
 
 def main() -> None:

@@ -26,10 +26,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import httpx
 import psutil
 
-from bench.common import add_database_options, database, machine, pct, scratch
+from bench.common import add_database_options, database, ended, get_json, machine, pct, scratch, submit_true
 from corral.domain.events import Position
 from tests.support.cluster import Cluster
 
@@ -83,36 +82,6 @@ class Receiver:
         return [tuple(r) for r in json.loads(self.proc.stdout.readline())]  # type: ignore[misc]
 
 
-def _get(c: Cluster, path: str, **params: Any) -> Any:
-    """GET through a manager that may be down a moment (a kill): retried until it answers."""
-    deadline = time.monotonic() + 120
-    while True:
-        try:
-            resp = c.http.get(path, params=params)
-            if resp.status_code == 200:
-                return resp.json()
-        except httpx.HTTPError:
-            pass
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"GET {path} did not answer for 120 s")
-        time.sleep(0.2)
-
-
-def _ended(c: Cluster) -> int:
-    counts = _get(c, "/api/v1/sessions/counts")
-    return sum(counts.get(k, 0) for k in ("TERMINATED", "ERROR", "CANCELLED"))
-
-
-def submit(c: Cluster, n: int) -> int:
-    """`n` sessions, 100 per request; the count ended before them."""
-    before = _ended(c)
-    for start in range(0, n, 100):
-        body = {"sessions": [{"command": ["true"], "resources": {"cpu": 1}}] * min(100, n - start)}
-        resp = c.http.post("/api/v1/sessions/bulk", json=body, timeout=120)
-        assert resp.status_code == 201, resp.text
-    return before
-
-
 def wait_until(check: Any, timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while not check():
@@ -125,7 +94,7 @@ def expected(c: Cluster, after: str) -> set[str]:
     """The webhook-ids of every session event after `after`, paged through GET /events."""
     ids: set[str] = set()
     while True:
-        page = _get(c, "/api/v1/events", after=after, type=TYPES, limit=1000)
+        page = get_json(c, "/api/v1/events", after=after, type=TYPES, limit=1000)
         ids |= {f"msg_{e['position']}" for e in page}
         if len(page) < 1000:
             return ids
@@ -194,19 +163,19 @@ def main() -> None:
         assert resp.status_code == 200, resp.text
         rx = Receiver(stack)
         manager = psutil.Process(c.manager.pid)  # type: ignore[union-attr]
-        before = submit(c, 50)  # warm-up: imports, first connections
-        wait_until(lambda: _ended(c) >= before + 50, 600, "the warm-up")
+        before = submit_true(c, 50)  # warm-up: imports, first connections
+        wait_until(lambda: ended(c) >= before + 50, 600, "the warm-up")
 
-        cpu0, before = cpu(manager), submit(c, args.n)
-        wait_until(lambda: _ended(c) >= before + args.n, 900, f"{args.n} sessions to end")
+        cpu0, before = cpu(manager), submit_true(c, args.n)
+        wait_until(lambda: ended(c) >= before + args.n, 900, f"{args.n} sessions to end")
         alone = (cpu(manager) - cpu0) / args.n
 
         resp = c.http.post("/api/v1/webhooks", json={"url": rx.url, "events": TYPES})
         assert resp.status_code == 201, resp.text
         hook = resp.json()
         start = hook["position"]
-        cpu0, t0, before = cpu(manager), time.monotonic(), submit(c, args.n)
-        wait_until(lambda: _ended(c) >= before + args.n, 900, f"{args.n} sessions to end")
+        cpu0, t0, before = cpu(manager), time.monotonic(), submit_true(c, args.n)
+        wait_until(lambda: ended(c) >= before + args.n, 900, f"{args.n} sessions to end")
         want = expected(c, start)
         wait_until(lambda: want <= {r[0] for r in rx.received()}, 600, f"{len(want)} deliveries")
         hooked, took = (cpu(manager) - cpu0) / args.n, time.monotonic() - t0
@@ -214,7 +183,7 @@ def main() -> None:
 
         mark = max(want, key=position).removeprefix("msg_")
         flights: list[int] = []
-        before = submit(c, args.n)
+        before = submit_true(c, args.n)
         per_session = len(want) / args.n
         for k in range(1, args.kills + 1):
             goal = len(rx.received()) + per_session * args.n / (args.kills + 1)
@@ -223,7 +192,7 @@ def main() -> None:
             left = cursor(url, hook["id"])
             flights.append(sum(1 for r in {r[0] for r in rx.received()} if position(r) > left))
             c.start_manager()
-        wait_until(lambda: _ended(c) >= before + args.n, 900, f"{args.n} sessions to end")
+        wait_until(lambda: ended(c) >= before + args.n, 900, f"{args.n} sessions to end")
         want2 = expected(c, mark)
         wait_until(lambda: want2 <= {r[0] for r in rx.received()}, 900, f"{len(want2)} deliveries")
         got = [r for r in rx.received() if r[0] in want2]
