@@ -22,14 +22,13 @@ import structlog
 from corral.clock import utcnow
 from corral.domain.events import Position, matching
 from corral.domain.records import EventRecord
-from corral.domain.webhooks import delay, given_up
+from corral.domain.webhooks import WebhookRecord, delay, given_up
 from corral.manager.webhook_send import Outcome, Sender
 from corral.metrics import WEBHOOK_BACKLOG, WEBHOOK_DELIVERIES, WEBHOOK_SECONDS
 from corral.settings import ManagerSettings
 from corral.store import config, journal, leases, outbox, webhooks
 from corral.store.db import reading
 from corral.store.unit import Engine, Tx
-from corral.store.webhooks import WebhookRecord
 
 log = structlog.get_logger("corral.webhooks")
 

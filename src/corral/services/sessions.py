@@ -15,7 +15,7 @@ from corral.services.short_ids import full_id
 from corral.store import agents, journal, retries, sessions
 from corral.store.db import reading
 from corral.store.sessions import listing
-from corral.store.sessions.listing import Listing
+from corral.store.sessions.listing import Listing as Listing  # pages build it
 from corral.store.unit import Engine
 
 

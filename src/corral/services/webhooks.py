@@ -14,14 +14,13 @@ from typing import Any
 
 from corral.clock import utcnow
 from corral.domain.records import Principal
-from corral.domain.webhooks import BadTarget, target
+from corral.domain.webhooks import BadTarget, DeliveryRecord, WebhookRecord, target
 from corral.services.errors import Forbidden, InvalidInput, NotFound
 from corral.services.events import kinds
 from corral.ssrf import refusal
 from corral.store import auth, config, journal, outbox, webhooks
 from corral.store.db import reading, transaction
 from corral.store.unit import Engine
-from corral.store.webhooks import DeliveryRecord, WebhookRecord
 
 ROTATION_GRACE = timedelta(hours=24)
 """A rotated-out secret keeps signing this long beside the new one (two signatures)."""

@@ -4,8 +4,6 @@ attempts.  Writes of a webhook's deliverer run in its lease's transactions (stor
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 from sqlalchemy import delete, func, insert, select, tuple_, update
@@ -13,63 +11,11 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from corral.domain.events import Position
 from corral.domain.records import EventRecord
+from corral.domain.webhooks import DeliveryRecord, WebhookRecord
 from corral.store.webhook_tables import webhook_deliveries, webhooks
 
 w = webhooks
 d = webhook_deliveries
-
-
-@dataclass(frozen=True)
-class WebhookRecord:
-    id: str
-    url: str
-    events: list[str]
-    project: str | None
-    description: str
-    enabled: bool
-    disabled_reason: str | None
-    secret: str
-    previous_secret: str | None
-    previous_until: datetime | None
-    cursor_txid: int
-    cursor_id: int
-    created_by: str
-    created_at: datetime
-    updated_at: datetime
-
-    @property
-    def cursor(self) -> Position:
-        """The last event delivered or passed by: delivery goes on after it."""
-        return Position(self.cursor_txid, self.cursor_id)
-
-    def secrets(self, now: datetime) -> list[str]:
-        """The secrets that sign now: the current one, and a rotated-out one for its grace."""
-        keep = self.previous_secret and self.previous_until and now < self.previous_until
-        return [self.secret, self.previous_secret] if keep else [self.secret]  # type: ignore[list-item]
-
-
-@dataclass(frozen=True)
-class DeliveryRecord:
-    id: int
-    webhook_id: str
-    event_id: int
-    event_txid: int
-    event_type: str
-    status: str
-    """pending (tried, to be tried again), delivered, or failed (given up)"""
-    attempts: int
-    first_attempt_at: datetime | None
-    last_attempt_at: datetime | None
-    next_attempt_at: datetime | None
-    response_code: int | None
-    response_body: str | None
-    error: str | None
-    latency_ms: float | None
-    delivered_at: datetime | None
-
-    @property
-    def position(self) -> Position:
-        return Position(self.event_txid, self.event_id)
 
 
 def _hook(row: Any) -> WebhookRecord:

@@ -7,9 +7,8 @@ from typing import Annotated
 
 from pydantic import BaseModel, Field, StringConstraints
 
-from corral.domain.webhooks import MAX_URL, message_id_of
+from corral.domain.webhooks import MAX_URL, DeliveryRecord, WebhookRecord, message_id_of
 from corral.protocol.types import STRICT, Name, Text, Text256
-from corral.store.webhooks import DeliveryRecord, WebhookRecord
 
 # Longer URLs reach the service's check, which names the rule (2 KiB) in its 422.
 Url = Annotated[str, StringConstraints(min_length=1, max_length=4 * MAX_URL)]

@@ -11,18 +11,17 @@ from fastapi.responses import Response
 from corral.api.schemas.session_out import SessionOut
 from corral.api.state import State
 from corral.domain.status import SessionStatus
-from corral.protocol.types import Name
 from corral.services import events
 from corral.services import sessions as svc
 from corral.services.errors import CorralError
-from corral.store.sessions.listing import Listing
+from corral.services.sessions import Listing
 from corral.web.auth import Seen
 from corral.web.templating import page
 
 router = APIRouter(include_in_schema=False)
 
 PAGE = 50
-Filter = Annotated[Name | None, Query(max_length=128)]
+Filter = Annotated[str | None, Query(max_length=128)]
 
 
 @router.get("/ui/sessions")
