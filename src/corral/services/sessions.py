@@ -12,7 +12,7 @@ from corral.domain.status import SessionStatus
 from corral.domain.waiting import Waiting, explain
 from corral.services.errors import InvalidInput, NotFound
 from corral.services.short_ids import full_id
-from corral.store import agents, journal, retries, sessions
+from corral.store import agents, journal, preemption, retries, sessions
 from corral.store.db import reading
 from corral.store.sessions import listing
 from corral.store.sessions.listing import Listing as Listing  # pages build it
@@ -176,7 +176,13 @@ async def waiting(engine: Engine, session: SessionRecord) -> Waiting | None:
     async with reading(engine) as conn:
         position = await listing.queue_position(conn, session)
         group = await agents.list_agents(conn, session.spec.resource_group)
-    hold = "preempting: it holds agents while its victims stop" if session.reservation else None
+        held = await preemption.holds(conn, session.spec.resource_group)
+    hold = None
+    if session.reservation:
+        hold = "preempting: it holds agents while its victims stop"
+    elif held and position == 1:  # the head waits for room that a preemptor holds
+        by, where = held[0]
+        hold = f"agents {', '.join(where)} are held for session {by}, which preempted their sessions"
     return explain(session, position, group, utcnow(), hold)
 
 

@@ -87,3 +87,13 @@ async def groups(conn: AsyncConnection) -> list[tuple[str, dict[str, Any]]]:
         select(resource_groups.c.name, resource_groups.c.config).order_by(resource_groups.c.name)
     )
     return [(r.name, dict(r.config or {})) for r in rows]
+
+
+async def holds(conn: AsyncConnection, resource_group: str) -> list[tuple[str, list[str]]]:
+    """The group's preemptors and the agents each holds while its victims stop (ix_sessions_held)."""
+    rows = await conn.execute(
+        select(sessions.c.id, sessions.c.reservation).where(
+            sessions.c.resource_group == resource_group, sessions.c.reservation.is_not(None)
+        )
+    )
+    return [(str(sid), sorted((held or {}).get("agents", []))) for sid, held in rows]
