@@ -251,7 +251,7 @@ def test_a_failed_session_is_retried_by_hand_from_its_page(page: Any, up: Up) ->
     page.goto(f"/ui/sessions/{failed['id']}")
     expect(page.locator("#status")).to_have_text("ERROR", timeout=60_000)
     page.get_by_role("button", name="Retry").click()
-    expect(page.get_by_role("status")).to_contain_text("Retry made: attempt 2")
+    expect(page.get_by_role("status")).to_contain_text("Retry made")
     expect(page.locator("#chain li")).to_have_count(2)
     expect(page.locator("#chain li").nth(1)).to_contain_text("a manual retry")
     expect(page.locator("#status")).to_have_text("TERMINATED", timeout=60_000)

@@ -13,7 +13,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from corral.domain.errors import Unavailable
 from corral.protocol.types import safe_text
-from corral.services.errors import CorralError
+from corral.services.errors import CorralError, InvalidInput
 
 log = structlog.get_logger("corral.api")
 
@@ -48,7 +48,7 @@ def install(app: FastAPI, pages: Callable[[Request, CorralError], Response] | No
         return JSONResponse(error_body(exc.code, exc.message, exc.details), status_code=exc.status)
 
     @app.exception_handler(RequestValidationError)
-    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+    async def _invalid(request: Request, exc: RequestValidationError) -> Response:
         errors = exc.errors()
         if any(e.get("type") == "json_invalid" for e in errors):
             return JSONResponse(
@@ -57,6 +57,8 @@ def install(app: FastAPI, pages: Callable[[Request, CorralError], Response] | No
             )
         fields = [_field(tuple(e.get("loc", ()))) for e in errors]
         message = "; ".join(f"{f}: {e.get('msg', 'invalid')}" for f, e in zip(fields, errors, strict=True))
+        if pages is not None and request.url.path.startswith("/ui/"):
+            return pages(request, InvalidInput(fields[0], message))
         return JSONResponse(
             error_body("validation_error", message, {"field": fields[0], "fields": fields}), status_code=422
         )

@@ -85,7 +85,7 @@ Admin = Annotated[Principal, Depends(admin)]
 async def agent_auth(request: Request, state: State) -> None:
     token = bearer(request)
     expected = state.settings.agent_token
-    if not expected or not hmac.compare_digest(token, expected):
+    if not expected or not hmac.compare_digest(token.encode(), expected.encode()):
         raise Unauthorized("unknown agent token", {"field": "authorization"})
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from corral.clock import utcnow
@@ -145,7 +145,9 @@ def _cursor(text: str | None) -> tuple[datetime, str] | None:
     at, sep, last_id = text.partition("~")
     try:
         when = datetime.fromisoformat(at)
-    except ValueError:
+        if when.tzinfo is not None:
+            when = when.astimezone(UTC)  # a far offset off year 1 or 9999 overflows: refused too
+    except (ValueError, OverflowError):
         when = None
     if not sep or when is None or when.tzinfo is None or not last_id or len(last_id) > 36:
         raise InvalidInput("before", "before: not a page cursor (follow the page's own 'older' link)")
@@ -181,8 +183,8 @@ async def waiting(engine: Engine, session: SessionRecord) -> Waiting | None:
     if session.reservation:
         hold = "preempting: it holds agents while its victims stop"
     elif held and position == 1:  # the head waits for room that a preemptor holds
-        by, where = held[0]
-        hold = f"agents {', '.join(where)} are held for session {by}, which preempted their sessions"
+        # Neither the preemptor nor its agents are named: they may be another project's.
+        hold = f"{sum(len(a) for _, a in held)} agent(s) of the group are held for a preemption in progress"
     return explain(session, position, group, utcnow(), hold)
 
 

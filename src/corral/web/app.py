@@ -24,6 +24,8 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(SignInNeeded)
     async def _sign_in(request: Request, exc: SignInNeeded) -> Response:
+        if exc.fragment:
+            return Response(status_code=200, headers={"HX-Redirect": login_url(exc.back)})
         return RedirectResponse(login_url(exc.back), status_code=303)
 
     @app.get("/", include_in_schema=False)

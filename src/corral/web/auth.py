@@ -4,7 +4,7 @@ every POST.  A page asked for without a good cookie redirects to the sign-in pag
 from __future__ import annotations
 
 from typing import Annotated
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 from fastapi import Depends, Request
 from starlette.datastructures import FormData
@@ -22,9 +22,12 @@ MAX_FIELD_BYTES = 64 * 1024
 class SignInNeeded(Exception):
     """Answered with a redirect to /ui/login, naming where to come back to."""
 
-    def __init__(self, back: str) -> None:
+    def __init__(self, back: str, fragment: bool = False) -> None:
         super().__init__(back)
         self.back = back
+        self.fragment = fragment
+        """An htmx refresh asked: the whole page is sent to sign in (HX-Redirect), not the form
+        into its fragment."""
 
 
 def login_url(back: str) -> str:
@@ -35,8 +38,9 @@ async def viewer(request: Request, state: State) -> Viewer:
     cookie = request.cookies.get(COOKIE)
     found = await web_sessions.identify(state.reader, cookie, utcnow()) if cookie else None
     if found is None:
-        back = request.url.path + (f"?{request.url.query}" if request.url.query else "")
-        raise SignInNeeded(back)
+        # Back to the page itself, never to one of its fragments (an htmx refresh's ?block=).
+        query = urlencode([(k, v) for k, v in request.query_params.multi_items() if k != "block"])
+        raise SignInNeeded(request.url.path + (f"?{query}" if query else ""), "hx-request" in request.headers)
     return found
 
 

@@ -137,3 +137,26 @@ def test_the_root_redirects_to_the_sessions(site: Site) -> None:
     browser = httpx.Client(transport=site.transport, base_url=URL)
     assert browser.get("/").headers["location"] == "/ui/sessions"
     assert browser.get("/ui/").headers["location"] == "/ui/sessions"
+
+
+def test_a_bad_cursor_or_rank_is_a_named_refusal_not_a_server_error(site: Site) -> None:
+    made = site.submit(KEY, name="one")
+    browser = signed_in(site.transport, KEY)
+    far = browser.get("/ui/sessions", params={"before": "0001-01-01T00:00:00+01:00~x"})
+    assert far.status_code == 422 and "<code>before</code>" in far.text
+    rank = browser.get(f"/ui/sessions/{made['id']}", params={"rank": 7})
+    assert rank.status_code == 422 and "<code>rank</code>" in rank.text
+    typed = browser.get(f"/ui/sessions/{made['id']}", params={"rank": "x"})
+    assert typed.status_code == 422 and "<html" in typed.text  # a page, not the API's JSON
+
+
+def test_an_expired_sign_in_sends_an_htmx_refresh_to_the_whole_sign_in_page(site: Site) -> None:
+    browser = httpx.Client(transport=site.transport, base_url=URL)
+    got = browser.get(
+        "/ui/sessions", params={"block": "rows", "status": "PENDING"}, headers={"HX-Request": "true"}
+    )
+    assert (
+        got.status_code == 200
+        and got.headers["HX-Redirect"] == "/ui/login?next=/ui/sessions%3Fstatus%3DPENDING"
+    )
+    assert got.text == ""

@@ -28,7 +28,10 @@ router = APIRouter(include_in_schema=False)
 
 async def _choices(state: State, viewer: Seen) -> dict[str, Any]:
     me = await users.me(state.reader, viewer.who)
-    named = [p["metadata"]["name"] for p in await policies.list_all(state.reader)]
+    # The API lists named policies to admins only; a member names one in the text field.
+    named = (
+        [p["metadata"]["name"] for p in await policies.list_all(state.reader)] if viewer.who.is_admin else []
+    )
     return {
         "projects": me["projects"],
         "rules": me["priority"],
@@ -51,7 +54,7 @@ def _body(form: FormData, rules: dict[str, dict[str, Any]]) -> dict[str, Any]:
         body["resources"] = {k: (float(v) if k == "cpu" and _number(v) else v) for k, v in resources.items()}
     for name in ("cluster_size", "priority"):
         if text(form, name):
-            body[name] = int(text(form, name)) if text(form, name).isdigit() else text(form, name)
+            body[name] = _typed(text(form, name), int)
     project = body.get("project") or (next(iter(rules)) if len(rules) == 1 else None)
     if "priority" in body and project in rules and not rules[project]["may_change"]:
         del body["priority"]  # a locked field the browser sent anyway: the rules' default applies
@@ -65,7 +68,13 @@ def _body(form: FormData, rules: dict[str, dict[str, Any]]) -> dict[str, Any]:
         retry["eligible_causes"] = causes
     if retry:
         body["retry_policy"] = retry
-    named = [v for v in form.getlist("retry_policies") if isinstance(v, str) and v]
+    named = [
+        v.strip()
+        for v in form.getlist("retry_policies")
+        if isinstance(v, str)
+        for v in v.split(",")
+        if v.strip()
+    ]
     if named:
         body["retry_policies"] = named
     return body
@@ -110,9 +119,8 @@ def _invalid(exc: ValidationError) -> tuple[str, str]:
 
 @router.get("/ui/submit")
 async def submit_page(request: Request, state: State, viewer: Seen) -> Response:
-    return page(
-        request, "submit.html", viewer, values={}, error=None, field=None, **await _choices(state, viewer)
-    )
+    choices = await _choices(state, viewer)
+    return page(request, "submit.html", viewer, values={}, chosen={}, error=None, field=None, **choices)
 
 
 @router.post("/ui/submit")
@@ -120,6 +128,7 @@ async def submit(request: Request, state: State, viewer: Seen) -> Response:
     form = await form_of(request, viewer)
     choices = await _choices(state, viewer)
     values = {k: v for k, v in form.multi_items() if k != "csrf_token"}
+    choices["chosen"] = {k: form.getlist(k) for k in ("retry_policies", "eligible_causes")}
     try:
         body = _body(form, choices["rules"])
         create = SessionCreate.model_validate(body)
@@ -155,4 +164,4 @@ async def submit(request: Request, state: State, viewer: Seen) -> Response:
             **choices,
         )
     state.wakeup.scheduler()
-    return RedirectResponse(f"/ui/sessions/{record.id}?done=Submitted.", status_code=303)
+    return RedirectResponse(f"/ui/sessions/{record.id}?done=submitted", status_code=303)
