@@ -104,7 +104,7 @@ def test_a_flaky_session_from_the_form_grows_its_chain_to_success_without_reload
     page.goto("/ui/submit")
     no_violations(page)
     page.get_by_label("Command").fill("""sh -c '[ "$CORRAL_ATTEMPT" -ge 3 ] || exit 3'""")
-    page.get_by_label("Name").fill("flaky")
+    page.get_by_label("Name", exact=True).fill("flaky")
     page.get_by_label("Retries after a failure").fill("3")
     page.get_by_label("Delay before a retry").fill("1s")
     page.get_by_role("button", name="Submit").click()
