@@ -32,6 +32,8 @@ MANAGER = {
     "webhook_give_up": "seconds an event may keep failing before its webhook is disabled",
     "webhook_lease": "seconds a manager holds a webhook's deliveries; a dead one is replaced after it",
     "webhook_poll": "seconds between a webhook deliverer's looks for new events",
+    "stream_recheck": "seconds between checks that an event stream's caller may still read "
+    "(a revoked key ends it)",
     "web_session_lifetime": "seconds a web UI sign-in lasts (signing out, or revoking its API key, ends it)",
     "checkpoint_root": "where each retry chain's `$CORRAL_CHECKPOINT_DIR` lives: storage every agent "
     "mounts (empty: under each agent's work dir)",

@@ -48,6 +48,9 @@ class ManagerSettings(BaseSettings):
     checkpoint_root: str = ""
     # Events an `/events/stream` client may fall behind by before it is told to resync.
     stream_queue: Annotated[int, Field(ge=1, le=1_000_000)] = 1000
+    # Seconds between checks that an event stream's caller may still read (a revoked key, an ended
+    # web sign-in ends its open streams within this).
+    stream_recheck: Annotated[float, Field(ge=0.1, le=3600)] = 15.0
     # Seconds before each retry of a failing webhook event, the last repeated (domain/webhooks).
     webhook_backoff: Annotated[list[Annotated[float, Field(ge=0, le=86_400)]], Field(min_length=1)] = [
         5.0,

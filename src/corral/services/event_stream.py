@@ -6,7 +6,10 @@ one sent is dropped (the feed's and the database's reads may overlap)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
 from corral.domain.events import Position
@@ -17,6 +20,9 @@ from corral.store.db import reading
 from corral.store.unit import Engine
 
 PAGE = 500
+RECHECK = 15.0
+"""Seconds between checks that the subscriber may still read (a revoked key, an ended sign-in
+ends its open streams within this)."""
 
 
 @dataclass(frozen=True)
@@ -34,15 +40,22 @@ class Resync:
 
 
 async def stream(
-    feed: Feed, engine: Engine, where: outbox.Filter, after: Position | None
+    feed: Feed,
+    engine: Engine,
+    where: outbox.Filter,
+    after: Position | None,
+    allowed: Callable[[], Awaitable[bool]] | None = None,
+    recheck: float = RECHECK,
 ) -> AsyncIterator[list[EventRecord] | Opened | Resync]:
     """The events `where` lets through (services/events.scope) after `after` (None: after the
     newest), in commit order and in batches (what is at hand at once: one write to the client),
     until the caller stops reading or the feed is shut down: `Opened` first, and a `Resync` last
-    when it fell behind."""
+    when it fell behind.  `allowed` is asked every `recheck` seconds whether the subscriber may
+    still read; once it says no, the stream ends."""
     sub = await feed.subscribe(where)
     try:
         last = sub.joined_at if after is None else after
+        checked = time.monotonic()
         yield Opened(last)
         while last < sub.joined_at:
             async with reading(engine) as conn:
@@ -67,8 +80,13 @@ async def stream(
                 return
             if feed.stopped:
                 return
+            if allowed is not None and time.monotonic() >= checked + recheck:
+                if not await allowed():
+                    return
+                checked = time.monotonic()
             sub.arrived.clear()
             if sub.queue.empty() and not sub.overflowed:
-                await sub.arrived.wait()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(sub.arrived.wait(), recheck if allowed is not None else None)
     finally:
         feed.unsubscribe(sub)

@@ -188,3 +188,17 @@ def test_the_client_follows_the_stream_through_a_manager_restart(own_cluster: Ca
         assert not reader.is_alive()
     positions = [e.position for e in got]
     assert positions[: len(expected)] == [e.position for e in expected]  # none missed, none twice
+
+
+def test_an_open_stream_ends_once_its_key_is_revoked(own_cluster: Callable[..., Cluster]) -> None:
+    c = own_cluster({"CORRAL_STREAM_RECHECK": "0.5"})
+    tag = uuid.uuid4().hex[:6]
+    key = make_user(c, f"rev-{tag}", [f"r-{tag}"])
+    sub = Subscriber(c.url, key)
+    try:
+        poll(sub.opened, 30, "the stream to open")
+        [kept] = c.http.get(f"/api/v1/users/rev-{tag}/keys").json()
+        assert c.http.delete(f"/api/v1/users/rev-{tag}/keys/{kept['id']}").status_code == 204
+        assert sub.ended.wait(30), "the stream outlived its revoked key"
+    finally:
+        sub.close()

@@ -7,16 +7,17 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Header, Query
+from fastapi import APIRouter, Depends, Header, Query, Request
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from corral.api.schemas import EventOut
-from corral.api.state import Caller, State
+from corral.api.state import Caller, State, principal
 from corral.domain.events import Position
 from corral.domain.records import EventRecord
 from corral.protocol.types import Name
 from corral.services import event_stream
 from corral.services import events as svc
+from corral.services.errors import Unauthorized
 
 router = APIRouter(prefix="/api/v1/events", tags=["events"])
 
@@ -68,6 +69,7 @@ async def stream_events(
     who: Caller,
     state: State,
     what: Wanted,
+    request: Request,
     after: After = None,
     last_event_id: Annotated[
         str | None, Header(max_length=60, description="resume after this event (as `after`)")
@@ -84,7 +86,16 @@ async def stream_events(
     where = await svc.scope(state.reader, who, what)  # a refused filter is a 4xx, before any byte
 
     async def messages() -> AsyncIterator[ServerSentEvent | bytes]:
-        async for item in event_stream.stream(state.feed, state.reader, where, start):
+        async def allowed() -> bool:  # a revoked key or an ended sign-in ends the stream
+            try:
+                await principal(request, state)
+            except Unauthorized:
+                return False
+            return True
+
+        async for item in event_stream.stream(
+            state.feed, state.reader, where, start, allowed, state.settings.stream_recheck
+        ):
             if isinstance(item, event_stream.Opened):
                 yield ServerSentEvent(id=str(item.position))  # EventSource's last id, no message
             elif isinstance(item, event_stream.Resync):
