@@ -3,8 +3,17 @@ is refused to a user, and the queue shows another project's session only as a pl
 
 from __future__ import annotations
 
-import httpx
+import asyncio
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
+import httpx
+from sqlalchemy import update
+
+from corral.store.db import transaction
+from corral.store.dialect.engine import make_engine
+from corral.store.tables import agents
+from tests.support.db import register_agent
 from tests.unit.web.conftest import KEY, URL, Site, signed_in
 
 
@@ -55,3 +64,23 @@ def test_an_array_of_another_project_is_not_found(site: Site) -> None:
     ).json()
     got = signed_in(site.transport, alice).get(f"/ui/arrays/{arr['array_id']}")
     assert got.status_code == 404
+
+
+def test_an_agent_silent_past_the_fence_timeout_is_shown_fenced(site: Site, tmp_path: Path) -> None:
+    async def add() -> None:
+        engine = make_engine(f"sqlite+aiosqlite:///{tmp_path}/corral.db")
+        try:
+            async with transaction(engine) as conn:
+                long_ago = datetime.now(UTC) - timedelta(hours=1)
+                await register_agent(conn, "gone", {"cpu": 2}, now=long_ago)
+                await register_agent(conn, "here", {"cpu": 2})
+                await conn.execute(update(agents).where(agents.c.id == "gone").values(status="LOST"))
+        finally:
+            await engine.dispose()
+
+    asyncio.run(add())
+    page = signed_in(site.transport, KEY).get("/ui/agents").text
+    gone = page[page.index('data-agent="gone"') :].split("</tr>")[0]
+    here = page[page.index('data-agent="here"') :].split("</tr>")[0]
+    assert "LOST" in gone and "fenced" in gone
+    assert "ALIVE" in here and "fenced" not in here
