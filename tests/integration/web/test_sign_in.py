@@ -28,20 +28,20 @@ def test_a_sign_in_holds_on_every_manager_and_ends_on_every_one(own_cluster: Cal
     second.http.headers["Authorization"] = f"Bearer {first.key}"
     try:
         second.start_manager()
-        here = httpx.Client(base_url=first.url, timeout=30)
-        form = here.get("/ui/login").text
-        done = here.post("/ui/login", data={"api_key": first.key, "csrf_token": _csrf(form)})
-        assert done.status_code == 303, done.text[:300]
-        cookie = here.cookies["corral_session"]
-        there = httpx.Client(base_url=second.url, cookies={"corral_session": cookie}, timeout=30)
-        page = there.get("/ui/sessions")
-        assert page.status_code == 200 and "Sign out" in page.text
-        assert there.get("/api/v1/sessions").status_code == 200  # the API's reads take it too
-        out = there.post("/ui/logout", data={"csrf_token": _csrf(page.text)})
-        assert out.status_code == 303
-        assert here.get("/ui/sessions").status_code == 303  # ended on the first manager too
-        assert here.get("/api/v1/sessions").status_code == 401
-        forged = httpx.Client(base_url=first.url, cookies={"corral_session": cookie[:-2] + "xx"})
-        assert forged.get("/ui/sessions").status_code == 303
+        with httpx.Client(base_url=first.url, timeout=30) as here:
+            form = here.get("/ui/login").text
+            done = here.post("/ui/login", data={"api_key": first.key, "csrf_token": _csrf(form)})
+            assert done.status_code == 303, done.text[:300]
+            cookie = here.cookies["corral_session"]
+            with httpx.Client(base_url=second.url, cookies={"corral_session": cookie}, timeout=30) as there:
+                page = there.get("/ui/sessions")
+                assert page.status_code == 200 and "Sign out" in page.text
+                assert there.get("/api/v1/sessions").status_code == 200  # the API's reads take it too
+                out = there.post("/ui/logout", data={"csrf_token": _csrf(page.text)})
+                assert out.status_code == 303
+            assert here.get("/ui/sessions").status_code == 303  # ended on the first manager too
+            assert here.get("/api/v1/sessions").status_code == 401
+        with httpx.Client(base_url=first.url, cookies={"corral_session": cookie[:-2] + "xx"}) as forged:
+            assert forged.get("/ui/sessions").status_code == 303
     finally:
         second.close()
