@@ -6,21 +6,6 @@ from corral.api.schemas.session_out import SessionOut
 from corral.domain.cause import Cause
 from corral.domain.records import SessionRecord
 
-STATUS_CLASS = {
-    "PENDING": "wait",
-    "SCHEDULED": "run",
-    "PREPARING": "run",
-    "PULLING": "run",
-    "PREPARED": "run",
-    "CREATING": "run",
-    "RUNNING": "run",
-    "TERMINATING": "run",
-    "SUSPENDED": "wait",
-    "TERMINATED": "ok",
-    "CANCELLED": "off",
-    "ERROR": "bad",
-}
-
 
 def how_made(attempt: SessionRecord) -> str:
     """Why this attempt exists: the first, a manual retry, a free requeue, or the engine's retry."""
