@@ -154,3 +154,18 @@ def submit_true(c: Any, n: int) -> int:
         resp = c.http.post("/api/v1/sessions/bulk", json=body, timeout=120)
         assert resp.status_code == 201, resp.text
     return before
+
+
+def two_wide_agents(args: argparse.Namespace, stack: ExitStack, prefix: str) -> tuple[str, Any]:
+    """A manager on the bench's database and two agents of 32 CPUs, closed with `stack`; the
+    database URL and the cluster (tests/support/cluster.Cluster)."""
+    from tests.support.cluster import Cluster
+
+    work = scratch(prefix, stack)
+    url = stack.enter_context(database(args, work))
+    c = Cluster(url, work)
+    stack.callback(c.close)
+    c.start_manager()
+    c.start_agent("bench-a", cpu=32, mem="64G")
+    c.start_agent("bench-b", cpu=32, mem="64G")
+    return url, c

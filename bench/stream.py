@@ -28,7 +28,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import httpx
 import psutil
 
-from bench.common import add_database_options, database, ended, machine, pct, scratch, submit_true
+from bench.common import (
+    add_database_options,
+    ended,
+    machine,
+    pct,
+    submit_true,
+    two_wide_agents,
+)
 from tests.support.cluster import Cluster, poll
 
 MEASURED = 10
@@ -109,13 +116,7 @@ def main() -> None:
         asyncio.run(subscribe(args.subscribe[0], args.subscribe[1], int(args.subscribe[2])))
         return
     with ExitStack() as stack:
-        work = scratch("corral-bench-stream-", stack)
-        url = stack.enter_context(database(args, work))
-        c = Cluster(url, work)
-        stack.callback(c.close)
-        c.start_manager()
-        c.start_agent("bench-a", cpu=32, mem="64G")
-        c.start_agent("bench-b", cpu=32, mem="64G")
+        url, c = two_wide_agents(args, stack, "corral-bench-stream-")
         manager = psutil.Process(c.manager.pid)  # type: ignore[union-attr]
         run_sessions(c, 50)  # warm-up: imports, first connections
         cpu0 = manager.cpu_times()

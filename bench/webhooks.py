@@ -28,7 +28,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import psutil
 
-from bench.common import add_database_options, database, ended, get_json, machine, pct, scratch, submit_true
+from bench.common import (
+    add_database_options,
+    ended,
+    get_json,
+    machine,
+    pct,
+    submit_true,
+    two_wide_agents,
+)
 from corral.domain.events import Position
 from tests.support.cluster import Cluster
 
@@ -152,13 +160,7 @@ def main() -> None:
         receive()
         return
     with ExitStack() as stack:
-        work = scratch("corral-bench-webhooks-", stack)
-        url = stack.enter_context(database(args, work))
-        c = Cluster(url, work)
-        stack.callback(c.close)
-        c.start_manager()
-        c.start_agent("bench-a", cpu=32, mem="64G")
-        c.start_agent("bench-b", cpu=32, mem="64G")
+        url, c = two_wide_agents(args, stack, "corral-bench-webhooks-")
         resp = c.http.patch("/api/v1/cluster-config", json={"webhooks": {"allow_private": True}})
         assert resp.status_code == 200, resp.text
         rx = Receiver(stack)
