@@ -50,6 +50,8 @@ SCHEDULER = {
     "retry_poll": "how late the retry engine may see attempts another manager ended",
     "retry_event_grace": "ended attempts still undecided this long after their end are decided by "
     "the retry engine's backstop (a decision that failed, a manager that died mid-decision)",
+    "deployment_interval": "seconds between runs of the deployment handlers when no health report "
+    "or request wakes them earlier",
     "max_tries": "failures of a handler on one session before the coordinator gives up on its step",
     "max_reschedules": "returns to the queue before a session fails with `scheduler_timeout`",
     "pending_timeout": "seconds a session may wait queued (0: for ever); a group may override it",
@@ -81,6 +83,7 @@ AGENT = {
     "allow_root_kernels": "started as root: let kernels run as root (`--allow-root-kernels`)",
     "spawn_helper": "`false`: start kernels through the Python fallback instead of the compiled helper",
     "rendezvous_ports": "`LOW-HIGH`: ports the manager may give a gang's rank 0 here (`--rendezvous-ports`)",
+    "serve_ports": "`LOW-HIGH`: ports given to deployment replicas here as `$CORRAL_PORT` (`--serve-ports`)",
     "instance": "set by `corral up` for its own agents; leave it unset",
 }
 

@@ -43,3 +43,20 @@ WEBHOOK_BACKLOG = Gauge(
     "Events a webhook has not yet been delivered (as its deliverer last read; up to 1000)",
     ["webhook"],
 )
+SERVE_REQUESTS = Counter(
+    "corral_serve_requests",
+    "Requests through /serve/{deployment}/ by the status answered (502: no replica answered, 503:"
+    " none in traffic)",
+    ["deployment", "code"],
+)
+SERVE_SECONDS = Histogram(
+    "corral_serve_request_seconds",
+    "From a /serve request's arrival to its replica's response headers",
+    ["deployment"],
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10),
+)
+ROUTES = Gauge(
+    "corral_routes",
+    "A deployment's routes by status (as the last deployment cycle left them)",
+    ["deployment", "status"],
+)

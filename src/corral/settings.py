@@ -103,6 +103,9 @@ class SchedulerSettings(BaseSettings):
     # The retry engine's stored cursor passes only events older than this (a transaction may
     # commit an earlier event id later); an ended attempt undecided past it is looked for too.
     retry_event_grace: Annotated[float, Field(gt=0)] = 10.0
+    # The deployment handlers run when a replica's health report or a request wakes them, else
+    # this often (a route's staleness and drains are judged in seconds).
+    deployment_interval: Annotated[float, Field(gt=0, le=60)] = 1.0
     max_tries: int = 3
     max_reschedules: int = 3
     pending_timeout: float = 0.0

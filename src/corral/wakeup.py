@@ -26,6 +26,7 @@ class Wakeup:
         """Bumped whenever room may have been made; each group's loop keeps the last it saw (a
         fresh loop has seen none, so it places at once)."""
         self._retries = asyncio.Event()
+        self._deployments = asyncio.Event()
         self._orders = asyncio.Condition()
         self.orders_version = 0
         self._waiting = 0
@@ -34,7 +35,7 @@ class Wakeup:
         """Polls a bump woke that have not read their orders yet (each counted by one bump only)."""
         self._all_read = asyncio.Event()
         self._all_read.set()
-        # Tells other managers (kind: "scheduler", "retries", "orders"); None with one manager.
+        # Tells other managers (kind: "scheduler", "retries", "orders", "deployments"); None with one manager.
         self.broadcast: Callable[[str], None] | None = None
 
     @property
@@ -54,6 +55,8 @@ class Wakeup:
             self._scheduler.set()
         elif kind == "retries":
             self._retries.set()
+        elif kind == "deployments":
+            self._deployments.set()
         elif kind == "orders":
             await self._bump_orders()
 
@@ -80,6 +83,15 @@ class Wakeup:
     async def wait_retries(self, seconds: float) -> None:
         await wait_set(self._retries, seconds)
         self._retries.clear()
+
+    def deployments(self) -> None:
+        """A replica's health or a deployment's request changed: run the deployment handlers."""
+        self._deployments.set()
+        self._tell_others("deployments")
+
+    async def wait_deployments(self, seconds: float) -> None:
+        await wait_set(self._deployments, seconds)
+        self._deployments.clear()
 
     async def orders_changed(self) -> None:
         """New orders are written: wake the long polls, and return once every poll woken has read

@@ -31,6 +31,7 @@ from corral.agent.image_build import Images
 from corral.agent.images import parse as parse_images
 from corral.agent.kernel import KernelRunner
 from corral.agent.kernel_env import WORKER_LIB
+from corral.agent.probe import Prober
 from corral.agent.pull import Puller
 from corral.agent.push import Pusher
 from corral.agent.settings import AgentSettings
@@ -63,6 +64,7 @@ class Agent:
         self.push = Pusher(self)
         self.ship = LogShipper(self)
         self.fence = Fence(self)
+        self.probe = Prober(self)
         self._why = ""
         self._cpu_why = ""
         self._instance = cfg.instance or uuid.uuid4().hex
@@ -112,7 +114,7 @@ class Agent:
             return
         self._tasks = [
             asyncio.create_task(loop.run(), name=loop.name)
-            for loop in (self.pull, self.push, self.fence, self.ship)
+            for loop in (self.pull, self.push, self.fence, self.ship, self.probe)
         ]
         self._tasks.append(
             asyncio.create_task(
@@ -150,7 +152,7 @@ class Agent:
             return
         self._closed = True
         self._stopped.set()
-        for loop in (self.pull, self.push, self.fence, self.ship):
+        for loop in (self.pull, self.push, self.fence, self.ship, self.probe):
             await loop.shutdown()
         await self.supervision.stop_replacing()
         await stop_tasks(self._tasks, STOP_WAIT)
@@ -226,6 +228,7 @@ class Agent:
             self.push.clear()
             self.kernels.clear()
             self.ship.clear()
+            self.probe.clear()
             # Under the lock: another loop fenced at the same time waits for the new epoch, and
             # then has nothing to do.  Registered after releasing it, each loop registered in turn,
             # each registration fencing the one before, and a kernel ordered in between was lost.

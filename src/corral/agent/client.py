@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from corral.protocol.logs import LogShipment, LogsShipped
 from corral.protocol.messages import HealthIn, HealthOut, LeaveIn, RegisterIn, RegisterOut
 from corral.protocol.orders import OrdersIn, OrdersOut
+from corral.protocol.replicas import ReplicasIn, ReplicasOut
 from corral.protocol.reports import ReportsIn, ReportsOut
 
 Reply = TypeVar("Reply", bound=BaseModel)
@@ -111,6 +112,9 @@ class ProtocolClient:
 
     async def health(self, body: HealthIn) -> HealthOut:
         return _read(HealthOut, await self._post("health", _wire(body)))
+
+    async def replicas(self, body: ReplicasIn) -> ReplicasOut:
+        return _read(ReplicasOut, await self._post("replicas", _wire(body)))
 
     async def leave(self, body: LeaveIn) -> None:
         await self._post("leave", _wire(body))

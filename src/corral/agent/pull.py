@@ -165,6 +165,12 @@ class Puller(Loop):
     def _start(self, runner: KernelRunner, spec: KernelSpec, report_creating: bool = False) -> None:
         if runner.ended or runner.forgotten or self._agent.kernels.get(runner.kernel_id) is not runner:
             return
+        if spec.serve is not None:  # a deployment's replica: it listens where it is told
+            port = self._agent.probe.port_for(runner, spec.serve)
+            if port is None:
+                runner.fail(f"no free port left in this agent's serve ports ({self._agent.cfg.serve_ports})")
+                return
+            spec = spec.model_copy(update={"env": {**spec.env, "CORRAL_PORT": str(port)}})
         runner.start(spec, report_creating=report_creating)
 
 

@@ -36,6 +36,8 @@ class AgentSettings(BaseSettings):
     spawn_helper: bool = True
     # LOW-HIGH: ports the manager may choose for a gang's rank 0 here (see domain/rendezvous.py).
     rendezvous_ports: str | None = None
+    # LOW-HIGH: ports this agent gives deployment replicas as $CORRAL_PORT (agent/probe.py).
+    serve_ports: str = "30000-32767"
     # Tells the manager a restart of this very agent from a twin (random when unset).  Only a
     # process supervisor that has seen the previous incarnation die may give it again (`corral up`).
     instance: str | None = None

@@ -15,6 +15,7 @@ from corral.services.agent_protocol import AgentProtocol
 from corral.services.errors import Forbidden, Unauthorized
 from corral.services.feed import Feed
 from corral.services.intake import Intake
+from corral.services.serve import Proxy
 from corral.settings import ManagerSettings, SchedulerSettings
 from corral.wakeup import Wakeup
 
@@ -35,6 +36,8 @@ class AppState:
     """Single-session creates, written together when they arrive together."""
     feed: Feed
     """New events, handed to the streams subscribed (`/events/stream`)."""
+    proxy: Proxy
+    """`/serve/{deployment}/`: where requests go, and how many each route has open."""
 
 
 async def app_state(request: Request) -> AppState:

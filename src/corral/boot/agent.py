@@ -35,7 +35,9 @@ def agent(overrides: dict[str, Any], images: Sequence[str] = ()) -> None:
     if not cfg.token:
         raise BootFailure("an agent needs CORRAL_AGENT_TOKEN (or --token)")
     if cfg.rendezvous_ports:
-        _check_ports(cfg.rendezvous_ports)
+        _check_ports(cfg.rendezvous_ports, "--rendezvous-ports", "a gang's port")
+    if overrides.get("serve_ports") or os.environ.get("CORRAL_AGENT_SERVE_PORTS"):
+        _check_ports(cfg.serve_ports, "--serve-ports", "a replica's port")
     check_images(cfg)
     add_secret(cfg.token)
     try:
@@ -52,17 +54,17 @@ def check_images(cfg: AgentSettings) -> None:
         raise BootFailure(str(exc), code=2) from None
 
 
-def _check_ports(given: str) -> None:
+def _check_ports(given: str, flag: str, what: str) -> None:
     try:
         ports = parse_port_range(given)
     except ValueError as exc:
-        raise BootFailure(f"--rendezvous-ports: {exc}") from None
+        raise BootFailure(f"{flag}: {exc}") from None
     ephemeral = ephemeral_ports()
     if ephemeral is not None and overlap(ports, ephemeral):
-        # Other programs (and the ports agents pick) come from there: a gang's port could be taken.
+        # Other programs (and the ports agents pick) come from there: a port of ours could be taken.
         raise BootFailure(
-            f"--rendezvous-ports: {given} overlaps this host's ephemeral ports"
-            f" {ephemeral[0]}-{ephemeral[1]}; choose a range outside it"
+            f"{flag}: {given} overlaps this host's ephemeral ports"
+            f" {ephemeral[0]}-{ephemeral[1]}; choose a range outside it ({what} could be taken)"
         )
 
 

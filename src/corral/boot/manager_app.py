@@ -11,19 +11,32 @@ from contextlib import asynccontextmanager
 import structlog
 from fastapi import FastAPI, Request
 
-from corral.api import docs, errors, graphql
+from corral.api import docs, errors, graphql, serve
 from corral.api.limits import BodyLimit
-from corral.api.routes import agents, arrays, events, groups, policies, projects, sessions, users, webhooks
+from corral.api.routes import (
+    agents,
+    arrays,
+    deployments,
+    events,
+    groups,
+    policies,
+    projects,
+    sessions,
+    users,
+    webhooks,
+)
 from corral.api.routes import cluster as cluster_routes
 from corral.api.state import AppState
 from corral.clock import utcnow
 from corral.manager.deliveries import Deliverer
+from corral.manager.deployment_coordinator import DeploymentLoop
 from corral.manager.loop import Scheduler
 from corral.manager.retry_engine import RetryEngine
 from corral.services import cluster
 from corral.services.agent_protocol import AgentProtocol
 from corral.services.feed import Feed
 from corral.services.intake import Intake
+from corral.services.serve import Proxy
 from corral.settings import ManagerSettings, SchedulerSettings
 from corral.store import agents as agent_store
 from corral.store import auth, config
@@ -91,8 +104,10 @@ def create_app(
             ),
             Intake(engine),
             Feed(reader, settings.stream_queue),
+            Proxy(reader),
         )
         feed = app.state.corral.feed
+        proxy = app.state.corral.proxy
         tasks = (
             [
                 asyncio.create_task(Scheduler(engine, scheduler, wakeup).run(), name="scheduler"),
@@ -101,6 +116,10 @@ def create_app(
                         engine, wakeup, poll=scheduler.retry_poll, grace=scheduler.retry_event_grace
                     ).run(),
                     name="retry-engine",
+                ),
+                asyncio.create_task(
+                    DeploymentLoop(engine, wakeup, scheduler.deployment_interval, proxy.in_flight).run(),
+                    name="deployments",
                 ),
                 asyncio.create_task(
                     # The suite's fault: a delivery answered 2xx waits before it is recorded.
@@ -121,6 +140,7 @@ def create_app(
         finally:
             await feed.shutdown()  # open streams end, so the server's shutdown need not wait
             await stop_tasks(tasks, STOP_WAIT)
+            await proxy.aclose()
             if reader is not engine:
                 await reader.dispose()
             await engine.dispose()
@@ -143,6 +163,8 @@ def create_app(
     app.include_router(groups.router)
     app.include_router(cluster_routes.router)
     app.include_router(webhooks.router)
+    app.include_router(deployments.router)
+    app.include_router(serve.router)
     app.include_router(graphql.router())
 
     if os.environ.get("CORRAL_TEST_FAULT_ROUTES") == "1":

@@ -148,6 +148,12 @@ def agent(
             " spread over agents then starts as soon as it is prepared, with no start order to wait for"
         ),
     ] = None,
+    serve_ports: Annotated[
+        str | None,
+        typer.Option(
+            help="ports LOW-HIGH given to deployment replicas here as $CORRAL_PORT (default 30000-32767)"
+        ),
+    ] = None,
     image: Annotated[
         list[str] | None,
         typer.Option(
@@ -181,6 +187,7 @@ def agent(
         "kernel_user": kernel_user,
         "allow_root_kernels": allow_root_kernels or None,
         "rendezvous_ports": rendezvous_ports,
+        "serve_ports": serve_ports,
     }
     with _booting():
         start(overrides, image or [])

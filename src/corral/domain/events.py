@@ -24,9 +24,17 @@ EVENT_TYPES: dict[str, str] = {
     "webhook.disabled": "a webhook was disabled: its receiver answered 410 Gone, or one event failed "
     "for a day (payload: reason, event_id)",
     "webhook.test": "`corral webhook test`: sent to that webhook alone, whatever its event types",
+    "deployment.created": "a deployment was created (payload: name, replicas, revision)",
+    "deployment.updated": "a deployment's replicas or revision changed (payload: name, replicas, revision)",
+    "deployment.status_changed": "a deployment moved from one status to another (from_status, to_status)",
+    "deployment.rollout_stalled": "a revision did not become healthy within its progress deadline: the "
+    "rollout stopped, the old routes serve (payload: name, revision)",
+    "route.created": "a replica was started for a deployment (payload: deployment, session_id, revision)",
+    "route.status_changed": "a route moved from one status to another (from_status, to_status)",
+    "route.traffic_changed": "a route was put in or taken out of traffic (payload: in_traffic, reason)",
 }
 
-ENTITY_KINDS = ("session", "webhook")
+ENTITY_KINDS = ("session", "webhook", "deployment", "route")
 
 
 def entity_of(event_type: str) -> str:

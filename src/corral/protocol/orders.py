@@ -23,6 +23,20 @@ class RunAs(BaseModel):
     gid: int | None = None
 
 
+class ServeSpec(BaseModel):
+    """A deployment replica's health check: the agent gives the kernel a port (`$CORRAL_PORT`) and
+    probes `GET http://127.0.0.1:$CORRAL_PORT{path}` (DESIGN §7)."""
+
+    model_config = REPLY
+
+    path: str
+    interval: float
+    timeout: float
+    healthy_threshold: int
+    unhealthy_threshold: int
+    initial_delay: float
+
+
 class KernelSpec(BaseModel):
     """One kernel's spec, as an order carries it."""
 
@@ -56,6 +70,7 @@ class KernelSpec(BaseModel):
     root_session_id: str
     timeout_grace: float
     run_as: RunAs | None = Field(description="the owner's uid/gid (else the agent's default account)")
+    serve: ServeSpec | None = Field(default=None, description="a deployment's replica: its health check")
 
     def mem_limit(self) -> int:
         """Bytes of memory the kernel may use (0: no limit)."""

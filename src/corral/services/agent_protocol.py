@@ -13,13 +13,16 @@ from corral.domain.error_record import worker_name
 from corral.domain.records import KernelRecord, KernelReport, OrderedKernel, SessionRecord
 from corral.domain.rendezvous import start_at_once
 from corral.domain.resources import ResourceError, ResourceSlots
+from corral.domain.route_health import Health
+from corral.domain.spec import SessionType
 from corral.domain.status import TERMINAL_KERNEL, KernelStatus
 from corral.protocol.logs import LogShipment
 from corral.protocol.messages import kernel_key
-from corral.protocol.orders import KernelOrder, KernelSpec, RunAs
+from corral.protocol.orders import KernelOrder, KernelSpec, RunAs, ServeSpec
+from corral.protocol.replicas import ReplicaState
 from corral.services.errors import Conflict, Fenced, InvalidInput
 from corral.settings import SchedulerSettings
-from corral.store import agents, kernels, logs, order_sources, sessions
+from corral.store import agents, deployments, kernels, logs, order_sources, routes, sessions
 from corral.store.db import reading, transaction
 from corral.store.unit import Engine, Tx
 from corral.wakeup import Wakeup
@@ -220,6 +223,40 @@ class AgentProtocol:
             self._wakeup.scheduler(room=any(r.status in TERMINAL_KERNEL for r in reports))
         return len(reports) - len(refused), refused, recorded
 
+    async def replicas(self, agent_id: str, epoch: int, states: list[ReplicaState]) -> int:
+        """Ports and health of the deployment replicas the agent runs, recorded on their routes
+        (only for sessions with a kernel on this agent); the deployment handlers judge them."""
+        now = utcnow()
+        async with transaction(self._engine) as conn:
+            if await agents.current_epoch(conn, agent_id) != epoch:
+                raise Fenced(f"agent {agent_id} epoch {epoch} is fenced; register again")
+            address = await agents.address_of(conn, agent_id)
+            ids = [s.session_id for s in states]
+            mine = {sid for sid, _, agent, _ in await kernels.sessions_on(conn, [agent_id]) if sid in ids}
+            recorded = 0
+            for st in states:
+                if st.session_id not in mine:
+                    continue
+                health = Health(st.ok_in_a_row, st.failed_in_a_row, now, st.detail) if st.probed else None
+                started = now if st.running else None
+                recorded += await routes.report(conn, st.session_id, now, (address, st.port), started, health)
+        if recorded:
+            self._wakeup.deployments()
+        return recorded
+
+
+async def _serve_specs(conn: Tx, sessions: list[SessionRecord]) -> dict[str, ServeSpec]:
+    """The health check of each of these sessions that is a deployment's replica."""
+    ids = [s.id for s in sessions if s.spec.type is SessionType.INFERENCE]
+    found = await routes.by_sessions(conn, ids)
+    revisions = await deployments.revisions(conn, {r.deployment_id for r in found.values()})
+    out = {}
+    for sid, route in found.items():
+        rev = revisions.get((route.deployment_id, route.revision))
+        if rev is not None:
+            out[sid] = ServeSpec.model_validate(rev.health.to_json())
+    return out
+
 
 def _fingerprint(mine: list[OrderedKernel]) -> str:
     """What an agent's orders say, in short: it polls again with it and is answered when it changes."""
@@ -240,6 +277,7 @@ async def _orders(
     # A spec is built from the kernel's whole row, read with its session.
     rows = {p.id: p for s in src.sessions.values() for p in s.kernels}
     spec_of = {k.id: rows.get(k.id) for k in with_spec}
+    serve = await _serve_specs(conn, list(src.sessions.values()))
     out = []
     for k in mine:
         own = spec_of.get(k.id)
@@ -253,14 +291,20 @@ async def _orders(
                 kill=k.kill_requested,
                 force=k.kill_forced,
                 grace=k.kill_grace,
-                spec=_spec(src.sessions[k.session_id], own, src, checkpoint_root) if own else None,
+                spec=_spec(src.sessions[k.session_id], own, src, checkpoint_root, serve.get(k.session_id))
+                if own
+                else None,
             )
         )
     return out
 
 
 def _spec(
-    s: SessionRecord, k: KernelRecord, src: order_sources.OrderSources, checkpoint_root: str
+    s: SessionRecord,
+    k: KernelRecord,
+    src: order_sources.OrderSources,
+    checkpoint_root: str,
+    serve: ServeSpec | None = None,
 ) -> KernelSpec:
     hosts = tuple(src.addresses.get(p.agent_id or "", "127.0.0.1") for p in s.kernels)
     master = s.kernels[0]
@@ -296,6 +340,7 @@ def _spec(
         timeout_grace=10.0,
         # The owner's uid/gid on agents started as root (else the agent's default account).
         run_as=RunAs.model_validate(run_as) if run_as else None,
+        serve=serve,
     )
 
 

@@ -156,6 +156,11 @@ async def current_epoch(conn: AsyncConnection, agent_id: str) -> int | None:
     return (await conn.execute(_EPOCH, {"agent_id": agent_id})).scalar()
 
 
+async def address_of(conn: AsyncConnection, agent_id: str) -> str:
+    """Where the agent's kernels are reached (what it registered with)."""
+    return str((await conn.execute(select(agents.c.address).where(agents.c.id == agent_id))).scalar_one())
+
+
 # What mark_lost and fence_expired act on, and what sessions.sweep_due probes for.
 STALE = and_(agents.c.status == str(AgentStatus.ALIVE), agents.c.last_heartbeat < bindparam("before"))
 FENCE_DUE = and_(

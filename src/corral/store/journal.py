@@ -43,11 +43,17 @@ def session_event(
 
 
 def entity_event(
-    entity_kind: str, entity_id: str, project: str | None, kind: str, payload: dict[str, Any]
+    entity_kind: str,
+    entity_id: str,
+    project: str | None,
+    kind: str,
+    payload: dict[str, Any],
+    from_status: str | None = None,
+    to_status: str | None = None,
 ) -> EventRow:
-    """An event about something other than a session (a webhook, ...): `project` None is for
-    admins only."""
-    return (entity_kind, entity_id, project, None, kind, None, None, payload)
+    """An event about something other than a session (a webhook, a deployment, ...): `project`
+    None is for admins only."""
+    return (entity_kind, entity_id, project, None, kind, from_status, to_status, payload)
 
 
 async def add_events(conn: AsyncConnection, rows: Sequence[EventRow], now: datetime) -> None:

@@ -397,4 +397,4 @@ audit_log = Table(
 )
 
 # Defined beside, on this metadata (this file's length): Alembic sees them with the rest.
-from corral.store import web_tables, webhook_tables  # noqa: E402, F401
+from corral.store import deployment_tables, web_tables, webhook_tables  # noqa: E402, F401

@@ -44,7 +44,10 @@ def test_globs_name_known_types() -> None:
         "session.retry_succeeded",
     ]
     assert matching("*") == list(EVENT_TYPES)
-    assert unknown_patterns(["session.created", "session.nope*", "deploy*"]) == ["session.nope*", "deploy*"]
+    assert unknown_patterns(["session.created", "session.nope*", "deploy*", "depot*"]) == [
+        "session.nope*",
+        "depot*",
+    ]
 
 
 def test_every_type_the_code_writes_is_registered() -> None:
@@ -56,6 +59,6 @@ def test_every_type_the_code_writes_is_registered() -> None:
             continue  # the registry itself; the web UI's pages name templates (session.html)
         for line in path.read_text().splitlines():
             if "audit(" not in line:  # an audit row's action (webhook.create) is not an event
-                written |= set(re.findall(r'"((?:session|webhook)\.[a-z_]+)"', line))
+                written |= set(re.findall(r"\"((?:session|webhook|deployment|route)\.[a-z_]+)\"", line))
     assert written, "no event type found: the pattern is stale"
     assert sorted(written - set(EVENT_TYPES)) == []

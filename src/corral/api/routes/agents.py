@@ -11,6 +11,7 @@ from corral.api.state import Admin, AgentAuth, State
 from corral.protocol.logs import LogShipment, LogsShipped
 from corral.protocol.messages import HealthIn, HealthOut, LeaveIn, RegisterIn, RegisterOut
 from corral.protocol.orders import OrdersIn, OrdersOut
+from corral.protocol.replicas import ReplicasIn, ReplicasOut
 from corral.protocol.reports import ReportsIn, ReportsOut, to_record
 from corral.services import agents as agent_service
 from corral.services.agent_protocol import heartbeat_interval
@@ -62,6 +63,13 @@ async def health(body: HealthIn, state: State) -> HealthOut:
         body.agent_id, body.epoch, body.schedulable, body.unschedulable_reason, images
     )
     return HealthOut(schedulable=body.schedulable)
+
+
+@router.post("/agent/replicas", response_model=ReplicasOut, dependencies=[AgentAuth])
+async def replicas(body: ReplicasIn, state: State) -> ReplicasOut:
+    """The ports and health of the deployment replicas the agent runs: after each round of probes,
+    so a change reaches the manager within one health interval."""
+    return ReplicasOut(recorded=await state.protocol.replicas(body.agent_id, body.epoch, body.replicas))
 
 
 @router.post("/agent/leave", status_code=204, dependencies=[AgentAuth])

@@ -26,7 +26,7 @@ from corral.wakeup import Wakeup
 log = structlog.get_logger("corral.notify")
 
 CHANNEL = "corral_wakeup"
-KINDS = frozenset({"scheduler", "retries", "orders"})
+KINDS = frozenset({"scheduler", "retries", "orders", "deployments"})
 HELLO = 10.0
 """Seconds between a manager's hellos, which also check that an idle connection still works."""
 PEER_TTL = 3 * HELLO

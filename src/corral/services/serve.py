@@ -1,0 +1,113 @@
+"""Where `/serve/{deployment}/...` sends a request: round-robin over the deployment's routes in
+traffic, as this manager last read them (at most `FRESH` seconds ago), and how many requests each
+route has open here (a draining route is stopped once it has none: manager/deployment_handlers/
+drain_route.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import httpx
+
+from corral.domain.deployment_records import DeploymentRecord, RouteRecord
+from corral.domain.deployment_status import DeploymentStatus
+from corral.domain.records import Principal
+from corral.services.errors import NotFound
+from corral.store import deployments, routes
+from corral.store.db import reading
+from corral.store.unit import Engine
+
+FRESH = 1.0
+"""Seconds a deployment's routes are used as read: a route leaving traffic gets no new request
+from this manager after this."""
+
+
+@dataclass
+class _Known:
+    deployment: DeploymentRecord | None
+    routes: list[RouteRecord]
+    read_at: float
+    turn: Iterator[int] = field(default_factory=itertools.count)
+
+
+class Proxy:
+    """`aclose()` when the manager stops (idempotent)."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+        # Connect within 5 s; an answer may stream as long as the replica sends it.
+        self.http = httpx.AsyncClient(
+            timeout=httpx.Timeout(None, connect=5.0),
+            limits=httpx.Limits(max_connections=1000, max_keepalive_connections=100),
+            trust_env=False,
+            follow_redirects=False,
+        )
+        self._known: dict[str, _Known] = {}
+        self._lock = asyncio.Lock()
+        self.open: Counter[str] = Counter()
+        """Requests open here, by route id."""
+
+    async def aclose(self) -> None:
+        await self.http.aclose()
+
+    def in_flight(self) -> dict[str, int]:
+        return {k: v for k, v in self.open.items() if v}
+
+    async def _read(self, name: str) -> _Known:
+        known = self._known.get(name)
+        if known is not None and time.monotonic() - known.read_at < FRESH:
+            return known
+        async with self._lock:  # one read per deployment and period, however many requests wait
+            known = self._known.get(name)
+            if known is not None and time.monotonic() - known.read_at < FRESH:
+                return known
+            async with reading(self._engine) as conn:
+                dep = await deployments.get(conn, name)
+                found = [] if dep is None else await routes.in_traffic(conn, dep.id)
+            turn = known.turn if known is not None else itertools.count()
+            known = self._known[name] = _Known(dep, found, time.monotonic(), turn)
+            if len(self._known) > 10_000:  # names asked for and forgotten: keep the table bounded
+                self._known.pop(next(iter(self._known)))
+            return known
+
+    async def target(self, name: str, who: Principal | None) -> tuple[DeploymentRecord, list[RouteRecord]]:
+        """The deployment and its routes in traffic, the next one's turn first.  `who` None: the
+        caller gave no key (only a public deployment answers, else 401).  404 for a deployment
+        the caller may not see (as for any deployment route)."""
+        known = await self._read(name)
+        dep = known.deployment
+        visible = dep is not None and (
+            (who is None and dep.public)
+            or (who is not None and (who.is_admin or dep.project in who.projects))
+        )
+        if dep is None or not visible or dep.status is DeploymentStatus.DESTROYED:
+            raise NotFound(f"no deployment {name!r}", {"field": "deployment"})
+        found = known.routes
+        if not found:
+            return dep, []
+        start = next(known.turn) % len(found)
+        return dep, found[start:] + found[:start]
+
+    def opened(self, route_id: str) -> Opened:
+        """A request open on the route from now until `Opened.close()` (idempotent)."""
+        self.open[route_id] += 1
+        return Opened(self, route_id)
+
+
+@dataclass(eq=False)
+class Opened:
+    proxy: Proxy
+    route_id: str
+    closed: bool = False
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self.proxy.open[self.route_id] -= 1
+            if self.proxy.open[self.route_id] <= 0:
+                del self.proxy.open[self.route_id]
