@@ -1,6 +1,6 @@
 """A deployment replica for tests: an HTTP server on $CORRAL_PORT.
 
-`GET /health` answers 200, or 500 while the file named by $REPLICA_SICK exists; every other GET
+`GET /health` answers 200, or 500 while $REPLICA_SICK/<its session id> exists; every other GET
 answers the replica's session id (which replica served it); POST echoes its body.  With
 $REPLICA_SLOW, each answer waits that many seconds (requests in flight during a drain)."""
 
@@ -28,7 +28,7 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         if self.path == "/health":
-            self._answer(500 if SICK and Path(SICK).exists() else 200, b"ok")
+            self._answer(500 if SICK and Path(SICK, SESSION).exists() else 200, b"ok")
             return
         time.sleep(SLOW)
         shown = ("x-forwarded", "authorization", "cookie")

@@ -34,7 +34,10 @@ def error_body(code: str, message: str, details: dict[str, Any] | None = None) -
 
 
 def _field(loc: tuple[Any, ...]) -> str:
-    parts = [str(p) for p in loc if p not in ("body", "query", "path", "[key]")]
+    """`("body", "health", "path")` is `health.path`: the first part says where (body, query,
+    path, header), the rest is the field, whatever its name."""
+    where = loc[1:] if loc and loc[0] in ("body", "query", "path", "header", "cookie") else loc
+    parts = [str(p) for p in where if p != "[key]"]
     return ".".join(parts) or "body"
 
 

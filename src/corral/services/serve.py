@@ -17,7 +17,7 @@ import httpx
 from corral.domain.deployment_records import DeploymentRecord, RouteRecord
 from corral.domain.deployment_status import DeploymentStatus
 from corral.domain.records import Principal
-from corral.services.errors import NotFound
+from corral.services.errors import NotFound, Unauthorized
 from corral.store import deployments, routes
 from corral.store.db import reading
 from corral.store.unit import Engine
@@ -81,9 +81,13 @@ class Proxy:
         the caller may not see (as for any deployment route)."""
         known = await self._read(name)
         dep = known.deployment
+        if who is None and (dep is None or not dep.public):
+            # A caller without a key is told nothing of a deployment, not even whether it exists.
+            raise Unauthorized(
+                "missing API key: send 'Authorization: Bearer <key>'", {"field": "authorization"}
+            )
         visible = dep is not None and (
-            (who is None and dep.public)
-            or (who is not None and (who.is_admin or dep.project in who.projects))
+            dep.public or who is None or who.is_admin or dep.project in who.projects
         )
         if dep is None or not visible or dep.status is DeploymentStatus.DESTROYED:
             raise NotFound(f"no deployment {name!r}", {"field": "deployment"})

@@ -176,3 +176,11 @@ async def in_traffic(conn: AsyncConnection, deployment_id: str) -> list[RouteRec
 async def with_status(conn: AsyncConnection, statuses: Collection[RouteStatus]) -> list[RouteRecord]:
     query = select(r).where(r.c.status.in_([str(s) for s in statuses])).order_by(r.c.created_at, r.c.id)
     return [_record(row) for row in await conn.execute(query)]
+
+
+async def replica_sessions(conn: AsyncConnection, session_ids: Collection[str]) -> set[str]:
+    """Those of these sessions that are deployments' replicas."""
+    if not session_ids:
+        return set()
+    rows = await conn.execute(select(r.c.session_id).where(r.c.session_id.in_(list(session_ids))))
+    return {str(sid) for (sid,) in rows}

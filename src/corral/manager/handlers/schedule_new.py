@@ -28,7 +28,7 @@ from corral.domain.scheduling import Skip, StatusTransitions, TransitionStatus
 from corral.domain.status import AgentStatus, KernelStatus, SessionStatus
 from corral.manager.handlers.base import HandlerContext, LifecycleHandler, LifecycleResult, Step
 from corral.manager.handlers.prepare import PrepareSessions
-from corral.store import agents, journal, placement_view, preemption, retry_holds, sessions
+from corral.store import agents, journal, placement_view, preemption, retry_holds, routes, sessions
 from corral.store.unit import Tx
 
 
@@ -286,10 +286,13 @@ async def _preempt(
         if settings.preemption_mode is PreemptionMode.SUSPEND:
             reason = TerminationReason.SUSPENDED
             why += " (suspended: it resumes at its place in the queue)"
+        # A deployment's replica is stopped and replaced, never suspended (its route cannot wait).
+        replicas = (
+            await routes.replica_sessions(ctx.conn, ids) if reason is TerminationReason.SUSPENDED else set()
+        )
         for v in victims:
-            await sessions.request_termination(
-                ctx.conn, v.session_id, reason, why, ctx.now, preempted_by=s.id
-            )
+            own = TerminationReason.PREEMPTED if v.session_id in replicas else reason
+            await sessions.request_termination(ctx.conn, v.session_id, own, why, ctx.now, preempted_by=s.id)
         result.requested += len(victims)
         await journal.add_history(
             ctx.conn,
