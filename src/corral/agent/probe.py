@@ -10,6 +10,7 @@ one interval (and a route whose reports stop is judged stale there)."""
 from __future__ import annotations
 
 import asyncio
+import random
 import socket
 import time
 from dataclasses import dataclass, field
@@ -50,8 +51,13 @@ class Watched:
 
 
 def free_port(low: int, high: int, taken: set[int]) -> int | None:
-    """A port of low..high that nothing listens on and no replica here was given."""
-    for port in range(low, high + 1):
+    """A port of low..high that nothing listens on and no replica here was given, tried from a
+    random place: agents sharing a host (`corral up`) rarely pick the same one at once, and a
+    replica that loses that race fails to start and is replaced."""
+    span = high - low + 1
+    start = random.randrange(span)
+    for i in range(span):
+        port = low + (start + i) % span
         if port in taken:
             continue
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:

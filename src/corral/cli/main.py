@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-from corral.cli import admin, arrays, events, groups, session, users, webhooks
+from corral.cli import admin, arrays, deploy, events, groups, session, users, webhooks
 from corral.cli.connect import connect, refused
 from corral.cli.output import Format, OutputOpt, binary_size, emit
 from corral.cli.run import run
@@ -49,6 +49,7 @@ app.add_typer(admin.audit_app, name="audit")
 app.add_typer(users.app, name="user")
 app.add_typer(groups.app, name="rg")
 app.add_typer(webhooks.app, name="webhook")
+app.add_typer(deploy.app, name="deploy")
 app.command("whoami")(users.whoami)
 app.command("events")(events.events)
 

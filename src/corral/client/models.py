@@ -347,3 +347,9 @@ class AuditEntry(Model):
     target: str
     reason: str
     created_at: datetime
+
+
+# Beside, on the same base (this file's length); imported last, as they need `Model`.
+from corral.client.deployment_models import Deployment as Deployment  # noqa: E402
+from corral.client.deployment_models import DeploymentHistoryEntry as DeploymentHistoryEntry  # noqa: E402
+from corral.client.deployment_models import Route as Route  # noqa: E402

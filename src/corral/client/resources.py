@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Generic, Unpack
 
+from corral.client.deployments import Deployments
 from corral.client.endpoint import (
     Call,
     Later,
@@ -354,3 +355,4 @@ class Resources(Generic[M]):
         self.cluster: Cluster[M] = Cluster(runner)
         self.events: Events[M] = Events(runner)
         self.webhooks: Webhooks[M] = Webhooks(runner)
+        self.deployments: Deployments[M] = Deployments(runner)

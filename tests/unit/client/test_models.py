@@ -36,8 +36,11 @@ SCHEMAS: dict[type[BaseModel], str] = {
     m.Me: "MeOut",
     m.Event: "EventOut",
     m.AuditEntry: "AuditOut",
+    m.Deployment: "DeploymentOut",
+    m.Route: "RouteOut",
+    m.DeploymentHistoryEntry: "DeploymentHistoryOut",
 }
-AGENT_WIRE = {"RegisterOut", "OrdersOut", "HealthOut", "ReportsOut"}
+AGENT_WIRE = {"RegisterOut", "OrdersOut", "HealthOut", "ReportsOut", "ReplicasOut"}
 
 
 @pytest.fixture(scope="module")
