@@ -41,14 +41,18 @@ def get(http: httpx.Client, name: str) -> dict[str, Any]:
     return dict(resp.json())
 
 
-def ready(http: httpx.Client, name: str, replicas: int, timeout: float = 60) -> dict[str, Any]:
-    """Once READY with `replicas` routes in traffic, all HEALTHY and no other route left."""
+def ready(
+    http: httpx.Client, name: str, replicas: int, timeout: float = 60, revision: int | None = None
+) -> dict[str, Any]:
+    """Once READY with `replicas` routes in traffic, all HEALTHY (of `revision`, if given) and no
+    other route left."""
 
     def check() -> dict[str, Any] | None:
         d = get(http, name)
         live = [r for r in d["routes"] if r["status"] != "TERMINATED"]
         serving = [r for r in live if r["in_traffic"] and r["status"] == "HEALTHY"]
-        done = d["status"] == "READY" and len(serving) == replicas == len(live)
+        current = revision is None or all(r["revision"] == revision for r in live)
+        done = d["status"] == "READY" and len(serving) == replicas == len(live) and current
         return d if done else None
 
     return dict(poll(check, timeout, f"deployment {name} READY with {replicas} replicas", interval=0.2))

@@ -1,6 +1,7 @@
 """A deployment replica for tests: an HTTP server on $CORRAL_PORT.
 
-`GET /health` answers 200, or 500 while $REPLICA_SICK/<its session id> exists; every other GET
+`GET /health` answers 200, or 500 while $REPLICA_SICK/<its session id> exists; `GET /pid` its
+session id and process id; every other GET
 answers the replica's session id (which replica served it); POST echoes its body.  With
 $REPLICA_SLOW, each answer waits that many seconds (requests in flight during a drain)."""
 
@@ -29,6 +30,9 @@ class Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         if self.path == "/health":
             self._answer(500 if SICK and Path(SICK, SESSION).exists() else 200, b"ok")
+            return
+        if self.path == "/pid":
+            self._answer(200, f"{SESSION} {os.getpid()}".encode())
             return
         time.sleep(SLOW)
         shown = ("x-forwarded", "authorization", "cookie")
