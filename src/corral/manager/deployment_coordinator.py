@@ -8,12 +8,14 @@ changed since moves nothing."""
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 
 import structlog
 
+from corral import metrics
 from corral.clock import utcnow
 from corral.domain.deployment_records import DeploymentRecord, OutcomeRow, RouteRecord
 from corral.domain.deployment_status import DeploymentStatus, RouteStatus
@@ -27,6 +29,8 @@ from corral.wakeup import Wakeup, repeat
 log = structlog.get_logger("corral.deployments")
 
 Handler = RouteHandler | DeploymentHandler
+COUNT_EVERY = 10.0
+"""Seconds between counts of the routes for the metrics when nothing moved."""
 
 
 class DeploymentCoordinator:
@@ -153,6 +157,8 @@ class DeploymentLoop:
         self.coordinator = DeploymentCoordinator(engine, utcnow, self.holding, in_flight)
         self._wakeup = wakeup
         self._interval = interval
+        self._engine = engine
+        self._counted: float | None = None
 
     async def run_once(self) -> int:
         if not await self.holding.claim():
@@ -164,7 +170,18 @@ class DeploymentLoop:
             return 0
         if moved:
             self._wakeup.scheduler()  # replicas started or asked to stop
+        if moved or self._counted is None or time.monotonic() - self._counted > COUNT_EVERY:
+            await self._count()
         return moved
+
+    async def _count(self) -> None:
+        """`corral_routes{deployment,status}` as the database has them now."""
+        async with reading(self._engine) as conn:
+            found = await routes.counts(conn)
+        metrics.ROUTES.clear()
+        for (name, status), n in found.items():
+            metrics.ROUTES.labels(name, status).set(n)
+        self._counted = time.monotonic()
 
     async def run(self) -> None:
         await repeat(self.run_once, self._idle, "deployment cycle failed")

@@ -16,7 +16,7 @@ from corral.domain.deployment_records import DeploymentRecord, RouteRecord
 from corral.domain.deployment_status import RouteStatus, route_sources
 from corral.domain.route_health import Health
 from corral.store import journal
-from corral.store.deployment_tables import routes
+from corral.store.deployment_tables import deployments, routes
 
 r = routes
 
@@ -184,3 +184,15 @@ async def replica_sessions(conn: AsyncConnection, session_ids: Collection[str]) 
         return set()
     rows = await conn.execute(select(r.c.session_id).where(r.c.session_id.in_(list(session_ids))))
     return {str(sid) for (sid,) in rows}
+
+
+async def counts(conn: AsyncConnection) -> dict[tuple[str, str], int]:
+    """Routes by (deployment name, status), of deployments not DESTROYED."""
+    d = deployments
+    query = (
+        select(d.c.name, r.c.status, func.count())
+        .join(d, d.c.id == r.c.deployment_id)
+        .where(d.c.status != "DESTROYED")
+        .group_by(d.c.name, r.c.status)
+    )
+    return {(str(name), str(status)): int(n) for name, status, n in await conn.execute(query)}

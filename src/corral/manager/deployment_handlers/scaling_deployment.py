@@ -39,8 +39,10 @@ class ScalingDeployment(DeploymentHandler):
             added = await scaling.carry_out(ctx, dep, scaling.planned(ctx, dep, stalled))
             words = f"{ready}/{dep.replicas} ready, {starting + added} starting, {other} leaving or old"
             if stalled:
-                words += " (rollout stopped)"
-            elif dep.next_replica_at is not None and ctx.now < dep.next_replica_at:
+                out[dep.id] = Reported(Outcome.FAILURE, words + " (rollout stopped)")
+                continue  # its message says why (scaling.stall)
+            if dep.next_replica_at is not None and ctx.now < dep.next_replica_at:
                 words += f" (next replica at {dep.next_replica_at:%H:%M:%S}: the last ones ended)"
-            out[dep.id] = Reported(Outcome.FAILURE, words)
+            # What GET /deployments shows (`message`): written only when it changes.
+            out[dep.id] = Reported(Outcome.FAILURE, words, {"message": words} if words != dep.message else {})
         return out
