@@ -255,3 +255,27 @@ def test_a_failed_session_is_retried_by_hand_from_its_page(page: Any, up: Up) ->
     expect(page.locator("#chain li")).to_have_count(2)
     expect(page.locator("#chain li").nth(1)).to_contain_text("a manual retry")
     expect(page.locator("#status")).to_have_text("TERMINATED", timeout=60_000)
+
+
+def test_a_deployment_page_turns_reachable_without_reloading(page: Any, up: Up, tmp_path: Path) -> None:
+    from tests.support.deployments import replica_session
+
+    body = {"name": "web-e2e", "replicas": 1, "session": replica_session(), "health": {"interval": 0.5}}
+    headers = {"Authorization": f"Bearer {up.key}"}
+    made = httpx.post(f"{up.url}/api/v1/deployments", json=body, headers=headers, timeout=30)
+    assert made.status_code == 201, made.text
+    page.goto("/ui/deployments/web-e2e")
+    banner = page.locator("#reachable")
+    banner.get_by_text("yes").wait_for(timeout=60_000)  # live: no reload
+    assert "1 replica in traffic" in banner.inner_text()
+    assert page.locator("#routes").get_by_text("HEALTHY").count() == 1
+    page.screenshot(path=str(tmp_path / "deployment.png"), full_page=True)
+    no_violations(page)
+    page.goto("/ui/deployments")
+    no_violations(page)
+    page.goto("/ui/deployments/web-e2e")
+    page.get_by_label("Replicas").fill("0")
+    page.get_by_role("button", name="Scale").click()
+    page.get_by_text("Scale requested").wait_for()
+    page.locator("#reachable").get_by_text("no", exact=True).wait_for(timeout=60_000)
+    httpx.delete(f"{up.url}/api/v1/deployments/web-e2e", headers=headers, timeout=30)

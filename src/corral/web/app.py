@@ -9,7 +9,7 @@ from fastapi.staticfiles import StaticFiles
 
 from corral.services.errors import CorralError
 from corral.web.auth import SignInNeeded, login_url
-from corral.web.pages import admin, agents, arrays, login, queue, session, sessions, submit
+from corral.web.pages import admin, agents, arrays, deployments, login, queue, session, sessions, submit
 from corral.web.templating import HERE, page
 
 
@@ -18,7 +18,7 @@ def error_page(request: Request, exc: CorralError) -> Response:
 
 
 def install(app: FastAPI) -> None:
-    for module in (login, sessions, session, submit, arrays, queue, agents, admin):
+    for module in (login, sessions, session, submit, arrays, queue, deployments, agents, admin):
         app.include_router(module.router)
     app.mount("/ui/static", StaticFiles(directory=HERE / "static"), name="ui-static")
 

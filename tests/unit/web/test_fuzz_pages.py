@@ -18,7 +18,7 @@ FIELDS = ["command", "name", "project", "cpu", "mem", "gpu", "cluster_size", "pr
           "retry_delay", "backoff", "backoff_multiplier", "max_retry_delay", "jitter", "jitter_ratio",
           "anti_affinity", "max_retry_duration", "eligible_causes", "retry_policies"]  # fmt: skip
 PAGES = ["/ui/sessions", "/ui/sessions/x", "/ui/arrays/x", "/ui/queue/default", "/ui/agents", "/ui/submit",
-         "/ui/admin/audit", "/ui/login"]  # fmt: skip
+         "/ui/admin/audit", "/ui/login", "/ui/deployments", "/ui/deployments/x"]  # fmt: skip
 QUERY = [
     "status",
     "project",
@@ -73,6 +73,7 @@ def test_random_forms_get_no_server_error_and_make_nothing_wrong(
             sid = got.headers["location"].split("/ui/sessions/")[1].split("?")[0]
             assert site.api.get(f"/api/v1/sessions/{sid}").status_code == 200
         _fine(b.post("/ui/sessions/x/cancel", data={"csrf_token": csrf, **form}))
+        _fine(b.post("/ui/deployments/x/scale", data={"csrf_token": csrf, **form}))
         _fine(b.post("/ui/login", data=form))
 
     run()
