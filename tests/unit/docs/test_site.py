@@ -22,6 +22,7 @@ PAGES = [
     "root-cause.md",
     "preemption.md",
     "arrays.md",
+    "deployments.md",
     "images.md",
     "events.md",
     "graphql.md",

@@ -140,8 +140,13 @@ class SessionCreate(BaseModel):
     @classmethod
     def _batch_only(cls, value: SessionType) -> SessionType:
         # Inference sessions are a deployment's replicas and are made by it, never by a request;
-        # interactive ones need an attach path that does not exist yet. Until then both are refused
-        # rather than run once as if they were batch sessions.
+        # interactive ones need an attach path that does not exist yet (refused rather than run
+        # once as if they were batch sessions).
+        if value is SessionType.INFERENCE:
+            raise ValueError(
+                "only batch sessions can be submitted (inference sessions are a deployment's"
+                " replicas: corral deploy create)"
+            )
         if value is not SessionType.BATCH:
             raise ValueError(f"only batch sessions can be submitted ({value} sessions are not supported yet)")
         return value
