@@ -13,7 +13,6 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator
 
-import httpx
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.background import BackgroundTask
@@ -21,6 +20,8 @@ from starlette.background import BackgroundTask
 from corral import metrics
 from corral.api.errors import error_body
 from corral.api.state import State, principal
+from corral.api.upstream import Broken, Refused
+from corral.api.upstream import Response as Response_
 from corral.services.serve import Opened
 from corral.services.web_sessions import COOKIE
 
@@ -42,8 +43,8 @@ METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
 RETRY_AFTER = "1"
 
 
-def _passed(headers: httpx.Headers | list[tuple[str, str]], drop: frozenset[str]) -> list[tuple[str, str]]:
-    items = headers.multi_items() if isinstance(headers, httpx.Headers) else headers
+def _passed(items: list[tuple[str, str]], drop: frozenset[str]) -> list[tuple[str, str]]:
+    """The headers but `drop` and those the Connection header names (hop-by-hop too)."""
     named = {v.strip().lower() for k, v in items if k.lower() == "connection" for v in v.split(",")}
     return [(k, v) for k, v in items if k.lower() not in drop and k.lower() not in named]
 
@@ -53,22 +54,22 @@ def _cookies_but_ours(value: str) -> str:
     return ";".join(kept).strip()
 
 
-def _request_headers(request: Request) -> list[tuple[str, str]]:
+FORWARDED = frozenset({"x-forwarded-for", "x-forwarded-proto", "x-forwarded-host"})
+
+
+def _request_headers(request: Request, address: str) -> list[tuple[str, str]]:
     items = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in request.scope["headers"]]
-    out = []
-    for k, v in _passed(items, HOP_BY_HOP | {"authorization", "host"}):
+    out = [("Host", address)]
+    for k, v in _passed(items, HOP_BY_HOP | FORWARDED | {"authorization", "host"}):
         if k.lower() == "cookie":
             v = _cookies_but_ours(v)
             if not v:
                 continue
         out.append((k, v))
+    if "content-length" not in request.headers and "chunked" in request.headers.get("transfer-encoding", ""):
+        out.append(("Transfer-Encoding", "chunked"))  # the body streams on, framed anew
     client = request.client.host if request.client else ""
     before = request.headers.get("x-forwarded-for")
-    out = [
-        (k, v)
-        for k, v in out
-        if k.lower() not in ("x-forwarded-for", "x-forwarded-proto", "x-forwarded-host")
-    ]
     out += [
         ("X-Forwarded-For", f"{before}, {client}" if before else client),
         ("X-Forwarded-Proto", request.url.scheme),
@@ -86,57 +87,63 @@ async def serve(deployment: str, request: Request, state: State, path: str = "")
     dep, targets = await state.proxy.target(deployment, who)
     if not targets:
         return _refused(dep.name, 503, f"deployment {dep.name!r} has no replica in traffic ({dep.status})")
-    headers = _request_headers(request)
-    sent = False
+    sent = consumed = False
 
     async def body() -> AsyncIterator[bytes]:
-        nonlocal sent
+        nonlocal sent, consumed
+        if consumed:
+            return  # a try before read it all, and it was empty (else `sent`: no other try)
         async for chunk in request.stream():
-            sent = True
+            sent = sent or bool(chunk)
             yield chunk
+        consumed = True
 
     target = f"/{path}" + (f"?{request.url.query}" if request.url.query else "")
-    http = state.proxy.http
     for attempt, route in enumerate(targets[:2]):
-        req = http.build_request(
-            request.method, f"http://{route.address}{target}", headers=headers, content=body()
-        )
+        assert route.address is not None  # in traffic: it has one (store/routes.set_traffic)
         opened = state.proxy.opened(route.id)
         try:
-            resp = await http.send(req, stream=True)
-        except httpx.ConnectError:
+            resp = await state.upstream.send(
+                route.address, request.method, target, _request_headers(request, route.address), body()
+            )
+        except Refused:
             opened.close()
             if sent or attempt == 1 or len(targets) == 1:
                 return _refused(dep.name, 502, f"replica {route.address} refused the connection")
             continue
-        except httpx.HTTPError as exc:
+        except Broken as exc:
             opened.close()
-            return _refused(dep.name, 502, f"replica {route.address} failed: {type(exc).__name__}")
+            return _refused(dep.name, 502, f"replica {route.address} failed: {exc}")
+        except BaseException:
+            opened.close()
+            raise
         metrics.SERVE_SECONDS.labels(dep.name).observe(time.perf_counter() - started)
-        metrics.SERVE_REQUESTS.labels(dep.name, str(resp.status_code)).inc()
+        metrics.SERVE_REQUESTS.labels(dep.name, str(resp.status)).inc()
         out = StreamingResponse(
             _relayed(resp, opened),
-            status_code=resp.status_code,
+            status_code=resp.status,
             background=BackgroundTask(_finish, resp, opened),  # also when the stream never started
         )
         # As the replica sent them, repeated ones (Set-Cookie) included.
-        passed = _passed(resp.headers, HOP_BY_HOP)
-        out.raw_headers = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in passed]
+        heads = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in resp.headers]
+        out.raw_headers = [
+            (k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in _passed(heads, HOP_BY_HOP)
+        ]
         return out
     return _refused(dep.name, 502, "no replica answered")
 
 
-async def _relayed(resp: httpx.Response, opened: Opened) -> AsyncIterator[bytes]:
+async def _relayed(resp: Response_, opened: Opened) -> AsyncIterator[bytes]:
     try:
-        async for chunk in resp.aiter_raw():
+        async for chunk in resp.body():
             yield chunk
     finally:
-        await _finish(resp, opened)
+        _finish(resp, opened)
 
 
-async def _finish(resp: httpx.Response, opened: Opened) -> None:
+def _finish(resp: Response_, opened: Opened) -> None:
     opened.close()
-    await resp.aclose()
+    resp.release()
 
 
 def _refused(name: str, code: int, message: str) -> JSONResponse:

@@ -8,6 +8,7 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
+from corral.api.upstream import Upstream
 from corral.clock import utcnow
 from corral.domain.records import Principal
 from corral.services import Engine, users, web_sessions
@@ -38,6 +39,8 @@ class AppState:
     """New events, handed to the streams subscribed (`/events/stream`)."""
     proxy: Proxy
     """`/serve/{deployment}/`: where requests go, and how many each route has open."""
+    upstream: Upstream
+    """The proxy's keep-alive connections to replicas."""
 
 
 async def app_state(request: Request) -> AppState:

@@ -27,6 +27,7 @@ from corral.api.routes import (
 )
 from corral.api.routes import cluster as cluster_routes
 from corral.api.state import AppState
+from corral.api.upstream import Upstream
 from corral.clock import utcnow
 from corral.manager.deliveries import Deliverer
 from corral.manager.deployment_coordinator import DeploymentLoop
@@ -105,6 +106,7 @@ def create_app(
             Intake(engine),
             Feed(reader, settings.stream_queue),
             Proxy(reader),
+            Upstream(),
         )
         feed = app.state.corral.feed
         proxy = app.state.corral.proxy
@@ -140,7 +142,7 @@ def create_app(
         finally:
             await feed.shutdown()  # open streams end, so the server's shutdown need not wait
             await stop_tasks(tasks, STOP_WAIT)
-            await proxy.aclose()
+            await app.state.corral.upstream.aclose()
             if reader is not engine:
                 await reader.dispose()
             await engine.dispose()

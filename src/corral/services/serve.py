@@ -12,8 +12,6 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-import httpx
-
 from corral.domain.deployment_records import DeploymentRecord, RouteRecord
 from corral.domain.deployment_status import DeploymentStatus
 from corral.domain.records import Principal
@@ -36,24 +34,12 @@ class _Known:
 
 
 class Proxy:
-    """`aclose()` when the manager stops (idempotent)."""
-
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
-        # Connect within 5 s; an answer may stream as long as the replica sends it.
-        self.http = httpx.AsyncClient(
-            timeout=httpx.Timeout(None, connect=5.0),
-            limits=httpx.Limits(max_connections=1000, max_keepalive_connections=100),
-            trust_env=False,
-            follow_redirects=False,
-        )
         self._known: dict[str, _Known] = {}
         self._lock = asyncio.Lock()
         self.open: Counter[str] = Counter()
         """Requests open here, by route id."""
-
-    async def aclose(self) -> None:
-        await self.http.aclose()
 
     def in_flight(self) -> dict[str, int]:
         return {k: v for k, v in self.open.items() if v}
