@@ -10,22 +10,25 @@ answers only callers of its project (with a key, or signed in), unless it is `pu
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator
 
-from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse, Response, StreamingResponse
-from starlette.background import BackgroundTask
+import structlog
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from corral import metrics
 from corral.api.errors import error_body
-from corral.api.state import State, principal
+from corral.api.state import AppState, principal
 from corral.api.upstream import Broken, Refused
-from corral.api.upstream import Response as Response_
+from corral.api.upstream import Response as Upstream_
+from corral.services.errors import CorralError, InvalidInput
 from corral.services.serve import Opened
 from corral.services.web_sessions import COOKIE
 
-router = APIRouter(tags=["serve"])
+log = structlog.get_logger("corral.serve")
 
 HOP_BY_HOP = frozenset(
     {
@@ -39,7 +42,6 @@ HOP_BY_HOP = frozenset(
         "upgrade",
     }
 )
-METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
 RETRY_AFTER = "1"
 
 
@@ -78,9 +80,42 @@ def _request_headers(request: Request, address: str) -> list[tuple[str, str]]:
     return out
 
 
-@router.api_route("/serve/{deployment}", methods=METHODS, include_in_schema=False)
-@router.api_route("/serve/{deployment}/{path:path}", methods=METHODS, include_in_schema=False)
-async def serve(deployment: str, request: Request, state: State, path: str = "") -> Response:
+class ServeFirst:
+    """`/serve/...` is proxied here, before FastAPI's routing and middleware: a proxied request pays
+    for none of them (bench/serve.py), and its body streams with no size limit (the API's
+    CORRAL_MAX_REQUEST_BYTES is for the API's own bodies).  Refusals are the API's JSON errors."""
+
+    def __init__(self, app: ASGIApp, fastapi: FastAPI) -> None:
+        self.app = app
+        self.fastapi = fastapi
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path = scope.get("path", "")
+        if scope["type"] != "http" or not (path == PREFIX[:-1] or path.startswith(PREFIX)):
+            await self.app(scope, receive, send)
+            return
+        request = Request(scope, receive)
+        try:
+            response = await proxied(request, self.fastapi.state.corral)
+        except CorralError as exc:
+            response = JSONResponse(error_body(exc.code, exc.message, exc.details), exc.status)
+        try:
+            await response(scope, receive, send)
+        except Broken as exc:  # the replica failed mid-answer: the client's connection is cut
+            log.warning("a replica failed mid-answer", path=path[:200], error=str(exc))
+
+
+PREFIX = "/serve/"
+
+
+async def proxied(request: Request, state: AppState) -> Response | Relay:
+    """The replica's answer to `request` (a 4xx or 5xx of ours when there is none)."""
+    rest = request.url.path[len(PREFIX) :] if request.url.path.startswith(PREFIX) else ""
+    deployment, _, _ = rest.partition("/")
+    raw = request.scope.get("raw_path") or request.url.path.encode()
+    path = raw.decode("latin-1")[len(PREFIX) + len(deployment.encode()) :] or "/"
+    if "\x00" in request.url.path:
+        raise InvalidInput("path", "path: must not contain NUL bytes")
     started = time.perf_counter()
     credentials = "authorization" in request.headers or COOKIE in request.cookies
     who = await principal(request, state) if credentials else None
@@ -98,7 +133,7 @@ async def serve(deployment: str, request: Request, state: State, path: str = "")
             yield chunk
         consumed = True
 
-    target = f"/{path}" + (f"?{request.url.query}" if request.url.query else "")
+    target = path + (f"?{request.url.query}" if request.url.query else "")
     for attempt, route in enumerate(targets[:2]):
         assert route.address is not None  # in traffic: it has one (store/routes.set_traffic)
         opened = state.proxy.opened(route.id)
@@ -119,31 +154,45 @@ async def serve(deployment: str, request: Request, state: State, path: str = "")
             raise
         metrics.SERVE_SECONDS.labels(dep.name).observe(time.perf_counter() - started)
         metrics.SERVE_REQUESTS.labels(dep.name, str(resp.status)).inc()
-        out = StreamingResponse(
-            _relayed(resp, opened),
-            status_code=resp.status,
-            background=BackgroundTask(_finish, resp, opened),  # also when the stream never started
-        )
         # As the replica sent them, repeated ones (Set-Cookie) included.
         heads = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in resp.headers]
-        out.raw_headers = [
-            (k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in _passed(heads, HOP_BY_HOP)
-        ]
-        return out
+        return Relay(
+            resp,
+            opened,
+            [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in _passed(heads, HOP_BY_HOP)],
+        )
     return _refused(dep.name, 502, "no replica answered")
 
 
-async def _relayed(resp: Response_, opened: Opened) -> AsyncIterator[bytes]:
-    try:
-        async for chunk in resp.body():
-            yield chunk
-    finally:
-        _finish(resp, opened)
+class Relay:
+    """The replica's answer, relayed as it arrives (an ASGI app for this one request).  An answer of
+    unknown length (a stream) also watches for the caller leaving, and then stops reading it; one
+    with a Content-Length is relayed to its end (it has one)."""
+
+    def __init__(self, resp: Upstream_, opened: Opened, headers: list[tuple[bytes, bytes]]) -> None:
+        self.resp, self.opened, self.headers = resp, opened, headers
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        known = any(k == b"content-length" for k, _ in self.headers)
+        gone = None if known else asyncio.ensure_future(_left(receive))
+        try:
+            await send({"type": "http.response.start", "status": self.resp.status, "headers": self.headers})
+            async for chunk in self.resp.body():
+                if gone is not None and gone.done():
+                    return  # the caller left: the replica's connection is closed, not kept
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        finally:
+            if gone is not None:
+                gone.cancel()
+            self.opened.close()
+            self.resp.release()
 
 
-def _finish(resp: Response_, opened: Opened) -> None:
-    opened.close()
-    resp.release()
+async def _left(receive: Receive) -> None:
+    """Returns once the caller has disconnected (its request body was read already)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
 
 
 def _refused(name: str, code: int, message: str) -> JSONResponse:

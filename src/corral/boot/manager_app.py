@@ -155,6 +155,7 @@ def create_app(
     app.add_middleware(
         BodyLimit, user_limit=settings.max_request_bytes, agent_limit=settings.max_agent_request_bytes
     )
+    app.add_middleware(serve.ServeFirst, fastapi=app)  # added last: outside BodyLimit
     app.include_router(sessions.router)
     app.include_router(arrays.router)
     app.include_router(agents.router)
@@ -166,7 +167,6 @@ def create_app(
     app.include_router(cluster_routes.router)
     app.include_router(webhooks.router)
     app.include_router(deployments.router)
-    app.include_router(serve.router)
     app.include_router(graphql.router())
 
     if os.environ.get("CORRAL_TEST_FAULT_ROUTES") == "1":

@@ -35,9 +35,12 @@ def test_replicas_serve_in_turn_and_scale_both_ways(cluster: Cluster) -> None:
     served = _served_by(cluster, "web", 6)
     assert set(served) == sessions and Counter(served) == Counter({s: 2 for s in sessions})
     assert served[:3] == served[3:]  # round-robin: the same order each turn
+    big = bytes(range(256)) * (3 * 4096)  # 3 MiB: over the API's body limit, streamed both ways
+    echoed = cluster.http.post("/serve/web/upload", content=big)
+    assert echoed.status_code == 200 and echoed.content == big
     metrics = cluster.http.get("/metrics").text
-    assert 'corral_serve_requests_total{code="200",deployment="web"} 6.0' in metrics
-    assert 'corral_serve_request_seconds_count{deployment="web"} 6.0' in metrics
+    assert 'corral_serve_requests_total{code="200",deployment="web"} 7.0' in metrics
+    assert 'corral_serve_request_seconds_count{deployment="web"} 7.0' in metrics
     assert 'corral_routes{deployment="web",status="HEALTHY"} 3.0' in metrics
 
     cluster.http.patch("/api/v1/deployments/web", json={"replicas": 1})
