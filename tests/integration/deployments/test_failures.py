@@ -48,3 +48,28 @@ def test_a_silent_agent_makes_its_routes_stale(own_cluster: Callable[..., Cluste
     finally:
         c.signal_agent("quiet", signal.SIGCONT)
     ready(c.http, "stale", 1)  # reports resume: HEALTHY and in traffic again
+
+
+def test_a_revision_that_never_gets_healthy_stops_its_rollout_and_the_old_one_serves(
+    cluster: Cluster,
+) -> None:
+    create(cluster.http, "stuck", 1, progress_deadline=3)
+    old = in_traffic(ready(cluster.http, "stuck", 1))[0]
+    deaf = {"command": ["sleep", "600"], "resources": {"cpu": 0.25}}
+    assert cluster.http.patch("/api/v1/deployments/stuck", json={"session": deaf}).json()["revision"] == 2
+
+    def stalled() -> dict | None:
+        d = get(cluster.http, "stuck")
+        return d if d["rollout"] == "stalled" else None
+
+    d = poll(stalled, 30, "the rollout to stop at its progress deadline")
+    assert "not healthy within 3 s" in d["message"] and "undo" in d["message"]
+    assert [r["id"] for r in in_traffic(d)] == [old["id"]]  # the old revision goes on serving
+    assert cluster.http.get("/serve/stuck/").status_code == 200
+    events = cluster.http.get("/api/v1/events", params={"type": "deployment.rollout_stalled"}).json()
+    assert any(e["entity_id"] == d["id"] for e in events)
+    undone = cluster.http.post("/api/v1/deployments/stuck/rollout/undo").json()
+    assert undone["revision"] == 3
+    d = ready(cluster.http, "stuck", 1)
+    assert [r["id"] for r in in_traffic(d)] == [old["id"]]  # same spec as the old route's: kept
+    assert cluster.http.delete("/api/v1/deployments/stuck").status_code == 202
