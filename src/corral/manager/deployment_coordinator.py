@@ -60,23 +60,18 @@ class DeploymentCoordinator:
         return moved
 
     async def _run(self, conn: Tx, handler: Handler, now: datetime) -> int:
-        targets: Sequence[RouteRecord] | Sequence[DeploymentRecord]
         if isinstance(handler, RouteHandler):
-            targets = await routes.with_status(conn, handler.target_statuses)
-            ids = {r.deployment_id for r in targets}
-        else:
-            targets = await deployments.with_status(conn, handler.target_statuses)
-            ids = {d.id for d in targets}
-        if not targets:
+            found_routes = await routes.with_status(conn, handler.target_statuses)
+            if not found_routes:
+                return 0
+            ctx = await self._context(conn, now, {r.deployment_id for r in found_routes})
+            reported = await handler.execute(ctx, found_routes)
+            return await self._apply(ctx, handler, found_routes, reported)
+        found = await deployments.with_status(conn, handler.target_statuses)
+        if not found:
             return 0
-        ctx = await self._context(conn, now, ids)
-        if isinstance(handler, RouteHandler):
-            route_targets = [r for r in targets if isinstance(r, RouteRecord)]
-            reported = await handler.execute(ctx, route_targets)
-            return await self._apply_routes(ctx, handler, route_targets, reported)
-        dep_targets = [d for d in targets if isinstance(d, DeploymentRecord)]
-        reported = await handler.execute(ctx, dep_targets)
-        return await self._apply_deployments(ctx, handler, dep_targets, reported)
+        ctx = await self._context(conn, now, {d.id for d in found})
+        return await self._apply(ctx, handler, found, await handler.execute(ctx, found))
 
     async def _context(self, conn: Tx, now: datetime, ids: set[str]) -> Context:
         deps = await deployments.by_ids(conn, ids)
@@ -86,56 +81,39 @@ class DeploymentCoordinator:
         revs = await deployments.revisions(conn, list(ids))
         return Context(conn, now, deps, all_routes, revs, found, self._in_flight())
 
-    async def _apply_routes(
+    async def _apply(
         self,
         ctx: Context,
-        handler: RouteHandler,
-        targets: Sequence[RouteRecord],
+        handler: Handler,
+        targets: Sequence[RouteRecord] | Sequence[DeploymentRecord],
         reported: Mapping[str, Reported],
     ) -> int:
+        """The declared move of each outcome (a guarded update: False when another writer moved
+        it first, and then the outcome is history only), and every outcome's history row."""
         moves = handler.status_transitions()
         rows: list[OutcomeRow] = []
         moved = 0
-        for route in targets:
-            rep = reported.get(route.id)
+        for t in targets:
+            rep = reported.get(t.id)
             if rep is None:
                 continue
             dst = moves.to(rep.outcome)
             went = None
-            if dst is not None and dst != route.status:
-                dep = ctx.deployments[route.deployment_id]
-                if await routes.move(ctx.conn, route, dep.project, RouteStatus(dst), ctx.now, rep.also):
-                    went, moved = str(dst), moved + 1
-            rows.append(
-                OutcomeRow(
-                    route.deployment_id, route.id, handler.name, rep.outcome, route.status, went, rep.message
-                )
-            )
-        await deployments.record(ctx.conn, rows, ctx.now)
-        return moved
-
-    async def _apply_deployments(
-        self,
-        ctx: Context,
-        handler: DeploymentHandler,
-        targets: Sequence[DeploymentRecord],
-        reported: Mapping[str, Reported],
-    ) -> int:
-        moves = handler.status_transitions()
-        rows: list[OutcomeRow] = []
-        moved = 0
-        for dep in targets:
-            rep = reported.get(dep.id)
-            if rep is None:
-                continue
-            dst = moves.to(rep.outcome)
-            went = None
-            if dst is not None and dst != dep.status:
-                if await deployments.move(ctx.conn, dep, DeploymentStatus(dst), ctx.now, rep.also):
-                    went, moved = str(dst), moved + 1
-            elif rep.also:
-                await deployments.update_fields(ctx.conn, dep.id, rep.also, ctx.now)
-            rows.append(OutcomeRow(dep.id, None, handler.name, rep.outcome, dep.status, went, rep.message))
+            if isinstance(t, RouteRecord):
+                dep_id, route_id = t.deployment_id, t.id
+                if dst is not None and dst != t.status:
+                    project = ctx.deployments[t.deployment_id].project
+                    if await routes.move(ctx.conn, t, project, RouteStatus(dst), ctx.now, rep.also):
+                        went = str(dst)
+            else:
+                dep_id, route_id = t.id, None
+                if dst is not None and dst != t.status:
+                    if await deployments.move(ctx.conn, t, DeploymentStatus(dst), ctx.now, rep.also):
+                        went = str(dst)
+                elif rep.also:
+                    await deployments.update_fields(ctx.conn, t.id, rep.also, ctx.now)
+            moved += went is not None
+            rows.append(OutcomeRow(dep_id, route_id, handler.name, rep.outcome, t.status, went, rep.message))
         await deployments.record(ctx.conn, rows, ctx.now)
         return moved
 
