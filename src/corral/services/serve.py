@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from corral.domain.deployment_records import DeploymentRecord, RouteRecord
 from corral.domain.deployment_status import DeploymentStatus
+from corral.domain.deployments import NAME
 from corral.domain.records import Principal
 from corral.services.errors import NotFound, Unauthorized
 from corral.store import deployments, routes
@@ -31,6 +32,10 @@ class _Known:
     routes: list[RouteRecord]
     read_at: float
     turn: Iterator[int] = field(default_factory=itertools.count)
+
+
+def _no_key() -> Unauthorized:
+    return Unauthorized("missing API key: send 'Authorization: Bearer <key>'", {"field": "authorization"})
 
 
 class Proxy:
@@ -65,13 +70,14 @@ class Proxy:
         """The deployment and its routes in traffic, the next one's turn first.  `who` None: the
         caller gave no key (only a public deployment answers, else 401).  404 for a deployment
         the caller may not see (as for any deployment route)."""
+        if who is None and not NAME.match(name):
+            raise _no_key()
+        if not NAME.match(name):  # no such deployment can exist: no read, nothing remembered
+            raise NotFound(f"no deployment {name[:63]!r}", {"field": "deployment"})
         known = await self._read(name)
         dep = known.deployment
         if who is None and (dep is None or not dep.public):
-            # A caller without a key is told nothing of a deployment, not even whether it exists.
-            raise Unauthorized(
-                "missing API key: send 'Authorization: Bearer <key>'", {"field": "authorization"}
-            )
+            raise _no_key()  # told nothing of a deployment, not even whether it exists
         visible = dep is not None and (
             dep.public or who is None or who.is_admin or dep.project in who.projects
         )

@@ -135,3 +135,22 @@ def test_replica_spec_shown_is_the_one_run(cluster: Cluster) -> None:
     shown = made.json()["session"]
     assert (shown["type"], shown["env"], shown["resources"]["cpu"]) == ("inference", {"A": "1"}, "0.5")
     assert cluster.http.delete("/api/v1/deployments/api-shown").status_code == 202
+
+
+def test_bad_serve_paths_are_4xx_and_harm_nothing(cluster: Cluster) -> None:
+    assert cluster.http.post("/api/v1/deployments", json={**BASE, "name": "api-paths"}).status_code == 201
+    for path, code in (
+        ("/serve", 404),
+        ("/serve/", 404),
+        ("/serve/" + "a" * 5000 + "/", 404),
+        ("/serve/%ED%A0%80/", 404),  # a lone surrogate, percent-encoded
+        ("/serve/Caps/", 404),
+        ("/serve/api-paths/%00", 422),
+        ("/serve/api-paths/x?y=%00", 503),  # the query is the replica's business (none in traffic)
+    ):
+        resp = cluster.http.get(path)
+        assert resp.status_code == code, (path, resp.text)
+        assert "Traceback" not in resp.text and resp.json()["error"]["code"]
+    assert httpx.get(f"{cluster.url}/serve/" + "b" * 300).status_code == 401
+    assert cluster.http.get("/api/v1/deployments/api-paths").status_code == 200
+    assert cluster.http.delete("/api/v1/deployments/api-paths").status_code == 202
