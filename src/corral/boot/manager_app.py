@@ -105,7 +105,7 @@ def create_app(
             ),
             Intake(engine),
             Feed(reader, settings.stream_queue),
-            Proxy(reader),
+            Proxy(reader, engine),
             Upstream(),
         )
         feed = app.state.corral.feed
@@ -136,11 +136,13 @@ def create_app(
         )
         tasks += [asyncio.create_task(work, name=name) for name, work in upkept]
         tasks.append(asyncio.create_task(feed.run(), name="event-feed"))
+        tasks.append(asyncio.create_task(proxy.run(), name="serve-holds"))
         log.info("manager ready", database=backend(engine))
         try:
             yield
         finally:
             await feed.shutdown()  # open streams end, so the server's shutdown need not wait
+            await proxy.shutdown()
             await stop_tasks(tasks, STOP_WAIT)
             await app.state.corral.upstream.aclose()
             if reader is not engine:

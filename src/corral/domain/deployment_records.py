@@ -59,6 +59,8 @@ class RouteRecord:
     port: int | None
     in_traffic: bool
     draining_since: datetime | None
+    held_until: datetime | None
+    """Some manager's proxy still has requests open on this draining route, until then."""
     started_at: datetime | None
     health: Health
     created_at: datetime

@@ -6,20 +6,27 @@ drain_route.py)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import time
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import timedelta
 
+import structlog
+
+from corral.clock import utcnow
 from corral.domain.deployment_records import DeploymentRecord, RouteRecord
 from corral.domain.deployment_status import DeploymentStatus
 from corral.domain.deployments import NAME
 from corral.domain.records import Principal
 from corral.services.errors import NotFound, Unauthorized
 from corral.store import deployments, routes
-from corral.store.db import reading
+from corral.store.db import reading, transaction
 from corral.store.unit import Engine
+
+log = structlog.get_logger("corral.serve")
 
 FRESH = 1.0
 """Seconds a deployment's routes are used as read: a route leaving traffic gets no new request
@@ -38,13 +45,45 @@ def _no_key() -> Unauthorized:
     return Unauthorized("missing API key: send 'Authorization: Bearer <key>'", {"field": "authorization"})
 
 
+HOLD = 3.0
+"""Seconds a draining route is held for by one report that this manager has requests open on it
+(renewed every `HOLD_EVERY` while it has)."""
+HOLD_EVERY = 1.0
+
+
 class Proxy:
-    def __init__(self, engine: Engine) -> None:
+    """`run()` tells the drains which routes this manager still has requests open on, until
+    `shutdown()` (idempotent)."""
+
+    def __init__(self, engine: Engine, writer: Engine | None = None) -> None:
         self._engine = engine
+        self._writer = writer or engine
+        self._stopped = asyncio.Event()
         self._known: dict[str, _Known] = {}
         self._lock = asyncio.Lock()
         self.open: Counter[str] = Counter()
         """Requests open here, by route id."""
+
+    def left_traffic(self) -> set[str]:
+        """Routes this manager has requests open on that are no longer among those it sends to."""
+        serving = {r.id for k in self._known.values() for r in k.routes}
+        return {route_id for route_id, n in self.open.items() if n and route_id not in serving}
+
+    async def run(self) -> None:
+        while not self._stopped.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopped.wait(), HOLD_EVERY)
+            held = self.left_traffic()
+            if not held:
+                continue
+            try:
+                async with transaction(self._writer) as conn:
+                    await routes.hold(conn, held, utcnow() + timedelta(seconds=HOLD))
+            except Exception:
+                log.exception("could not hold draining routes with requests open")
+
+    async def shutdown(self) -> None:
+        self._stopped.set()
 
     def in_flight(self) -> dict[str, int]:
         return {k: v for k, v in self.open.items() if v}

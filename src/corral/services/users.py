@@ -9,6 +9,7 @@ from corral.clock import utcnow
 from corral.domain.errors import Duplicate
 from corral.domain.priority import effective
 from corral.domain.records import ApiKeyRecord, Principal, UserRecord
+from corral.services import identities
 from corral.services.errors import Conflict, InvalidInput, NotFound, Unauthorized
 from corral.services.policies import check_priority_rules
 from corral.store import auth, config, users
@@ -26,10 +27,9 @@ UNSET = Unset()
 
 async def identify(reader: Engine, key: str) -> Principal:
     """The caller with this API key; 401 for a key nobody has.  Looked up on every request, never
-    cached: a revoked key is refused from its next request, on every manager."""
-    async with reading(reader) as conn:
-        who = await auth.principal_for(conn, key)
-    return known(who)
+    cached: a revoked key is refused from its next request, on every manager (requests with one
+    key at once share a read begun after each arrived: services/identities)."""
+    return known(await identities.holder(reader, key))
 
 
 def known(who: Principal | None) -> Principal:

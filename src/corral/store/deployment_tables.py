@@ -65,6 +65,9 @@ routes = Table(
     Column("port", Integer, nullable=True),
     Column("in_traffic", Boolean, nullable=False),
     Column("draining_since", UTCDateTime, nullable=True),
+    # A draining route some manager's proxy still has requests open on, until then (renewed each
+    # second while they are): the drain waits for it (manager/deployment_handlers/drain_route.py).
+    Column("held_until", UTCDateTime, nullable=True),
     Column("started_at", UTCDateTime, nullable=True),
     Column("health_ok", Integer, nullable=False, server_default="0"),
     Column("health_failed", Integer, nullable=False, server_default="0"),

@@ -34,6 +34,7 @@ def _record(row: Any) -> RouteRecord:
         port=m["port"],
         in_traffic=m["in_traffic"],
         draining_since=m["draining_since"],
+        held_until=m["held_until"],
         started_at=m["started_at"],
         health=Health(m["health_ok"], m["health_failed"], m["health_at"], m["health_detail"]),
         created_at=m["created_at"],
@@ -196,3 +197,10 @@ async def counts(conn: AsyncConnection) -> dict[tuple[str, str], int]:
         .group_by(d.c.name, r.c.status)
     )
     return {(str(name), str(status)): int(n) for name, status, n in await conn.execute(query)}
+
+
+async def hold(conn: AsyncConnection, route_ids: Collection[str], until: datetime) -> None:
+    """This manager has requests open on these routes: those draining wait until `until` at least."""
+    if route_ids:
+        query = update(r).where(r.c.id.in_(list(route_ids)), r.c.draining_since.is_not(None))
+        await conn.execute(query.values(held_until=until))

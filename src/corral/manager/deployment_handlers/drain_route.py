@@ -1,7 +1,9 @@
 """DrainRoute: a route taken out of service (scale-down, rollout, deletion) is out of traffic from
 its drain's start; PROVISIONING, DEGRADED, HEALTHY, UNHEALTHY -> TERMINATING once its in-flight
-requests had their time: at once when it never served (PROVISIONING), else when this manager's
-proxy has none open on it (after DRAIN_SETTLE, for proxies to see it left), or at `drain_timeout`."""
+requests had their time: at once when it never served (PROVISIONING), else when no manager's
+proxy has one open on it (this one's counted here, the others' by the hold they renew on the
+route while they have: services/serve) after DRAIN_SETTLE (for proxies to see it left), or at
+`drain_timeout` whatever is open."""
 
 from __future__ import annotations
 
@@ -40,6 +42,8 @@ class DrainRoute(RouteHandler):
                 out[route.id] = Reported(
                     Outcome.SUCCESS, f"drained: {timeout:g} s passed, {open_here} request(s) open"
                 )
+            elif route.held_until is not None and route.held_until > ctx.now:
+                continue  # another manager still has requests open on it (services/serve)
             elif open_here == 0 and waited >= min(DRAIN_SETTLE, timeout):
                 out[route.id] = Reported(Outcome.SUCCESS, f"drained: no request open after {waited:.1f} s")
         return out

@@ -94,6 +94,7 @@ def upgrade() -> None:
         sa.Column("port", sa.Integer(), nullable=True),
         sa.Column("in_traffic", sa.Boolean(), nullable=False),
         sa.Column("draining_since", UTCDateTime(), nullable=True),
+        sa.Column("held_until", UTCDateTime(), nullable=True),
         sa.Column("started_at", UTCDateTime(), nullable=True),
         sa.Column("health_ok", sa.Integer(), server_default="0", nullable=False),
         sa.Column("health_failed", sa.Integer(), server_default="0", nullable=False),
