@@ -22,8 +22,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from corral import metrics
 from corral.api.errors import error_body
 from corral.api.state import AppState, principal
-from corral.api.upstream import Broken, Refused
-from corral.api.upstream import Response as Upstream_
+from corral.http1 import Broken, Refused
+from corral.http1 import Response as Upstream_
 from corral.services.errors import CorralError, InvalidInput
 from corral.services.serve import Opened
 from corral.services.web_sessions import COOKIE

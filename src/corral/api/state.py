@@ -8,9 +8,9 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
-from corral.api.upstream import Upstream
 from corral.clock import utcnow
 from corral.domain.records import Principal
+from corral.http1 import Upstream
 from corral.services import Engine, users, web_sessions
 from corral.services.agent_protocol import AgentProtocol
 from corral.services.errors import Forbidden, Unauthorized

@@ -27,8 +27,8 @@ from corral.api.routes import (
 )
 from corral.api.routes import cluster as cluster_routes
 from corral.api.state import AppState
-from corral.api.upstream import Upstream
 from corral.clock import utcnow
+from corral.http1 import Upstream
 from corral.manager.deliveries import Deliverer
 from corral.manager.deployment_coordinator import DeploymentLoop
 from corral.manager.loop import Scheduler

@@ -5,11 +5,14 @@ repeated headers kept, a refused connection told apart from a broken exchange.""
 from __future__ import annotations
 
 import asyncio
+import ssl
+import subprocess
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 
-from corral.api.upstream import Broken, Refused, Upstream
+from corral.http1 import Broken, Refused, Upstream
 
 
 class Server:
@@ -117,3 +120,33 @@ async def test_refused_is_told_from_broken() -> None:
         with pytest.raises(Broken):
             await up.send(address, "GET", "/", [("Host", address)], None)
     await up.aclose()
+
+
+async def test_tls_is_spoken_and_its_certificate_verified(tmp_path: Path) -> None:
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    await asyncio.to_thread(
+        subprocess.run,
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=localhost",
+         "-keyout", str(key), "-out", str(cert)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert, key)
+    hello = Server(OK)
+    server = await asyncio.start_server(hello.handle, "127.0.0.1", 0, ssl=context)
+    port = server.sockets[0].getsockname()[1]
+    up = Upstream()
+    try:
+        with pytest.raises(Refused, match="CERTIFICATE_VERIFY_FAILED"):  # self-signed: not trusted
+            await up.send(
+                f"localhost:{port}",
+                "GET",
+                "/",
+                [("Host", "localhost")],
+                None,
+                ("127.0.0.1", port),
+                "localhost",
+            )
+    finally:
+        server.close()
+        await up.aclose()

@@ -1,5 +1,5 @@
-"""The proxy's side of a replica: keep-alive HTTP/1.1 connections, by address, spoken with h11
-(httpx's own protocol library).
+"""Keep-alive HTTP/1.1 connections, by address, spoken with h11 (httpx's own protocol library):
+the proxy's to replicas, and webhooks' to their receivers (over TLS for https).
 
 httpx's pool checks every pooled connection on every request (a readability poll each: at 32
 requests at once, 37% of the manager's CPU went there, bench/serve.py); here a request takes the
@@ -9,6 +9,8 @@ after a whole exchange ended cleanly; anything else closes it."""
 from __future__ import annotations
 
 import asyncio
+import functools
+import ssl
 from collections import defaultdict, deque
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
@@ -19,6 +21,11 @@ CONNECT_TIMEOUT = 5.0
 IDLE_KEPT = 64
 """Idle connections kept per replica address (more are closed)."""
 READ = 65536
+
+
+@functools.cache
+def _tls_context() -> ssl.SSLContext:
+    return ssl.create_default_context()
 
 
 class Refused(Exception):
@@ -76,10 +83,17 @@ class Upstream:
     def __init__(self) -> None:
         self._idle: defaultdict[str, deque[_Conn]] = defaultdict(deque)
 
-    async def _open(self, address: str) -> _Conn:
-        host, _, port = address.rpartition(":")
+    async def _open(self, address: str, connect_to: tuple[str, int] | None, tls: str | None) -> _Conn:
+        if connect_to is None:
+            name, _, number = address.rpartition(":")
+            connect_to = (name, int(number) if number.isdigit() else 0)
+        host, port = connect_to
         try:
-            reader, writer = await asyncio.wait_for(asyncio.open_connection(host, int(port)), CONNECT_TIMEOUT)
+            if tls:
+                opened = asyncio.open_connection(host, port, ssl=_tls_context(), server_hostname=tls)
+            else:
+                opened = asyncio.open_connection(host, port)
+            reader, writer = await asyncio.wait_for(opened, CONNECT_TIMEOUT)
         except (OSError, TimeoutError, ValueError) as exc:
             raise Refused(f"{type(exc).__name__}: {exc}") from None
         return _Conn(reader, writer)
@@ -116,13 +130,17 @@ class Upstream:
         target: str,
         headers: Sequence[tuple[str, str]],
         body: AsyncIterator[bytes] | None,
+        connect_to: tuple[str, int] | None = None,
+        tls: str | None = None,
     ) -> Response:
-        """Send the request (streaming `body`) and read the answer's head.  Refused: nothing was
-        sent (a fresh connection could not be made).  Broken: it failed later.  A kept connection
-        the replica had closed meanwhile is replaced once, when no byte of a body was sent yet."""
+        """Send the request (streaming `body`) and read the answer's head.  `address` names the
+        pool (`host:port`, connected to unless `connect_to` says where: an address resolved and
+        checked already); `tls` the server name to verify over TLS.  Refused: nothing was sent (a
+        fresh connection could not be made).  Broken: it failed later.  A kept connection the
+        other side had closed meanwhile is replaced once, when no byte of a body was sent yet."""
         idle = self._idle[address]
         for reused in (True, False) if idle else (False,):
-            conn = idle.pop() if reused and idle else await self._open(address)
+            conn = idle.pop() if reused and idle else await self._open(address, connect_to, tls)
             sent_body = False
             try:
                 conn.writer.write(
