@@ -146,13 +146,17 @@ def ended(c: Any) -> int:
     return sum(counts.get(k, 0) for k in ENDED)
 
 
-def submit_true(c: Any, n: int) -> int:
-    """`n` 1-CPU `true` sessions, 100 a request; returns how many had ended before them."""
+def submit_true(c: Any, n: int, over: float = 0.0) -> int:
+    """`n` 1-CPU `true` sessions, 100 a request (the requests spread evenly over `over` seconds);
+    returns how many had ended before them."""
     before = ended(c)
+    gap = over / max(1, (n + 99) // 100)
     for start in range(0, n, 100):
+        due = time.monotonic() + gap
         body = {"sessions": [{"command": ["true"], "resources": {"cpu": 1}}] * min(100, n - start)}
         resp = c.http.post("/api/v1/sessions/bulk", json=body, timeout=120)
         assert resp.status_code == 201, resp.text
+        time.sleep(max(0.0, due - time.monotonic()))
     return before
 
 

@@ -5,7 +5,10 @@ them, the others only reading); the manager's
 RSS sampled each second after warm-up (max/min); and the manager's CPU per session beside the
 same N sessions run with no subscriber, in the same run.
 
-    .venv/bin/python bench/stream.py [--subscribers 200] [--n 1000] [--postgres]
+    .venv/bin/python bench/stream.py [--subscribers 200] [--n 1000] [--pace 0] [--postgres]
+
+With --pace S the watched sessions are submitted over S seconds (else at once): the RSS samples
+then span the run (at once, the run after warm-up lasts a few seconds).
 """
 
 from __future__ import annotations
@@ -99,9 +102,10 @@ async def subscribe(url: str, key: str, n: int) -> None:
             t.cancel()
 
 
-def run_sessions(c: Cluster, n: int) -> None:
-    """`n` sessions submitted 100 at a time, returning once all have ended."""
-    before = submit_true(c, n)
+def run_sessions(c: Cluster, n: int, over: float = 0.0) -> None:
+    """`n` sessions submitted 100 at a time (spread over `over` seconds), returning once all have
+    ended."""
+    before = submit_true(c, n, over)
     poll(lambda: ended(c) >= before + n, 600, f"{n} sessions to end")
 
 
@@ -109,6 +113,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--subscribers", type=int, default=200)
     parser.add_argument("--n", type=int, default=1000)
+    parser.add_argument(
+        "--pace",
+        type=float,
+        default=0.0,
+        help="spread the watched sessions' submissions over this many seconds",
+    )
     parser.add_argument("--subscribe", nargs=3, metavar=("URL", "KEY", "S"), help=argparse.SUPPRESS)
     add_database_options(parser)
     args = parser.parse_args()
@@ -120,7 +130,7 @@ def main() -> None:
         manager = psutil.Process(c.manager.pid)  # type: ignore[union-attr]
         run_sessions(c, 50)  # warm-up: imports, first connections
         cpu0 = manager.cpu_times()
-        run_sessions(c, args.n)
+        run_sessions(c, args.n, args.pace)  # paced as the watched run: CPU per session alike
         cpu1 = manager.cpu_times()
         alone = (cpu1.user + cpu1.system - cpu0.user - cpu0.system) / args.n
         subs = subprocess.Popen(
@@ -144,7 +154,7 @@ def main() -> None:
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()
         cpu2 = manager.cpu_times()
-        run_sessions(c, args.n)
+        run_sessions(c, args.n, args.pace)
         cpu3 = manager.cpu_times()
         sampling.set()
         watched = (cpu3.user + cpu3.system - cpu2.user - cpu2.system) / args.n
