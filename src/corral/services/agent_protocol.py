@@ -291,7 +291,14 @@ async def _orders(
                 kill=k.kill_requested,
                 force=k.kill_forced,
                 grace=k.kill_grace,
-                spec=_spec(src.sessions[k.session_id], own, src, checkpoint_root, serve.get(k.session_id))
+                # A replica's rank 0 serves (and is probed); a gang's other ranks are its workers.
+                spec=_spec(
+                    src.sessions[k.session_id],
+                    own,
+                    src,
+                    checkpoint_root,
+                    serve.get(k.session_id) if k.rank == 0 else None,
+                )
                 if own
                 else None,
             )
