@@ -7,7 +7,6 @@ changed since moves nothing."""
 
 from __future__ import annotations
 
-import asyncio
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -166,6 +165,3 @@ class DeploymentLoop:
 
     async def _idle(self) -> None:
         await self._wakeup.wait_deployments(self._interval)
-
-    async def shutdown(self) -> None:
-        await asyncio.shield(self.holding.release())
